@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("vmtax-probe: being written");
+    std::process::exit(1);
+}

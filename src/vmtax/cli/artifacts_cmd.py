@@ -1,0 +1,10 @@
+"""`vmtax artifacts` command (being written)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+    del app

@@ -1,0 +1,273 @@
+"""The agent's output contract, ``vmtax.probe/1``: pydantic models and a stream reader.
+
+The Rust agent writes one JSON object per line on stdout:
+
+1. one ``header``;
+2. per run, one or more ``samples`` records and then one ``run_summary``;
+3. one ``end`` record with a status.
+
+The serde structs in ``probe/src/output.rs`` mirror these models. The shared test vectors in
+``tests/vectors/`` keep the two sides equal: both sides parse them, and the Rust tests
+validate the agent's real output against ``tests/vectors/schema.json``, which is generated
+from these models (``python -m vmtax.contract > tests/vectors/schema.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+SCHEMA = "vmtax.probe/1"
+SCHEMA_MAJOR = 1
+
+Better = Literal["lower", "higher"]
+Status = Literal["ok", "error", "timeout", "interrupted"]
+ParamValue = bool | int | float | str
+
+
+class _Model(BaseModel):
+    # New optional fields from a newer agent must not break an older controller.
+    model_config = ConfigDict(extra="allow")
+
+
+class Hypervisor(_Model):
+    detected: bool
+    vendor: str | None = None
+    signature: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+
+
+class Nesting(_Model):
+    depth: int | None = None
+    basis: str
+    confidence: Literal["none", "low", "medium", "high"]
+    cpuid_cycles: float | None = None
+
+
+class Cpu(_Model):
+    model: str
+    vendor: str
+    logical_cpus: int
+    tsc_hz: float | None = None
+    tsc_invariant: bool | None = None
+    virt_flags: list[str] = Field(default_factory=list)
+
+
+class Fingerprint(_Model):
+    agent_version: str
+    arch: str
+    hostname: str
+    hypervisor: Hypervisor
+    nesting: Nesting
+    cpu: Cpu
+    memory_bytes: int
+    kernel: str
+    clocksource: str | None = None
+    thp: str | None = None
+    steal_ticks: int | None = None
+
+
+class ParamInfo(_Model):
+    name: str
+    default: ParamValue
+    help: str
+    kind: Literal["int", "float", "bool", "str", "choice"]
+    choices: list[str] | None = None
+
+
+class ProbeInfo(_Model):
+    name: str
+    summary: str
+    mechanism: str
+    unit: str
+    better: Better
+    throughput_unit: str | None = None
+    params: list[ParamInfo]
+    needs_root: bool
+    arches: list[str]
+
+
+class Header(_Model):
+    type: Literal["header"]
+    schema_: str = Field(alias="schema")
+    agent_version: str
+    probe: str
+    unit: str
+    better: Better
+    throughput_unit: str | None = None
+    mechanism: str
+    params: dict[str, ParamValue]
+    runs: int
+    iterations: int
+    duration_s: float | None = None
+    warmup: int
+    timeout_s: float | None = None
+    cpus: list[int] | None = None
+    started_at: str
+    env: Fingerprint
+
+
+class Samples(_Model):
+    type: Literal["samples"]
+    run: int
+    unit: str
+    warmup: bool = False
+    values: list[float]
+
+
+class RunSummary(_Model):
+    type: Literal["run_summary"]
+    run: int
+    n: int
+    mean: float
+    median: float
+    stddev: float
+    min: float
+    max: float
+    p95: float
+    p99: float
+    wall_s: float
+    ops_per_sec: float | None = None
+    throughput: float | None = None
+    throughput_unit: str | None = None
+    steal_ticks: int | None = None
+    cpus: list[int]
+    stopped_by: Literal["iterations", "duration"]
+    extra: dict[str, float] = Field(default_factory=dict)
+
+
+class End(_Model):
+    type: Literal["end"]
+    status: Status
+    error: str | None = None
+    runs_completed: int
+
+
+Record = Annotated[Header | Samples | RunSummary | End, Field(discriminator="type")]
+_RECORD = TypeAdapter(Record)
+
+
+def parse_record(line: str) -> Header | Samples | RunSummary | End:
+    """Parse one JSONL line; raises ``ValueError`` with a one-line reason."""
+    try:
+        return _RECORD.validate_json(line)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        raise ValueError(f"invalid record at {where}: {first['msg']}") from None
+
+
+@dataclass
+class CompletedRun:
+    """One run whose summary arrived: its raw values and warm-up values, in order."""
+
+    summary: RunSummary
+    values: np.ndarray
+    warmup_values: np.ndarray
+
+
+@dataclass
+class ProbeStream:
+    """What was read from one agent invocation, complete or not."""
+
+    header: Header | None = None
+    runs: list[CompletedRun] = field(default_factory=list)
+    lost_runs: list[int] = field(default_factory=list)
+    end: End | None = None
+    problem: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None and self.problem is None
+
+
+def read_stream(lines: Iterable[str | bytes]) -> ProbeStream:
+    """Read an agent stream, keeping every whole run even when the stream breaks off.
+
+    It never raises for bad content: a malformed, out-of-order or truncated stream sets
+    ``problem`` to a one-line reason, and any run that had samples but no summary is listed
+    in ``lost_runs``. Callers decide whether that is an error.
+    """
+    out = ProbeStream()
+    pending: dict[int, tuple[list[float], list[float]]] = {}
+    for lineno, raw in enumerate(lines, start=1):
+        line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        line = line.strip()
+        if not line:
+            continue
+        if out.end is not None:
+            out.problem = f"line {lineno}: data after the end record"
+            break
+        try:
+            rec = parse_record(line)
+        except ValueError as exc:
+            out.problem = f"line {lineno}: {exc}"
+            break
+        if isinstance(rec, Header):
+            if out.header is not None:
+                out.problem = f"line {lineno}: a second header"
+                break
+            if not rec.schema_.startswith("vmtax.probe/") or _major(rec.schema_) != SCHEMA_MAJOR:
+                out.problem = f"line {lineno}: unsupported schema {rec.schema_!r}"
+                break
+            out.header = rec
+            continue
+        if out.header is None:
+            out.problem = f"line {lineno}: {rec.type} record before the header"
+            break
+        if isinstance(rec, Samples):
+            measured, warm = pending.setdefault(rec.run, ([], []))
+            (warm if rec.warmup else measured).extend(rec.values)
+        elif isinstance(rec, RunSummary):
+            measured, warm = pending.pop(rec.run, ([], []))
+            if rec.n != len(measured):
+                out.problem = (
+                    f"line {lineno}: run {rec.run} summary says n={rec.n} "
+                    f"but {len(measured)} samples arrived"
+                )
+                break
+            out.runs.append(
+                CompletedRun(
+                    summary=rec,
+                    values=np.asarray(measured, dtype=np.float64),
+                    warmup_values=np.asarray(warm, dtype=np.float64),
+                )
+            )
+        else:
+            out.end = rec
+    out.lost_runs = sorted(pending)
+    if out.problem is None and out.end is None:
+        out.problem = "stream ended without an end record (agent killed or truncated output)"
+        if out.header is None:
+            out.problem = "no output from the agent"
+    return out
+
+
+def _major(schema: str) -> int:
+    try:
+        return int(schema.rsplit("/", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one record, shared with the Rust tests."""
+    schema = _RECORD.json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = SCHEMA
+    return schema
+
+
+def finite(x: float | None) -> float | None:
+    """JSON has no NaN: the agent writes null; keep the Python side symmetrical."""
+    return None if x is None or not math.isfinite(x) else x
+
+
+if __name__ == "__main__":
+    print(json.dumps(json_schema(), indent=2, sort_keys=True))

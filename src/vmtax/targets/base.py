@@ -1,0 +1,91 @@
+"""What every target (local, ssh, qemu level) offers the runner.
+
+A target knows how to start something and run the agent there. It knows nothing of
+statistics or storage: it hands back the agent's stdout lines and the runner reads them with
+``vmtax.contract.read_stream``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from vmtax.errors import VmtaxError
+
+
+class TargetError(VmtaxError):
+    """The target failed: unreachable, refused, crashed or timed out.
+
+    Lines already yielded by ``run_agent`` stay valid; the runner keeps every whole run.
+    """
+
+
+class AgentTimeout(TargetError):
+    """The agent did not finish within its timeout and was killed."""
+
+
+class Target(ABC):
+    """A place where the agent runs: this machine, an SSH host, a QEMU guest at some level."""
+
+    #: A short name for tables and logs, e.g. ``local``, ``ssh://bench@host``, ``qemu-L1``.
+    name: str
+    #: The level vmtax put the agent at: ``L0`` (no hypervisor vmtax added) .. ``L3``.
+    level: str
+
+    def __enter__(self) -> Target:
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Start or connect, copy the agent if needed. Idempotent."""
+
+    @abstractmethod
+    def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
+        """Run ``vmtax-probe ARGS`` and yield its stdout lines as they arrive.
+
+        Raises ``AgentTimeout`` after ``timeout`` seconds (the agent is killed first) and
+        ``TargetError`` when the agent cannot be started or the target goes away.
+        A non-zero exit of the agent is not an error here: the stream's ``end`` record or
+        its absence tells the caller what happened. ``last_stderr`` keeps the tail of the
+        agent's stderr for error messages.
+        """
+
+    def labels(self) -> dict[str, str]:
+        """What this target adds to the configuration: accel, vcpus, memory, host, ..."""
+        return {}
+
+    def provenance(self) -> dict[str, Any]:
+        """How the target was built (QEMU command line, image hash, ssh host key ...)."""
+        return {}
+
+    last_stderr: str = ""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most targets have nothing to free
+        """Stop everything this target started and remove its temporary files."""
+
+
+def find_agent(explicit: str | None = None) -> Path:
+    """Locate the ``vmtax-probe`` binary: an explicit path, ``$VMTAX_PROBE``, PATH, or the
+    scripts directory beside this Python (where ``pip install .`` puts it)."""
+    import os
+
+    candidates = [explicit, os.environ.get("VMTAX_PROBE")]
+    candidates.append(shutil.which("vmtax-probe"))
+    candidates.append(str(Path(sys.executable).parent / "vmtax-probe"))
+    for cand in candidates:
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return Path(cand).resolve()
+    if explicit or os.environ.get("VMTAX_PROBE"):
+        raise TargetError(f"agent binary not found or not executable: {explicit or os.environ['VMTAX_PROBE']}")
+    raise TargetError(
+        "agent binary vmtax-probe not found on PATH; reinstall with `pip install .` "
+        "or set VMTAX_PROBE"
+    )

@@ -1,4 +1,144 @@
+//! vmtax-probe: the measuring agent of vmtax. It measures and prints `vmtax.probe/1` JSON
+//! Lines on stdout; diagnostics go to stderr. Exit codes: 0 ok, 1 a run failed / timed out /
+//! was interrupted, 2 usage error (one line on stderr).
+
+mod affinity;
+mod clock;
+#[cfg(target_arch = "x86_64")]
+mod cpuid;
+mod env;
+mod output;
+mod params;
+mod pid1;
+mod probes;
+mod run;
+mod serve;
+mod stats;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "vmtax-probe", version, about = "vmtax measuring agent: prints vmtax.probe/1 JSON Lines")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Json,
+    Text,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the probes. Example: vmtax-probe list --format json
+    List {
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// Print the environment fingerprint. Example: vmtax-probe env --format json
+    Env {
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// Run a probe and stream vmtax.probe/1 JSONL. Example: vmtax-probe run cpuid --runs 5 --cpus 1
+    Run {
+        /// Probe name (see `list`)
+        probe: String,
+        /// Number of runs (default: the probe's)
+        #[arg(long)]
+        runs: Option<u32>,
+        /// Measured iterations per run, at most (default: the probe's)
+        #[arg(long)]
+        iterations: Option<u64>,
+        /// Seconds per run, at most: a run stops at --iterations or --duration, whichever first
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Warm-up iterations per run, emitted with "warmup": true
+        #[arg(long)]
+        warmup: Option<u64>,
+        /// CPUs to pin to, e.g. 0 or 0,1 or 0-3
+        #[arg(long)]
+        cpus: Option<String>,
+        /// Probe parameter key=value (repeatable)
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Stop everything after this many seconds (end status "timeout")
+        #[arg(long)]
+        timeout: Option<f64>,
+    },
+    /// Serve requests on a virtio-serial port or tty. Example: vmtax-probe serve --device /dev/vport0p1
+    Serve {
+        #[arg(long)]
+        device: String,
+    },
+}
+
+fn usage_error(msg: &str) -> ! {
+    eprintln!("vmtax-probe: error: {}", msg.lines().next().unwrap_or("invalid usage"));
+    std::process::exit(2);
+}
+
 fn main() {
-    eprintln!("vmtax-probe: being written");
-    std::process::exit(1);
+    let args: Vec<String> = std::env::args().collect();
+    if pid1::is_pid1() {
+        pid1::main(&args[1..]);
+    }
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                std::process::exit(0);
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid usage").trim_start_matches("error: ").to_string();
+            usage_error(&first);
+        }
+    };
+    let code = match cli.cmd {
+        Cmd::List { format } => {
+            let infos: Vec<_> = probes::all().iter().map(|p| p.spec().info()).collect();
+            match format {
+                Format::Json => println!("{}", serde_json::to_string(&infos).expect("serializable")),
+                Format::Text => {
+                    for i in infos {
+                        println!("{:<10} {:<7} {}", i.name, i.unit, i.summary);
+                        for p in i.params {
+                            println!("{:<10}   --param {}={:?}  {}", "", p.name, p.default, p.help);
+                        }
+                    }
+                }
+            }
+            0
+        }
+        Cmd::Env { format } => {
+            let f = env::fingerprint();
+            match format {
+                Format::Json => println!("{}", serde_json::to_string(&f).expect("serializable")),
+                Format::Text => print!("{}", env::to_text(&f)),
+            }
+            0
+        }
+        Cmd::Run { probe, runs, iterations, duration, warmup, cpus, params, timeout } => {
+            let opts = run::RunOpts { probe, runs, iterations, duration, warmup, cpus, params, timeout };
+            match run::plan(&opts) {
+                Ok(p) => run::execute(p),
+                Err(e) => usage_error(&e),
+            }
+        }
+        Cmd::Serve { device } => {
+            let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
+            match serve::serve(&device, reconnect) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("vmtax-probe: error: serve: {e}");
+                    1
+                }
+            }
+        }
+    };
+    std::process::exit(code);
 }

@@ -1,10 +1,137 @@
-"""`vmtax artifacts` command (being written)."""
+"""`vmtax artifacts SELECTOR [--baseline SEL]`: timing artifacts in the raw samples, with
+their evidence (indices, period, p-values)."""
 
 from __future__ import annotations
 
+import json
+from typing import Annotated, Any
+
+import numpy as np
+import pandas as pd
 import typer
+
+from vmtax.errors import UsageError
+from vmtax.report import compare_format as fmt_mod
+
+COLUMNS = ["config", "probe", "artifact", "found", "evidence"]
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    del app
+    app.command("artifacts")(artifacts_cmd)
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
+
+
+def _list(values: list[Any], limit: int = 12) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
+
+
+def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
+    """One row per detector: whether it found something, and the numbers that say so."""
+    per, cross, warm, shp, out = art.periodic, art.cross_run, art.warmup, art.shape, art.outliers
+    rows = []
+    if per.found:
+        text = (f"period {per.period} iterations (autocorrelation {per.acf:.2f}, "
+                f"p={_p(per.p_value)})")
+    else:
+        text = f"no period (p={_p(per.p_value)}, spike rate {per.spike_rate:.2%})"
+    if per.indices:
+        text += f"; slow in every run at iterations {_list(per.indices)}"
+    rows.append(("periodic", "yes" if per.found else "no", text))
+    if cross.correlation is None:
+        text = "too few spikes to compare runs"
+    else:
+        text = (f"spike positions correlate {cross.correlation:.2f} between consecutive runs "
+                f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value)}, "
+                f"{cross.pairs} pairs)")
+    rows.append(("cross_run", "yes" if cross.found else "no", text))
+    slow = "n/a" if warm.slowdown is None else f"{warm.slowdown:.2f}x"
+    rows.append(("warmup", "yes" if warm.found else "no",
+                 f"first {warm.n_slow} iterations slow; first window/steady {slow} "
+                 f"(p={_p(warm.p_value)})"))
+    text = f"mvalue {shp.mvalue:.2f} ({shp.modality})"
+    if shp.ad_stat is not None:
+        text = (f"Anderson-Darling {shp.ad_stat:.3g} (p={_p(shp.p_value)}), ECDF distance "
+                f"{shp.distance:.2f} vs baseline; "
+                f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})")
+    rows.append(("shape", "changed" if shp.changed else shp.modality, text))
+    first = ", ".join(f"run {r} it {i}" for r, i in out.indices[:6])
+    rows.append(("outliers", str(out.count),
+                 f"{out.fraction:.2%} beyond Tukey fences ({out.high} slow, {out.low} fast; "
+                 f"kept){'; first: ' + first if first else ''}"))
+    return [dict(zip(COLUMNS, (config, probe, *r), strict=True)) for r in rows]
+
+
+def _matrices(runs: pd.DataFrame, samples: dict[int, np.ndarray]) -> dict[tuple[str, str], Any]:
+    from vmtax.stats.artifacts import as_matrix
+
+    out = {}
+    for (config, probe), group in runs.groupby(["config", "probe"], sort=True):
+        values = [samples.get(int(i), np.empty(0)) for i in group["run_id"]]
+        matrix = as_matrix(values)
+        if matrix.size:
+            out[(str(config), str(probe))] = matrix
+    return out
+
+
+def artifacts_cmd(
+    selector: Annotated[str, typer.Argument(help="Selector of the runs, e.g. exp=3,level=L1.")],
+    baseline: Annotated[str | None, typer.Option(
+        help="Selector of the baseline for the shape test, e.g. level=L0.")] = None,
+    resamples: Annotated[int, typer.Option(help="Permutations per test.")] = 199,
+    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
+        = "table",
+    db: Annotated[str | None, typer.Option(
+        help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
+) -> None:
+    """Find timing artifacts in raw samples: periodic spikes, cross-run memory, warm-up,
+    shape change vs a baseline (Anderson-Darling + mvalue) and Tukey outliers.
+
+    Runs of one configuration and probe form a runs x iterations matrix. Outliers are
+    reported, never dropped.
+
+    Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
+    """
+    from vmtax.cli.compare_cmd import emit
+    from vmtax.stats.artifacts import as_matrix, detect
+    from vmtax.store import Store
+
+    if fmt not in fmt_mod.FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
+    if resamples < 19:
+        raise UsageError("--resamples must be at least 19")
+    store = Store.open(db)
+    runs = store.runs([selector])
+    runs = runs[runs["status"] == "ok"]
+    if runs.empty:
+        raise UsageError(f"no completed runs match {selector!r} in {store.url_display}")
+    base_runs = pd.DataFrame()
+    if baseline:
+        base_runs = store.runs([baseline])
+        base_runs = base_runs[base_runs["status"] == "ok"]
+        if base_runs.empty:
+            raise UsageError(f"baseline {baseline!r} matches no completed run")
+    ids = [int(i) for i in pd.concat([runs["run_id"], base_runs.get("run_id", pd.Series())])]
+    samples = store.samples(ids)
+    found = _matrices(runs, samples)
+    if not found:
+        raise UsageError(f"the runs matching {selector!r} have no stored samples")
+    base = _matrices(base_runs, samples) if baseline else {}
+    results = []
+    for (config, probe), matrix in found.items():
+        ref = [m for (c, p), m in base.items() if p == probe and c != config]
+        ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
+        results.append((config, probe, detect(matrix, ref_matrix, resamples=resamples,
+                                               seed=seed)))
+    if fmt == "json":
+        emit(json.dumps([{"config": c, "probe": p, **a.to_dict()} for c, p, a in results],
+                        indent=2, allow_nan=False) + "\n")
+        return
+    frame = pd.DataFrame([r for c, p, a in results for r in evidence_rows(c, p, a)],
+                         columns=COLUMNS)
+    emit(fmt_mod.render_frame(frame, fmt, f"timing artifacts in {selector}"))

@@ -1,10 +1,169 @@
-"""`vmtax compare` command (being written)."""
+"""`vmtax compare`: overhead vs a baseline with CIs, adjusted p-values and verdicts; or the
+recomputation of a reference dataset (`--dataset`), alone or beside measured configurations."""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import pandas as pd
 import typer
+from rich.console import Console
+
+from vmtax.errors import UsageError
+from vmtax.report import compare_format as fmt_mod
+
+if TYPE_CHECKING:
+    from vmtax.stats.compare import Comparison
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    del app
+    app.command("compare")(compare_cmd)
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def emit(rendered: object) -> None:
+    """Print a rendered table or text to stdout."""
+    if isinstance(rendered, str):
+        sys.stdout.write(rendered)
+    else:
+        _console().print(rendered)
+
+
+def _where(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise UsageError(f"--ref-where: {part.strip()!r} is not key=value "
+                             "(e.g. arch=x86_64,overcommitted=yes)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def compare_cmd(
+    selectors: Annotated[list[str] | None, typer.Argument(
+        help="Selectors of the runs to compare (key=value[,key=value]; several = OR).")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        help="Selector of the baseline configuration, e.g. level=L0.")] = None,
+    metric: Annotated[list[str] | None, typer.Option(
+        help="auto (the iteration mean) | mean | median | p95 | p99 | min | max | throughput | "
+             "ops_per_sec | wall_s; repeat for several.")] = None,
+    test: Annotated[str, typer.Option(help="permutation | welch | mannwhitney")] = "permutation",
+    adjust: Annotated[str, typer.Option(help="holm | bh | none (across the whole command)")]
+        = "holm",
+    noise: Annotated[float, typer.Option(help="Noise band: overheads within 1±noise are ~.")]
+        = 0.02,
+    resamples: Annotated[int, typer.Option(help="Bootstrap and permutation resamples.")]
+        = 10_000,
+    seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
+        = "table",
+    dataset: Annotated[str | None, typer.Option(
+        help="A reference dataset (see vmtax refs list): recompute it, or show it beside the "
+             "measured configurations.")] = None,
+    ref_where: Annotated[str | None, typer.Option(
+        help="With --dataset and selectors: which reference rows, e.g. "
+             "arch=x86_64,overcommitted=yes,test=threads.")] = None,
+    db: Annotated[str | None, typer.Option(
+        help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
+) -> None:
+    """Compare configurations with a baseline: overhead (>1 = slower) with a 95% bootstrap CI,
+    mean, ΔL(n−1), StdErr, StdErr%, p-value adjusted across the command, and a verdict.
+
+    The verdict is `~` unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
+    With --dataset alone it recomputes the dataset's ΔL(n−1) and StdErr% from its means and
+    standard errors and flags published figures that disagree beyond their printed precision.
+
+    Example: vmtax compare exp=latest --baseline level=L0 --format markdown
+
+    Example: vmtax compare --dataset fitzgerald2014 --format csv
+    """
+    if fmt not in fmt_mod.FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
+    selectors = list(selectors or [])
+    if dataset and not selectors and not baseline:
+        emit(reference_report(dataset, fmt))
+        return
+    if not baseline:
+        raise UsageError("--baseline is required, e.g. --baseline level=L0 "
+                         "(or use --dataset NAME alone to recompute a reference table)")
+    comp = measured(selectors, baseline, metric or ["auto"], test, adjust, noise, resamples,
+                    seed, db)
+    if dataset:
+        from vmtax.refs import beside
+
+        frame = beside.beside(comp.rows, dataset, _where(ref_where))
+        if fmt == "json":
+            emit(json.dumps({"comparison": comp.to_json(), "beside": _records(frame)},
+                            indent=2, allow_nan=False) + "\n")
+        elif fmt == "csv":  # one table per CSV stream: the side-by-side one
+            emit(fmt_mod.render_frame(frame, fmt))
+        else:
+            emit(fmt_mod.render_comparison(comp, fmt))
+            emit(fmt_mod.render_frame(frame, fmt, f"measured beside {dataset}"))
+        return
+    emit(fmt_mod.render_comparison(comp, fmt))
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [{k: fmt_mod.json_safe(v) for k, v in r.items()}
+            for r in frame.to_dict(orient="records")]
+
+
+def measured(selectors: list[str], baseline: str, metric: list[str], test: str, adjust: str,
+             noise: float, resamples: int, seed: int, db: str | None) -> Comparison:
+    """Load runs (selectors OR baseline) and samples from the store and compare them."""
+    from vmtax.stats.compare import compare
+    from vmtax.store import Store
+
+    if resamples < 100:
+        raise UsageError("--resamples must be at least 100")
+    store = Store.open(db)
+    chosen = store.runs(selectors)
+    if (chosen["status"] != "ok").all():
+        raise UsageError(f"no completed runs match {' '.join(selectors) or 'the store'} "
+                         f"in {store.url_display}")
+    runs = store.runs([*selectors, baseline]) if selectors else chosen
+    ok = runs[runs["status"] == "ok"]
+    wants_mean = any(m.strip().lower() in ("auto", "mean") for part in metric
+                     for m in part.split(","))
+    samples = store.samples([int(i) for i in ok["run_id"]]) if wants_mean else None
+    return compare(runs, samples, baseline, metric=metric, test=test, adjust=adjust,
+                   noise=noise, resamples=resamples, seed=seed)
+
+
+def reference_report(dataset: str, fmt: str) -> object:
+    """The recomputed reference table in the requested format."""
+    from vmtax.refs import datasets, recompute
+
+    df = datasets.load_studya(dataset)
+    wide = recompute.side_by_side(df)
+    if fmt in ("csv", "json"):
+        return fmt_mod.render_frame(wide, fmt)
+    checked = recompute.check(df)
+    flagged = checked[checked["status"] != "ok"]
+    view = wide.copy()
+    for col in [c for c in view.columns if c.endswith("_recomputed")]:
+        view[col] = view[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
+    rendered = fmt_mod.render_frame(view, fmt, f"{dataset}: published vs recomputed")
+    lines = [f"{len(checked)} derived cells checked; "
+             f"{int((checked['status'] == 'misprint').sum())} misprint(s), "
+             f"{int((checked['status'] == 'truncated').sum())} truncated instead of rounded"]
+    for rec in flagged.to_dict(orient="records"):
+        lines.append(f"{rec['status']}: table {rec['table']} {rec['test']} {rec['arch']} "
+                     f"{rec['level']} {rec['column']}: published {rec['published']}, "
+                     f"recomputed {rec['recomputed']:.4f} "
+                     f"(inputs allow {rec['low']:.4f}..{rec['high']:.4f})")
+    if fmt == "markdown":
+        return str(rendered) + "\n" + "\n".join(f"- {x}" for x in lines) + "\n"
+    emit(rendered)
+    return "\n".join(lines) + "\n"

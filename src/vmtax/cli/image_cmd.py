@@ -1,10 +1,79 @@
-"""`vmtax image` command (being written)."""
+"""`vmtax image build|list`: the guest images QEMU levels boot, cached by content hash."""
 
 from __future__ import annotations
 
+import time
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from vmtax.errors import UsageError, VmtaxError
+
+image_app = typer.Typer(
+    help="Build and list guest images for QEMU levels.\n\n"
+    "Example: vmtax image build && vmtax image list",
+    no_args_is_help=True,
+)
+
+
+@image_app.command("build")
+def build(
+    mode: Annotated[str, typer.Option(help="minimal (busybox initramfs, agent as PID 1) or full.")]
+    = "minimal",
+    kernel: Annotated[
+        str | None, typer.Option(help="Guest kernel (default: newest /boot/vmlinuz-*).")
+    ] = None,
+    agent: Annotated[str | None, typer.Option(help="Static vmtax-probe binary to put inside.")]
+    = None,
+) -> None:
+    """Build (or find in the cache) a bootable guest image.
+
+    Example: vmtax image build --mode minimal
+    """
+    from vmtax.targets.base import find_agent
+    from vmtax.targets.images import build_minimal
+    from vmtax.targets.levels import nesting_blocker
+
+    if mode == "full":
+        raise VmtaxError(f"image mode full: {nesting_blocker('tcg')}")
+    if mode != "minimal":
+        raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
+    t0 = time.monotonic()
+    image = build_minimal(find_agent(agent), kernel=kernel)
+    took = time.monotonic() - t0
+    size = image.initrd.stat().st_size / 2**20
+    Console().print(
+        f"image {image.kind}-{image.digest}: {image.directory} "
+        f"(initrd {size:.1f} MiB, kernel {image.manifest.get('kernel')}, {took:.1f} s)",
+        markup=False, highlight=False,
+    )
+
+
+@image_app.command("list")
+def list_cmd() -> None:
+    """List the cached guest images, newest first.
+
+    Example: vmtax image list
+    """
+    from vmtax.targets.images import cache_dir, list_images
+
+    images = list_images()
+    console = Console()
+    if not images:
+        console.print(f"no images in {cache_dir()}; build one with: vmtax image build",
+                      markup=False)
+        return
+    table = Table("image", "hash", "kernel", "agent sha256", "initrd MiB", "path")
+    for im in images:
+        size = im.initrd.stat().st_size / 2**20 if im.initrd.is_file() else 0.0
+        table.add_row(im.kind, im.digest, str(im.manifest.get("kernel", "")),
+                      str(im.manifest.get("agent_sha256", ""))[:12], f"{size:.1f}",
+                      str(im.directory))
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    del app
+    app.add_typer(image_app, name="image")

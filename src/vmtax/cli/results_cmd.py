@@ -1,10 +1,155 @@
-"""`vmtax results` command (being written)."""
+"""`vmtax results list | show ID | export ID`: browse and export stored experiments."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from vmtax.errors import UsageError, VmtaxError
+
+results_app = typer.Typer(
+    help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
+    no_args_is_help=True,
+)
+
+DbOption = Annotated[str | None, typer.Option(
+    help="Store URL; default $VMTAX_DB or the user data dir.")]
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    del app
+    app.add_typer(results_app, name="results")
+
+
+@results_app.command("list")
+def list_cmd(db: DbOption = None) -> None:
+    """List the stored experiments, newest last.
+
+    An experiment left 'running' by a controller that died (killed, machine rebooted) is
+    marked interrupted here; `vmtax run --resume ID` finishes it.
+
+    Example: vmtax results list --db sqlite:///lab.db
+    """
+    store = _open(db)
+    reconcile(store)
+    df = store.experiments()
+    table = Table(header_style="bold")
+    for col in ("ID", "Started (UTC)", "Suite", "Status", "Runs ok", "Configs", "Host", "Agent"):
+        table.add_column(col, justify="right" if col in ("ID", "Runs ok", "Configs") else "left")
+    for row in df.itertuples(index=False):
+        started = row.started_at.strftime("%Y-%m-%d %H:%M:%S") if row.started_at else "-"
+        table.add_row(
+            str(row.experiment_id), started, str(row.suite), str(row.status),
+            f"{row.n_ok}/{row.n_runs}", str(row.n_configurations), str(row.host or "-"),
+            str(row.agent_version or "-"),
+        )
+    out_console().print(table)
+    if df.empty:
+        typer.echo(f"no experiments in {store.url_display}; run `vmtax run` to make one")
+
+
+@results_app.command("show")
+def show_cmd(
+    experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
+    db: DbOption = None,
+) -> None:
+    """Print the study-A table of one experiment from the store.
+
+    Example: vmtax results show 3
+    """
+    store = _open(db)
+    reconcile(store)
+    exp_id = experiment_id(store, experiment)
+    print_table(out_console(), store, exp_id)
+    typer.echo(f"experiment {exp_id}")
+
+
+@results_app.command("export")
+def export_cmd(
+    experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="csv | json | parquet")] = "csv",
+    db: DbOption = None,
+) -> None:
+    """Export one experiment's runs and raw samples to a file.
+
+    Example: vmtax results export latest --format parquet -o runs.parquet
+    """
+    if fmt not in ("csv", "json", "parquet"):
+        raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
+    from vmtax.store import export as exporter
+
+    store = _open(db)
+    exp_id = experiment_id(store, experiment)
+    written = exporter.export(store, exp_id, fmt, output)
+    typer.echo(f"wrote {written if written else output}")
+
+
+def experiment_id(store: Any, ref: str) -> int:
+    """An experiment id from ``N`` or ``latest``; UsageError/VmtaxError when absent."""
+    ref = ref.strip().lower()
+    if ref == "latest":
+        latest = store.latest_experiment_id()
+        if latest is None:
+            raise VmtaxError(f"no experiments in {store.url_display}")
+        return int(latest)
+    if not ref.isdigit():
+        raise UsageError(f"experiment must be an id or 'latest', got {ref!r}")
+    exp_id = int(ref)
+    store.experiment(exp_id)  # raises VmtaxError when missing
+    return exp_id
+
+
+def reconcile(store: Any) -> list[int]:
+    """Mark experiments whose controller died (same host, pid gone) as interrupted.
+
+    A SIGKILLed or crashed `vmtax run` cannot mark its own experiment; the pid and its start
+    time are stored with the plan, so any later command on the same host can tell.
+    Experiments started on another host are left as they are.
+    """
+    from vmtax.runner import controller_alive
+
+    fixed = []
+    df = store.experiments()
+    for exp_id in df.loc[df["status"] == "running", "experiment_id"]:
+        plan = store.experiment(int(exp_id)).get("plan") or {}
+        if controller_alive(plan.get("controller")) is False:
+            store.finish_experiment(int(exp_id), "interrupted")
+            fixed.append(int(exp_id))
+    return fixed
+
+
+def print_table(console: Console, store: Any, exp_id: int) -> None:
+    """The study-A table of one experiment, computed from the store."""
+    from vmtax.report.terminal import studya_table
+    from vmtax.stats.describe import describe
+
+    runs = store.runs([f"exp={exp_id}"])
+    described = describe(runs)
+    exp = store.experiment(exp_id)
+    bad = int((runs["status"] != "ok").sum()) if len(runs) else 0
+    title = f"experiment {exp_id} · suite {exp['suite']} · {exp['status']}"
+    configs = list(dict.fromkeys(described["config"]))
+    if len(configs) == 1:
+        title += f" · {configs[0]}"
+    if bad:
+        title += f" · {bad} runs failed or lost"
+    console.print(studya_table(described, title=title))
+
+
+def out_console() -> Console:
+    """stdout; when it is a pipe or file, wide enough that tables do not wrap."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    return console
+
+
+def _open(db: str | None) -> Any:
+    from vmtax.store import Store
+
+    return Store.open(db)

@@ -1,10 +1,277 @@
-"""`vmtax run` command (being written)."""
+"""`vmtax run`: plan a suite, run it on this machine (or on levels / SSH hosts), store every
+run, and print the study-A table."""
 
 from __future__ import annotations
 
+import contextlib
+import random
+import re
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from vmtax.errors import UsageError, VmtaxError
+
+_LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
+_LEVEL = re.compile(r"^L[0-3]$")
+_RESERVED = {"exp", "experiment", "config", "level", "probe", "target", "hypervisor", "status",
+             "run"}
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
-    del app
+    app.command("run")(run)
+
+
+def run(
+    suite: Annotated[str, typer.Option(help="Built-in suite name or a path to a suite .toml.")]
+    = "quick",
+    probe: Annotated[list[str] | None, typer.Option(
+        help="Run only this probe (repeatable); one the suite lacks runs with its defaults.")]
+    = None,
+    runs: Annotated[int | None, typer.Option(help="Runs per probe (overrides the suite).")]
+    = None,
+    level: Annotated[str | None, typer.Option(
+        help="Level label for this machine (default L0, with what the fingerprint detected).")]
+    = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="Extra configuration label key=value (repeatable).")] = None,
+    db: Annotated[str | None, typer.Option(
+        help="Store URL (sqlite:///file.db, postgresql://...); default $VMTAX_DB or the "
+        "user data dir.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-run timeout in seconds.")] = None,
+    duration: Annotated[float | None, typer.Option(
+        help="Bound every run to this many seconds (overrides the suite).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the randomized run order.")] = None,
+    resume: Annotated[str | None, typer.Option(
+        help="Finish the missing runs of an interrupted experiment (id or 'latest').")] = None,
+    levels: Annotated[str | None, typer.Option(
+        help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above).")] = None,
+    preset: Annotated[str, typer.Option(help="Guest sizing preset for --levels.")] = "seed-c",
+    accel: Annotated[str, typer.Option(help="auto | kvm | tcg, for --levels.")] = "auto",
+    target: Annotated[list[str] | None, typer.Option(
+        help="Run on ssh://user@host[:port] (repeatable).")] = None,
+    targets: Annotated[str | None, typer.Option(help="A hosts.toml fleet file.")] = None,
+    accept_new_host_key: Annotated[bool, typer.Option(
+        help="Trust an SSH host key seen for the first time.")] = False,
+) -> None:
+    """Run a suite of probes, store every run and print the study-A table.
+
+    Example: vmtax run --suite quick --runs 5 --label note=baseline
+    """
+    from vmtax import runner as rn
+    from vmtax.plan.plan import build_plan
+    from vmtax.plan.suite import load_suite
+
+    if runs is not None and runs < 1:
+        raise UsageError(f"--runs must be a positive integer, got {runs}")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if duration is not None and duration <= 0:
+        raise UsageError(f"--duration must be a positive number of seconds, got {duration:g}")
+    if accel not in {"auto", "kvm", "tcg"}:
+        raise UsageError(f"--accel must be auto, kvm or tcg, got {accel!r}")
+    if level is not None and not _LEVEL.match(level):
+        raise UsageError(f"--level must be L0, L1, L2 or L3, got {level!r}")
+    labels = parse_labels(label or [])
+    if resume is not None:
+        _resume(resume, db=db, accept_new_host_key=accept_new_host_key)
+        return
+    specs = target_specs(levels=levels, preset=preset, accel=accel, ssh=target or [],
+                         fleet=targets)
+    if level is not None and len(specs) > 1:
+        raise UsageError("--level names one machine; with several targets each has its own")
+    the_suite, source = load_suite(suite)
+    store = _open_store(db)
+    local = _local_target()
+    available = rn.list_probes(local)
+    local_fp = rn.fingerprint(local)
+    chosen_seed = seed if seed is not None else (
+        the_suite.seed if the_suite.seed is not None else random.SystemRandom().randrange(2**31)
+    )
+    plan = build_plan(the_suite, source=source, seed=chosen_seed, targets=specs,
+                      probes=probe or None, runs=runs, timeout=timeout, duration=duration)
+    rn.check_probes(plan, available)
+    built, limit = rn.make_targets(specs, accept_new_host_key=accept_new_host_key)
+    plan_dict = plan.to_dict() | {
+        "controller": rn.controller_identity(),
+        "options": {"level": level, "labels": labels},
+    }
+    exp_id = store.create_experiment(
+        command=["vmtax", *sys.argv[1:]], suite=plan.suite, seed=plan.seed, plan=plan_dict,
+        vmtax_version=_version(), agent_version=local_fp.agent_version,
+    )
+    # The local fingerprint is reused for the local target instead of measuring it twice.
+    fps = {i: local_fp for i, s in enumerate(specs) if s["kind"] == "local"}
+    _execute(store, plan, built, exp_id, done=set(), level=level, labels=labels,
+             max_workers=limit or 4, fingerprints=fps)
+
+
+def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
+    from vmtax import runner as rn
+    from vmtax.cli.results_cmd import experiment_id, reconcile
+    from vmtax.plan.plan import Plan
+
+    store = _open_store(db)
+    exp_id = experiment_id(store, ref)
+    reconcile(store)
+    exp = store.experiment(exp_id)
+    plan_data = exp.get("plan") or {}
+    if exp["status"] == "running":
+        ident = plan_data.get("controller") or {}
+        raise VmtaxError(
+            f"experiment {exp_id} is still running (pid {ident.get('pid', '?')} on "
+            f"{ident.get('host', '?')}); stop it first or wait for it"
+        )
+    plan = Plan.from_dict(plan_data)
+    done = set(store.completed_plan_indices(exp_id))
+    missing = [s for s in plan.steps if s.index not in done]
+    if not missing:
+        typer.echo(f"experiment {exp_id} has every planned run; nothing to resume")
+        _finish(store, exp_id, status="ok")
+        return
+    options = plan_data.get("options") or {}
+    built, limit = rn.make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
+    store.reopen_experiment(exp_id)
+    _execute(store, plan, built, exp_id, done=done, level=options.get("level"),
+             labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={})
+
+
+def _execute(store: Any, plan: Any, built: list[Any], exp_id: int, *, done: set[int],
+             level: str | None, labels: dict[str, str], max_workers: int,
+             fingerprints: dict[int, Any]) -> None:
+    from vmtax.runner import Runner
+
+    err = Console(stderr=True)
+    bar = RichProgress(err)
+    runner = Runner(store, plan, built, level=level, labels=labels, progress=bar,
+                    max_workers=max_workers, fingerprints=fingerprints)
+    try:
+        with bar, _sigterm_as_interrupt():
+            outcome = runner.execute(exp_id, done)
+    except KeyboardInterrupt:
+        raise VmtaxError(
+            f"interrupted: experiment {exp_id} is marked interrupted; finish it with "
+            f"`vmtax run --resume {exp_id}`",
+            exit_code=130,
+        ) from None
+    _finish(store, exp_id, status=outcome.status)
+    problem = outcome.summary_error()
+    if problem:
+        raise VmtaxError(problem)
+
+
+def _finish(store: Any, exp_id: int, *, status: str) -> None:
+    from vmtax.cli.results_cmd import out_console, print_table
+
+    print_table(out_console(), store, exp_id)
+    typer.echo(f"experiment {exp_id}")
+    del status
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """``key=value`` strings to a dict; bad syntax or a reserved key is a UsageError."""
+    out: dict[str, str] = {}
+    for item in items:
+        m = _LABEL.match(item.strip())
+        if not m:
+            raise UsageError(f"--label must be key=value (letters, digits, _ . -), got {item!r}")
+        key, value = m.group(1).lower(), m.group(2).strip()
+        if key in _RESERVED:
+            raise UsageError(f"--label key {key!r} is reserved for selectors; choose another")
+        if "," in value:
+            raise UsageError(f"--label value may not contain a comma: {item!r}")
+        out[key] = value
+    return out
+
+
+def target_specs(*, levels: str | None, preset: str, accel: str, ssh: list[str],
+                 fleet: str | None) -> list[dict[str, Any]]:
+    """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
+    specs: list[dict[str, Any]] = []
+    if levels:
+        names = [x.strip().upper() for x in levels.split(",") if x.strip()]
+        bad = [x for x in names if not _LEVEL.match(x)]
+        if bad or not names or len(set(names)) != len(names):
+            raise UsageError(f"--levels must be distinct levels like L0,L1,L2, got {levels!r}")
+        for name in names:
+            specs.append({"kind": "local", "level": "L0"} if name == "L0" else
+                         {"kind": "level", "level": name, "preset": preset, "accel": accel})
+    for url in ssh:
+        if not url.startswith("ssh://") or len(url) <= len("ssh://"):
+            raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")
+        specs.append({"kind": "ssh", "url": url})
+    if fleet:
+        if not Path(fleet).is_file():
+            raise UsageError(f"fleet file not found: {fleet}")
+        from vmtax.runner import fleet_size
+
+        count, _ = fleet_size(fleet)
+        specs += [{"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i}
+                  for i in range(count)]
+    return specs or [{"kind": "local", "level": "L0"}]
+
+
+class RichProgress:
+    """A rich progress bar per target on stderr; silent when stderr is not a terminal."""
+
+    def __init__(self, console: Console) -> None:
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, transient=False,
+            disable=not console.is_terminal,
+        )
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichProgress:
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.stop()
+
+    def add_target(self, name: str, total: int) -> None:
+        self._tasks[name] = self._bar.add_task(name, total=total)
+
+    def advance(self, name: str, description: str) -> None:
+        self._bar.update(self._tasks[name], advance=1, description=description)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    # SIGTERM gets the same clean stop as Ctrl-C: kill agents, mark the experiment interrupted.
+    try:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread (e.g. called from a test's thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _open_store(db: str | None) -> Any:
+    from vmtax.store import Store
+
+    return Store.open(db)
+
+
+def _local_target() -> Any:
+    from vmtax.targets.local import LocalTarget
+
+    target = LocalTarget()
+    target.prepare()
+    return target
+
+
+def _version() -> str:
+    from vmtax import __version__
+
+    return __version__

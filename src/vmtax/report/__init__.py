@@ -1,1 +1,70 @@
-"""vmtax.report"""
+"""Reports: a self-contained HTML page or markdown with PNG figures, drawn from the store.
+
+Example::
+
+    from vmtax.store import Store
+    from vmtax.report import write_report
+    write_report(Store.open(), ["exp=latest"], Path("report.html"))
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vmtax.errors import VmtaxError
+
+
+@dataclass
+class Written:
+    path: Path
+    size: int
+    figures: int
+    extra: Path | None = None
+
+
+def write_report(store: Any, selectors: Sequence[str], output: Path, *,  # noqa: ANN401
+                 fmt: str = "html", baseline: str | None = None,
+                 command: Sequence[str] = (), resamples: int = 10_000,
+                 seed: int = 0) -> Written:
+    """Build the report of the runs ``selectors`` pick and write it to ``output``."""
+    from vmtax.report import analysis, inputs
+
+    data = inputs.load(store, selectors, baseline, command)
+    model = analysis.build(data, resamples=resamples, seed=seed)
+    return write_model(model, output, fmt=fmt)
+
+
+def write_model(model: Any, output: Path, *, fmt: str = "html") -> Written:  # noqa: ANN401
+    """Render an already built ReportModel to ``output`` (html or markdown)."""
+    from vmtax.report.html import render_html
+    from vmtax.report.markdown import figures_dir, render_markdown
+
+    extra = None
+    try:
+        if fmt == "markdown":
+            text = render_markdown(model, output)
+            extra = figures_dir(output)
+        else:
+            text = render_html(model)
+        _atomic_write(output, text)
+    except OSError as exc:
+        raise VmtaxError(f"cannot write {output}: {exc.strerror or exc}") from None
+    return Written(path=output, size=output.stat().st_size, figures=len(model.figures),
+                   extra=extra)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    # A reader (or a browser reloading) never sees half a report.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -7,6 +7,7 @@ statistics or storage: it hands back the agent's stdout lines and the runner rea
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from abc import ABC, abstractmethod
@@ -74,17 +75,19 @@ class Target(ABC):
 
 def find_agent(explicit: str | None = None) -> Path:
     """Locate the ``vmtax-probe`` binary: an explicit path, ``$VMTAX_PROBE``, PATH, or the
-    scripts directory beside this Python (where ``pip install .`` puts it)."""
-    import os
+    scripts directory beside this Python (where ``pip install .`` puts it).
 
-    candidates = [explicit, os.environ.get("VMTAX_PROBE")]
-    candidates.append(shutil.which("vmtax-probe"))
-    candidates.append(str(Path(sys.executable).parent / "vmtax-probe"))
-    for cand in candidates:
+    A binary the user named (argument or ``$VMTAX_PROBE``) is never swapped for another one
+    found elsewhere: if it is missing, that is the error.
+    """
+    asked = explicit or os.environ.get("VMTAX_PROBE")
+    if asked:
+        if Path(asked).is_file() and os.access(asked, os.X_OK):
+            return Path(asked).resolve()
+        raise TargetError(f"agent binary not found or not executable: {asked}")
+    for cand in (shutil.which("vmtax-probe"), str(Path(sys.executable).parent / "vmtax-probe")):
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
             return Path(cand).resolve()
-    if explicit or os.environ.get("VMTAX_PROBE"):
-        raise TargetError(f"agent binary not found or not executable: {explicit or os.environ['VMTAX_PROBE']}")
     raise TargetError(
         "agent binary vmtax-probe not found on PATH; reinstall with `pip install .` "
         "or set VMTAX_PROBE"

@@ -1,0 +1,115 @@
+//! `timer`: arm a one-shot timer `delay_us` ahead on CLOCK_MONOTONIC (clock_nanosleep with
+//! TIMER_ABSTIME, as cyclictest does, or a timerfd) and record how late the wake-up is.
+//! Under virtualization the timer is programmed through an exit (or a paravirtual path)
+//! and the wake-up arrives as an injected interrupt.
+
+use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use crate::clock::mono_ns;
+use crate::output::Better;
+use crate::params::{Default, Kind, ParamSpec, Params};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+pub struct Timer;
+pub static TIMER: Timer = Timer;
+
+static SPEC: Spec = Spec {
+    name: "timer",
+    summary: "one-shot timer a short delay ahead: wake-up lateness",
+    mechanism: "timer programming and timer interrupt injection",
+    unit: "ns",
+    better: Better::Lower,
+    throughput_unit: None,
+    params: &[
+        ParamSpec {
+            name: "variant",
+            default: Default::Str("nanosleep"),
+            help: "nanosleep: clock_nanosleep(TIMER_ABSTIME); timerfd: timerfd_settime + read",
+            kind: Kind::Choice(&["nanosleep", "timerfd"]),
+        },
+        ParamSpec {
+            name: "delay_us",
+            default: Default::Int(1000),
+            help: "how far ahead the timer is armed, in microseconds",
+            kind: Kind::Int { min: 1, max: 1_000_000 },
+        },
+    ],
+    needs_root: false,
+    arches: ALL_ARCHES,
+    defaults: Defaults { runs: 5, iterations: 250, duration_s: 0.3, warmup: 10 },
+};
+
+struct TimerSession {
+    delay_ns: u64,
+    tfd: Option<OwnedFd>,
+    cpu: usize,
+}
+
+impl Probe for Timer {
+    fn spec(&self) -> &'static Spec {
+        &SPEC
+    }
+
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+        crate::affinity::pin(&[pool.first()])?;
+        let tfd = if params.str("variant") == "timerfd" {
+            // SAFETY: plain syscall; the returned fd is checked and then owned.
+            let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(format!("timerfd_create: {}", std::io::Error::last_os_error()));
+            }
+            // SAFETY: fd is a fresh descriptor nobody else owns.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        };
+        Ok(Box::new(TimerSession { delay_ns: params.int("delay_us") as u64 * 1000, tfd, cpu: pool.first() }))
+    }
+}
+
+fn ts(ns: u64) -> libc::timespec {
+    libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+}
+
+impl Session for TimerSession {
+    fn cpus(&self) -> Vec<usize> {
+        vec![self.cpu]
+    }
+
+    fn iterate(&mut self) -> Result<f64, String> {
+        let target = mono_ns() + self.delay_ns;
+        match &self.tfd {
+            None => loop {
+                let t = ts(target);
+                // SAFETY: t is a valid timespec; the remaining-time pointer may be null with ABSTIME.
+                let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &t, std::ptr::null_mut()) };
+                match rc {
+                    0 => break,
+                    libc::EINTR => continue,
+                    e => return Err(format!("clock_nanosleep: {}", std::io::Error::from_raw_os_error(e))),
+                }
+            },
+            Some(fd) => {
+                let spec = libc::itimerspec { it_interval: ts(0), it_value: ts(target) };
+                // SAFETY: fd is a valid timerfd; spec is a valid itimerspec; old value not wanted.
+                let rc = unsafe { libc::timerfd_settime(fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+                if rc != 0 {
+                    return Err(format!("timerfd_settime: {}", std::io::Error::last_os_error()));
+                }
+                let mut expirations = 0u64;
+                loop {
+                    // SAFETY: reads 8 bytes into a valid u64.
+                    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut expirations as *mut u64).cast(), 8) };
+                    if n == 8 {
+                        break;
+                    }
+                    let err = std::io::Error::last_os_error();
+                    if err.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(format!("timerfd read: {err}"));
+                    }
+                }
+            }
+        }
+        let now = mono_ns();
+        Ok(now.saturating_sub(target) as f64)
+    }
+}

@@ -1,0 +1,184 @@
+//! Runs the real agent binary and checks its output against the shared contract:
+//! every record validates against tests/vectors/schema.json (generated from the pydantic
+//! models), and the shared vectors parse (or are rejected) the way the Python side does.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn vectors() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("tests").join("vectors")
+}
+
+fn validator() -> jsonschema::Validator {
+    let text = std::fs::read_to_string(vectors().join("schema.json")).expect("schema.json");
+    let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
+    jsonschema::validator_for(&schema).expect("schema compiles")
+}
+
+fn agent(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_vmtax-probe")).args(args).output().expect("agent runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).expect("utf-8 stdout"),
+        String::from_utf8(out.stderr).expect("utf-8 stderr"),
+    )
+}
+
+/// Minimal mirror of the record shapes, enough to tell a valid line from an invalid one.
+#[derive(serde::Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(dead_code)]
+enum Rec {
+    Header { schema: String, probe: String, env: Value, params: Value, runs: u32, iterations: u64 },
+    Samples { run: u32, unit: String, values: Vec<f64> },
+    RunSummary { run: u32, n: u64, mean: f64, median: f64, stddev: f64, min: f64, max: f64, p95: f64, p99: f64, cpus: Vec<usize>, stopped_by: Stop },
+    End { status: Status, runs_completed: u32 },
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Stop {
+    Iterations,
+    Duration,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Error,
+    Timeout,
+    Interrupted,
+}
+
+fn check_stream(stdout: &str) -> usize {
+    let v = validator();
+    let mut n = 0;
+    for line in stdout.lines() {
+        let rec: Value = serde_json::from_str(line).expect("each line is JSON");
+        let errors: Vec<String> = v.iter_errors(&rec).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+        assert!(errors.is_empty(), "record does not match schema.json: {errors:?}\n{line}");
+        serde_json::from_str::<Rec>(line).expect("record parses");
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn real_output_validates_against_schema() {
+    for probe in ["syscall", "cpu", "write", "memory"] {
+        let (code, out, err) = agent(&["run", probe, "--runs", "2", "--iterations", "20", "--warmup", "2"]);
+        assert_eq!(code, 0, "{probe}: {err}");
+        let n = check_stream(&out);
+        // header + 2 x (warm-up samples, samples, summary) + end
+        assert_eq!(n, 8, "{probe}");
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["status"], "ok");
+        assert_eq!(last["runs_completed"], 2);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cpuid_output_validates() {
+    let (code, out, err) = agent(&["run", "cpuid", "--runs", "2", "--iterations", "100", "--cpus", "0"]);
+    assert_eq!(code, 0, "{err}");
+    check_stream(&out);
+    let summary: Value = out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|r| r["type"] == "run_summary").unwrap();
+    assert_eq!(summary["cpus"], serde_json::json!([0]));
+    assert!(summary["extra"]["ns_mean"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn list_and_env_match_schema_parts() {
+    let (code, out, _) = agent(&["list", "--format", "json"]);
+    assert_eq!(code, 0);
+    let list: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(out.trim().lines().count(), 1);
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    for want in ["syscall", "write", "timer", "wakeup", "pingpong", "ctxswitch", "pagefault", "cpu", "threads", "memory", "io"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    let (code, out, _) = agent(&["env", "--format", "json"]);
+    assert_eq!(code, 0);
+    // The fingerprint is validated as the env of a header record.
+    let env: Value = serde_json::from_str(out.trim()).unwrap();
+    let (_, run, _) = agent(&["run", "syscall", "--runs", "1", "--iterations", "2"]);
+    let mut header: Value = serde_json::from_str(run.lines().next().unwrap()).unwrap();
+    header["env"] = env;
+    let errors: Vec<String> = validator().iter_errors(&header).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    for args in [
+        vec!["run", "nosuchprobe"],
+        vec!["run", "cpu", "--param", "max_prime=abc"],
+        vec!["run", "cpu", "--param", "nosuch=1"],
+        vec!["run", "write", "--param", "mode=sideways"],
+        vec!["run", "cpu", "--iterations", "1"],
+        vec!["run", "cpu", "--cpus", "9999"],
+        vec!["run", "cpu", "--bogus"],
+        vec!["frobnicate"],
+    ] {
+        let (code, out, err) = agent(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?} wrote to stdout");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err:?}");
+        assert!(err.starts_with("vmtax-probe: error: "), "{err}");
+    }
+}
+
+#[test]
+fn shared_vectors_parse_and_invalid_ones_are_rejected() {
+    let v = validator();
+    for name in ["stream_ok.jsonl", "stream_error.jsonl"] {
+        let text = std::fs::read_to_string(vectors().join(name)).unwrap();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            serde_json::from_str::<Rec>(line).unwrap_or_else(|e| panic!("{name}: {e}\n{line}"));
+            assert!(v.is_valid(&serde_json::from_str::<Value>(line).unwrap()), "{name}: {line}");
+        }
+    }
+    // The truncated stream's lines all parse except the torn last one.
+    let text = std::fs::read_to_string(vectors().join("stream_truncated.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    for line in &lines[..lines.len() - 1] {
+        serde_json::from_str::<Rec>(line).unwrap();
+    }
+    assert!(serde_json::from_str::<Rec>(lines[lines.len() - 1]).is_err());
+    let text = std::fs::read_to_string(vectors().join("records_invalid.jsonl")).unwrap();
+    let mut rejected = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(serde_json::from_str::<Rec>(line).is_err(), "accepted invalid record: {line}");
+        if let Ok(val) = serde_json::from_str::<Value>(line) {
+            assert!(!v.is_valid(&val), "schema accepted invalid record: {line}");
+        }
+        rejected += 1;
+    }
+    assert!(rejected >= 5);
+}
+
+#[test]
+fn serve_answers_requests_from_a_file() {
+    // A regular file stands in for the port: requests in, then EOF ends serve.
+    let dir = std::env::temp_dir().join(format!("vmtax-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let req = dir.join("req");
+    std::fs::write(&req, "[\"list\",\"--format\",\"json\"]\nnot json\n[\"run\",\"nosuch\"]\n").unwrap();
+    // serve reads and writes the same device; use a FIFO-free setup: the output goes after
+    // the requests in the same file, so read it back and skip the request lines.
+    let (code, _, err) = agent(&["serve", "--device", req.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&req).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let frames: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.is_object()).collect();
+    let kinds: Vec<String> = frames.iter().map(|f| f["type"].as_str().unwrap_or("").to_string()).collect();
+    assert!(kinds.contains(&"serve_ready".to_string()), "{text}");
+    let done: Vec<&Value> = frames.iter().filter(|f| f["type"] == "serve_done").collect();
+    assert_eq!(done.len(), 3, "{text}");
+    assert_eq!(done[1]["exit_code"], 2);
+    assert_eq!(done[2]["exit_code"], 2);
+    assert!(done[2]["stderr_tail"].as_str().unwrap().contains("unknown probe"));
+}

@@ -1,0 +1,172 @@
+"""The experiment plan: every run of every entry on every target, in a recorded random order.
+
+Runs are the independent unit. The order is built in rounds: round r holds run r of every
+entry, shuffled with a seeded RNG, so a slow drift of the machine spreads over all probes
+instead of landing on one. The seed is stored with the plan, so the order can be replayed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from vmtax.plan.suite import Entry, MemoryScale, Suite
+
+def kill_after(timeout: float) -> float:
+    """When the controller kills an agent that ignores its own --timeout: a little later, so
+    the agent can stop by itself and still send its end record."""
+    return timeout + max(2.0, 0.25 * timeout)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned run: entry ``entry`` run number ``run`` on target slot ``target``."""
+
+    index: int
+    target: int
+    entry: str
+    run: int
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The agent arguments of one step, resolved for a target, and any scaling applied."""
+
+    args: list[str]
+    timeout: float
+    scaling: dict[str, Any] | None
+
+
+class Plan:
+    """Entries (resolved settings) plus the ordered steps, serialisable into the store."""
+
+    def __init__(
+        self, *, suite: str, source: str, seed: int, entries: dict[str, dict[str, Any]],
+        steps: list[Step], targets: list[dict[str, Any]],
+    ) -> None:
+        self.suite = suite
+        self.source = source
+        self.seed = seed
+        self.entries = entries
+        self.steps = steps
+        self.targets = targets
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": self.suite,
+            "source": self.source,
+            "seed": self.seed,
+            "order": "rounds: run r of every entry, shuffled per round with random.Random(seed)",
+            "entries": self.entries,
+            "targets": self.targets,
+            "steps": [[s.target, s.entry, s.run] for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        steps = [
+            Step(index=i, target=int(t), entry=str(e), run=int(r))
+            for i, (t, e, r) in enumerate(data["steps"])
+        ]
+        return cls(
+            suite=data["suite"], source=data.get("source", ""), seed=int(data["seed"]),
+            entries=data["entries"], steps=steps, targets=list(data.get("targets", [])),
+        )
+
+    def probes(self) -> set[str]:
+        return {e["probe"] for e in self.entries.values()}
+
+    def steps_for(self, target: int) -> list[Step]:
+        return [s for s in self.steps if s.target == target]
+
+    def invocation(self, step: Step, memory_bytes: int | None) -> Invocation:
+        """Agent arguments for ``step``; memory-scaled parameters use the target's RAM."""
+        e = self.entries[step.entry]
+        params = dict(e["params"])
+        iterations = e.get("iterations")
+        scaling = None
+        if e.get("scale_to_memory") and memory_bytes:
+            scaling = {"memory_bytes": memory_bytes, "rules": [], "values": {}}
+            for rule in e["scale_to_memory"]:
+                scale = MemoryScale.model_validate(rule)
+                value = scale.value(memory_bytes, params)
+                if scale.param == "iterations":
+                    iterations = value
+                else:
+                    params[scale.param] = value
+                scaling["rules"].append(scale.model_dump())
+                scaling["values"][scale.param] = value
+        args = ["run", e["probe"], "--runs", "1"]
+        if iterations is not None:
+            args += ["--iterations", str(iterations)]
+        if e.get("duration") is not None:
+            args += ["--duration", _num(e["duration"])]
+        if e.get("warmup") is not None:
+            args += ["--warmup", str(e["warmup"])]
+        args += ["--timeout", _num(e["timeout"])]
+        if e.get("cpus"):
+            args += ["--cpus", str(e["cpus"])]
+        for key, val in params.items():
+            args += ["--param", f"{key}={_param(val)}"]
+        return Invocation(args=args, timeout=kill_after(float(e["timeout"])),
+                          scaling=scaling)
+
+
+def build_plan(
+    suite: Suite, *, source: str, seed: int, targets: list[dict[str, Any]],
+    probes: list[str] | None = None, runs: int | None = None, timeout: float | None = None,
+    duration: float | None = None,
+) -> Plan:
+    """Resolve the suite (with the user's --probe / --runs) into an ordered plan."""
+    chosen = _select(suite, probes)
+    entries: dict[str, dict[str, Any]] = {}
+    for entry in chosen:
+        settings = suite.resolved(entry)
+        if runs is not None:
+            settings = settings.model_copy(update={"runs": runs})
+        if timeout is not None:
+            settings = settings.model_copy(update={"timeout": timeout})
+        if duration is not None:
+            settings = settings.model_copy(update={"duration": duration})
+        entries[entry.key] = {
+            "probe": entry.probe,
+            **settings.model_dump(),
+            "params": dict(entry.params),
+            "scale_to_memory": [s.model_dump() for s in entry.scale_to_memory],
+        }
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    for t in range(len(targets)):
+        rounds = max(e["runs"] for e in entries.values())
+        for r in range(rounds):
+            names = [k for k, e in entries.items() if r < e["runs"]]
+            rng.shuffle(names)
+            for name in names:
+                steps.append(Step(index=len(steps), target=t, entry=name, run=r))
+    return Plan(suite=suite.name, source=source, seed=seed, entries=entries, steps=steps,
+                targets=targets)
+
+
+def _select(suite: Suite, probes: list[str] | None) -> list[Entry]:
+    # --probe NAME keeps the suite's entries for that probe (or entry name); a probe the suite
+    # does not mention runs with the suite's defaults.
+    if not probes:
+        return list(suite.probes)
+    out: list[Entry] = []
+    for name in dict.fromkeys(probes):
+        matches = [e for e in suite.probes if name in (e.probe, e.key)]
+        out.extend(m for m in matches if m not in out)
+        if not matches:
+            out.append(Entry(probe=name))
+    return out
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _param(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)

@@ -1,0 +1,456 @@
+"""From a ReportInput to a ReportModel: calls vmtax.stats for every number and prepares the
+figures. Nothing statistical is computed here; this module only selects, orders and shapes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from scipy.stats import t as t_dist
+
+from vmtax.errors import UsageError
+from vmtax.report import figures, refdata, words
+from vmtax.report.inputs import ReportInput
+
+LEVEL_ORDER = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
+
+
+@dataclass
+class FigureSpec:
+    """A figure with its place in the report. ``reference`` marks published (not user) data."""
+
+    key: str
+    section: str
+    title: str
+    caption: str
+    figure: Figure
+    reference: bool = False
+
+
+@dataclass
+class Table:
+    """A table ready to print: header cells and rows of already formatted strings."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: list[bool] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class ReportModel:
+    title: str
+    generated_at: str
+    baseline: str
+    baseline_configs: list[str]
+    summary: list[str]
+    overhead_table: Table | None
+    studya_tables: list[Table]
+    figures: list[FigureSpec]
+    artifacts: list[words.Finding]
+    environment: Table
+    config_provenance: list[tuple[str, list[tuple[str, str]]]]
+    experiments: list[list[tuple[str, str]]]
+    report_command: str
+    warnings: list[str]
+
+
+def _config_order(runs: pd.DataFrame) -> list[str]:
+    first = runs.drop_duplicates("config")
+    keyed = sorted(first.itertuples(index=False),
+                   key=lambda r: (LEVEL_ORDER.get(str(r.level).upper(), 9), str(r.config)))
+    return [str(r.config) for r in keyed]
+
+
+def default_baseline(runs: pd.DataFrame) -> str:
+    """Without --baseline, compare against the lowest level present (L0 when there is one)."""
+    levels = sorted({str(v) for v in runs["level"]}, key=lambda v: (LEVEL_ORDER.get(v, 9), v))
+    if not levels:
+        raise UsageError("no runs match the selectors")
+    return f"level={levels[0]}"
+
+
+def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
+          seed: int = 0) -> ReportModel:
+    """Run the statistics on ``data`` and lay out every section of the report."""
+    from vmtax.stats.artifacts import as_matrix, detect
+    from vmtax.stats.compare import compare
+    from vmtax.stats.describe import describe
+
+    runs = data.runs
+    if runs.empty or not (runs["status"] == "ok").any():
+        raise UsageError("no completed runs match the selectors: nothing to report")
+    ok = runs[runs["status"] == "ok"]
+    baseline = data.baseline or default_baseline(ok)
+    order = _config_order(ok)
+    colors = figures.palette(order)
+    comparison = compare(ok, data.samples, baseline, metric=_metrics(ok), noise=noise,
+                         resamples=resamples, seed=seed)
+    all_rows = _sorted(comparison.rows, order)
+    # The headline metric is the per-iteration mean (response time); throughput rows only
+    # feed the ΔL(n−1) column of the study-A tables.
+    rows = all_rows[all_rows["metric"] == "mean"].reset_index(drop=True)
+    colors = figures.palette([*order, *rows["config"]])
+    described = _sorted(describe(ok), order)
+    described = _with_ci(described)
+    baseline_configs = sorted(set(rows.loc[rows["is_baseline"].astype(bool), "config"]),
+                              key=order.index)
+    warnings = list(dict.fromkeys(
+        [*comparison.warnings,
+         *(f"{r.probe}, {r.config}: {w}" for r in rows.itertuples(index=False)
+           if r.probe != "geomean" for w in str(r.warnings or "").split("; ") if w)]))
+
+    figs: list[FigureSpec] = []
+    probes = list(dict.fromkeys(described["probe"]))
+    for probe in probes:
+        sub = described[described["probe"] == probe]
+        figs.append(FigureSpec(
+            key=f"levels-{_slug(probe)}", section="levels",
+            title=f"{probe}: throughput and response time by configuration",
+            caption="Bars are means over runs; error bars are 95% confidence intervals of "
+                    "the mean (runs are the independent unit).",
+            figure=figures.level_bars(sub, probe, colors)))
+    per_probe = rows[rows["probe"] != "geomean"]
+    if not per_probe.empty:
+        figs.append(FigureSpec(
+            key="overhead", section="overhead", title="Overhead vs baseline per probe",
+            caption=f"Each bar is one configuration's overhead relative to {baseline} "
+                    "(1.0 = same cost as the baseline, above 1 = costlier); whiskers are "
+                    "95% confidence intervals.",
+            figure=figures.overhead_bars(per_probe, colors)))
+    matrices = _matrices(ok, data.samples, order)
+    results = _detect_all(matrices, baseline_configs, detect, as_matrix, seed)
+    findings: list[words.Finding] = []
+    for probe in probes:
+        unit = str(described.loc[described["probe"] == probe, "unit"].iloc[0])
+        series = {c: np.concatenate([r for r in m if r.size]) for c, m in
+                  matrices.get(probe, {}).items() if any(r.size for r in m)}
+        if series:
+            figs.append(FigureSpec(
+                key=f"dist-{_slug(probe)}", section="distribution",
+                title=f"{probe}: latency distribution",
+                caption=f"Histogram of every measured iteration ({figures.HIST_BINS} fixed "
+                        "bins), one outline per configuration; heights are fractions of "
+                        "that configuration's iterations.",
+                figure=figures.distribution(probe, unit, series, colors)))
+        panels = []
+        for config, run_values in matrices.get(probe, {}).items():
+            result = results.get((probe, config))
+            if result is None:
+                continue
+            findings.append(words.finding(probe, config, result))
+            periodic = getattr(result, "periodic", None)
+            panels.append(figures.HeatPanel(
+                config=config, matrix=_ragged(run_values),
+                periodic=list(_get(periodic, "indices") or [])
+                if _get(periodic, "found") else [],
+                period=_get(periodic, "period")))
+        if panels:
+            figs.append(FigureSpec(
+                key=f"mesh-{_slug(probe)}", section="mesh",
+                title=f"{probe}: run × iteration mesh",
+                caption="Each row is a run, each column an iteration; colour is the value "
+                        f"(the maximum of each block when there are more than "
+                        f"{figures.MAX_CELLS} runs or iterations, so spikes survive). "
+                        "Triangles (ticks when crowded) mark iteration indices found slow "
+                        "in nearly every run; beside a reduced mesh, the first "
+                        f"{figures.ZOOM} iterations are shown cell by cell.",
+                figure=figures.heatmap(probe, unit, panels)))
+    sweep = _sweep(described, ok)
+    if sweep is not None:
+        figs.append(sweep)
+    figs.extend(_reference_figures())
+
+    return ReportModel(
+        title="vmtax report: " + (", ".join(data.selectors) or "all results"),
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        baseline=baseline,
+        baseline_configs=baseline_configs,
+        summary=words.summary(rows),
+        overhead_table=_overhead_table(rows, order),
+        studya_tables=_studya_tables(described, all_rows),
+        figures=figs,
+        artifacts=findings,
+        environment=_environment(data.configurations, order),
+        config_provenance=_config_provenance(data.configurations, order),
+        experiments=[_experiment(e) for e in data.experiments],
+        report_command=shlex.join(data.command) if data.command else "",
+        warnings=warnings,
+    )
+
+
+def _get(obj: Any, name: str) -> Any:  # noqa: ANN401
+    if obj is None:
+        return None
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "x"
+
+
+def _sorted(frame: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
+    """Rows in the report's configuration order. compare prefixes a key with "#<exp> " when
+    it occurs in several experiments; such rows sort with their unprefixed key."""
+    rank = {c: i for i, c in enumerate(order)}
+
+    def position(config: str) -> tuple[int, str]:
+        bare = config.split(" ", 1)[1] if config.startswith("#") and " " in config else config
+        return (rank.get(bare, len(rank)), config)
+
+    key = frame["config"].map(position)
+    return frame.assign(_rank=key).sort_values("_rank", kind="stable").drop(columns="_rank") \
+        .reset_index(drop=True)
+
+
+def _with_ci(described: pd.DataFrame) -> pd.DataFrame:
+    """95% CI of each mean: taken from describe when it provides one, else the Student t
+    interval from scipy around describe's mean and standard error (n_runs - 1 d.o.f.)."""
+    out = described.copy()
+    for metric in ("throughput", "resp"):
+        if f"{metric}_ci_low" in out and f"{metric}_ci_high" in out:
+            continue
+        dof = (out["n_runs"].astype(float) - 1).clip(lower=1)
+        low, high = t_dist.interval(0.95, dof, loc=out[f"{metric}_mean"].astype(float),
+                                    scale=out[f"{metric}_stderr"].astype(float))
+        out[f"{metric}_ci_low"], out[f"{metric}_ci_high"] = low, high
+    return out
+
+
+def _matrices(ok: pd.DataFrame, samples: Mapping[int, np.ndarray],
+              order: Sequence[str]) -> dict[str, dict[str, list[np.ndarray]]]:
+    """probe -> config -> the runs' value arrays in run order."""
+    out: dict[str, dict[str, list[np.ndarray]]] = {}
+    sort_cols = [c for c in ("experiment_id", "plan_index", "run_index", "run_id") if c in ok]
+    for (probe, config), group in ok.sort_values(sort_cols).groupby(["probe", "config"],
+                                                                     sort=False):
+        arrays = [np.asarray(samples.get(int(r), np.array([])), dtype=np.float64)
+                  for r in group["run_id"]]
+        out.setdefault(str(probe), {})[str(config)] = [a for a in arrays if a.size]
+    return {p: {c: by_cfg[c] for c in order if c in by_cfg} for p, by_cfg in out.items()}
+
+
+def _detect_all(matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
+                baseline_configs: Sequence[str], detect: Any, as_matrix: Any,  # noqa: ANN401
+                seed: int) -> dict[tuple[str, str], Any]:
+    """Artifact detection for every (probe, config) with two runs or more."""
+    jobs = {}
+    for probe, by_cfg in matrices.items():
+        base_cfg = next((c for c in baseline_configs if c in by_cfg), None)
+        base = as_matrix(by_cfg[base_cfg]) if base_cfg else None
+        for config, run_values in by_cfg.items():
+            if len(run_values) >= 2:
+                jobs[(probe, config)] = (as_matrix(run_values),
+                                         None if config == base_cfg else base)
+    return {key: detect(m, b, seed=seed) for key, (m, b) in jobs.items()}
+
+
+def _metrics(ok: pd.DataFrame) -> list[str]:
+    has_throughput = pd.to_numeric(ok["throughput"], errors="coerce").notna().any()
+    return ["mean", "throughput"] if has_throughput else ["mean"]
+
+
+def _ragged(run_values: Sequence[np.ndarray]) -> np.ndarray:
+    """Runs x iterations for drawing: shorter runs are padded with NaN (drawn empty)."""
+    width = max(len(r) for r in run_values)
+    out = np.full((len(run_values), width), np.nan)
+    for i, r in enumerate(run_values):
+        out[i, : len(r)] = r
+    return out
+
+
+def _fmt(x: Any, digits: int = 4) -> str:  # noqa: ANN401
+    from vmtax.report.terminal import fmt
+
+    del digits
+    return fmt(x)
+
+
+def _pct(x: Any) -> str:  # noqa: ANN401
+    from vmtax.report.terminal import pct
+
+    return pct(x)
+
+
+def _err(stderr: Any, pct: Any) -> str:  # noqa: ANN401
+    text = _fmt(stderr)
+    return text if text == "-" else f"{text} ({_pct(pct)})"
+
+
+def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
+    tables = []
+    deltas = {(str(r.probe), str(r.metric), str(r.config)): r.delta_prev_pct
+              for r in rows.itertuples(index=False)}
+
+    def delta(probe: str, metric: str, config: str) -> str:
+        value = deltas.get((probe, metric, config), np.nan)
+        return f"{value:+.2f}%" if np.isfinite(value) else "-"
+
+    for probe, sub in described.groupby("probe", sort=False):
+        tunit = next((u for u in sub["throughput_unit"] if isinstance(u, str) and u), "")
+        unit = str(sub["unit"].iloc[0])
+        body = []
+        for r in sub.itertuples(index=False):
+            body.append([
+                str(r.config), str(r.n_runs),
+                _fmt(r.throughput_mean), delta(str(probe), "throughput", str(r.config)),
+                _err(r.throughput_stderr, r.throughput_stderr_pct),
+                _fmt(r.resp_mean), delta(str(probe), "mean", str(r.config)),
+                _err(r.resp_stderr, r.resp_stderr_pct), _fmt(r.p95),
+            ])
+        tables.append(Table(
+            title=str(probe),
+            columns=["Configuration", "Runs", f"Throughput ({tunit or 'n/a'})",
+                     "ΔL(n−1)", "StdErr (StdErr%)", f"Resp. mean ({unit})", "ΔL(n−1)",
+                     "StdErr (StdErr%)", f"p95 ({unit})"],
+            rows=body, numeric=[False] + [True] * 8,
+            note="ΔL(n−1): relative change from the nearest lower level of the same "
+                 "configuration chain (study A)."))
+    return tables
+
+
+def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
+    body = []
+    for r in rows.itertuples(index=False):
+        if bool(r.is_baseline):
+            continue
+        body.append([str(r.probe), str(r.config), f"{r.overhead:.3g}×",
+                     f"{r.ci_low:.3g}–{r.ci_high:.3g}×",
+                     "-" if pd.isna(r.p_adjusted) else f"{r.p_adjusted:.3g}",
+                     words.short_verdict(str(r.verdict))])
+    if not body:
+        return None
+    return Table(title="Overhead per probe",
+                 columns=["Probe", "Configuration", "Overhead", "95% CI", "p (adjusted)",
+                          "Verdict"],
+                 rows=body, numeric=[False, False, True, True, True, False])
+
+
+def _flatten(obj: Any, prefix: str = "", *, argv: bool = False) -> dict[str, str]:  # noqa: ANN401
+    """Nested dicts to dotted keys. Lists are joined with "; ", or shell-quoted when
+    ``argv`` (provenance lists are command lines)."""
+    if isinstance(obj, Mapping):
+        out: dict[str, str] = {}
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k), argv=argv))
+        return out
+    if isinstance(obj, list | tuple):
+        if argv and all(isinstance(x, str | int | float) for x in obj):
+            return {prefix: shlex.join(str(x) for x in obj)}
+        return {prefix: "; ".join(str(x) for x in obj)}
+    return {prefix: "-" if obj is None else str(obj)}
+
+
+def _environment(configs: pd.DataFrame, order: Sequence[str]) -> Table:
+    by_cfg = {str(r["config"]): r for _, r in configs.iterrows()} if len(configs) else {}
+    names = [c for c in order if c in by_cfg] + [c for c in by_cfg if c not in order]
+    flat = {}
+    for name in names:
+        row = by_cfg[name]
+        flat[name] = {"level": str(row.get("level", "")), "target": str(row.get("target", "")),
+                      **{f"label.{k}": str(v) for k, v in (row.get("labels") or {}).items()},
+                      **_flatten(row.get("fingerprint") or {})}
+    keys = list(dict.fromkeys(k for f in flat.values() for k in f))
+    body = []
+    for key in keys:
+        values = [flat[n].get(key, "-") for n in names]
+        body.append([key, *values, "differs" if len(set(values)) > 1 else ""])
+    return Table(title="Environment fingerprints", columns=["Field", *names, ""], rows=body)
+
+
+def _config_provenance(configs: pd.DataFrame,
+                       order: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    out = []
+    for _, row in configs.iterrows():
+        prov = row.get("provenance") or {}
+        items = list(_flatten(prov, argv=True).items())
+        out.append((str(row["config"]), items))
+    rank = {c: i for i, c in enumerate(order)}
+    return sorted(out, key=lambda x: rank.get(x[0], len(rank)))
+
+
+def _experiment(exp: Mapping[str, Any]) -> list[tuple[str, str]]:
+    command = exp.get("command") or []
+    items = [
+        ("experiment", str(exp.get("id", "-"))),
+        ("command", shlex.join(str(c) for c in command) if command else "-"),
+        ("suite", str(exp.get("suite", "-"))),
+        ("seed", str(exp.get("seed", "-"))),
+        ("status", str(exp.get("status", "-"))),
+        ("vmtax version", str(exp.get("vmtax_version", "-"))),
+        ("agent version", str(exp.get("agent_version") or "-")),
+        ("host", str(exp.get("host") or "-")),
+        ("started", str(exp.get("started_at") or "-")),
+        ("ended", str(exp.get("ended_at") or "-")),
+        ("plan", json.dumps(exp.get("plan") or {}, sort_keys=True, default=str)),
+    ]
+    return items
+
+
+SWEEP_KEYS = ("overcommit", "ratio", "vcpus", "guests", "triplets", "smp")
+
+
+def _sweep(described: pd.DataFrame, ok: pd.DataFrame) -> FigureSpec | None:
+    """A scaling curve when the user's configurations sweep a numeric label."""
+    labels = ok.drop_duplicates("config").set_index("config")["labels"]
+    for key in SWEEP_KEYS:
+        xs = {c: _number((lab or {}).get(key)) for c, lab in labels.items()}
+        xs = {c: x for c, x in xs.items() if x is not None}
+        if len(set(xs.values())) < 3:
+            continue
+        sub = described[described["config"].isin(xs)].copy()
+        sub["x"] = sub["config"].map(xs)
+        metric = "throughput" if sub["throughput_mean"].notna().any() else "resp"
+        sub["y"] = sub[f"{metric}_mean"]
+        sub["yerr"] = (sub[f"{metric}_ci_high"] - sub[f"{metric}_mean"]).fillna(0)
+        sub["series"] = sub["probe"] + " @ " + sub["level"].astype(str)
+        return FigureSpec(
+            key=f"sweep-{key}", section="scaling", title=f"Scaling with {key}",
+            caption=f"Mean {metric} against the '{key}' label; bars are 95% CIs.",
+            figure=figures.scaling(sub[["series", "x", "y", "yerr"]], x_label=key,
+                                   y_label=f"mean {metric}",
+                                   title=f"Scaling with {key}"))
+    return None
+
+
+def _number(value: Any) -> float | None:  # noqa: ANN401
+    try:
+        text = str(value).split(":")[0] if value is not None else ""
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _reference_figures() -> list[FigureSpec]:
+    exits = refdata.virtage_exit_profile()
+    curves, guide = refdata.fitzgerald_cpu_scaling()
+    return [
+        FigureSpec(
+            key="ref-exits", section="exits", reference=True,
+            title="Exit-reason breakdown (reference: study E, Virtage Table 2)",
+            caption="Published data, not your measurements: VM-exit handling time by reason "
+                    "group with shadow page tables (SPT) and with EPT, normalised to the SPT "
+                    "total. EPT removes the page-fault and CR-access exits.",
+            figure=figures.exit_reasons(
+                exits, title="Exit-handling time by reason group, normalised to SPT")),
+        FigureSpec(
+            key="ref-scaling", section="scaling", reference=True,
+            title="Scaling curve (reference: study A, Tables 5–6)",
+            caption="Published data, not your measurements: sysbench cpu throughput with "
+                    "the vCPUs each level had when not over-committed (L0 4, L1 3, L2 2); "
+                    "error bars are the published standard errors, dashed lines are "
+                    "throughput proportional to vCPUs. Over-committed (4 vCPUs at every "
+                    "level) the same test stays within a few percent of L0.",
+            figure=figures.scaling(
+                curves, reference=guide, x_label="vCPUs of the guest",
+                y_label="TPSec (events/s)",
+                title="CPU throughput scales with vCPUs, not levels")),
+    ]

@@ -1,0 +1,154 @@
+"""Formatting for ``vmtax compare`` / ``refs`` / ``artifacts``: table, markdown, csv and json.
+
+stats computes, this module only formats. ``csv`` and ``json`` carry full-precision numbers
+(machine readable); ``table`` and ``markdown`` round for reading.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from typing import Any
+
+import pandas as pd
+from rich.table import Table
+
+FORMATS = ("table", "markdown", "csv", "json")
+
+_DISPLAY = [
+    ("probe", "probe"), ("metric", "metric"), ("config", "config"), ("n_runs", "runs"),
+    ("mean", "mean"), ("unit", "unit"), ("delta_prev_pct", "ΔL(n−1) %"),
+    ("stderr", "StdErr"), ("stderr_pct", "StdErr %"), ("overhead", "overhead"),
+    ("ci", "95% CI"), ("p_value", "p"), ("p_adjusted", "p adj"), ("verdict", "verdict"),
+]
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    if isinstance(x, int | bool):
+        return str(x)
+    x = float(x)
+    if x == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(x)))
+    decimals = max(0, digits - 1 - magnitude)
+    return f"{x:,.{decimals}f}" if magnitude >= 4 else f"{x:.{decimals}f}"
+
+
+def _p(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rounded, human-readable view of ``Comparison.rows``."""
+    out = []
+    for rec in rows.to_dict(orient="records"):
+        ci = "" if not math.isfinite(rec["ci_low"]) else \
+            f"[{rec['ci_low']:.3f}, {rec['ci_high']:.3f}]"
+        out.append({
+            "probe": rec["probe"], "metric": rec["metric"], "config": rec["config"],
+            "n_runs": str(rec["n_runs"]), "mean": _num(rec["mean"]), "unit": rec["unit"] or "",
+            "delta_prev_pct": _num(rec["delta_prev_pct"], 3), "stderr": _num(rec["stderr"], 3),
+            "stderr_pct": _num(rec["stderr_pct"], 3),
+            "overhead": "" if not math.isfinite(rec["overhead"]) else f"{rec['overhead']:.3f}",
+            "ci": ci, "p_value": _p(rec["p_value"]), "p_adjusted": _p(rec["p_adjusted"]),
+            "verdict": rec["verdict"],
+        })
+    return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
+
+
+def comparison_table(comp: Any) -> Table:
+    """A rich table of a Comparison, warnings as a caption."""
+    view = comparison_display(comp.rows)
+    table = Table(title=f"overhead vs baseline {comp.baseline} ({comp.test} test, "
+                        f"{comp.adjust} adjusted, noise ±{comp.noise:.0%})")
+    for key, head in _DISPLAY:
+        right = key not in ("probe", "metric", "config", "unit", "verdict")
+        table.add_column(head, justify="right" if right else "left")
+    for rec in view.to_dict(orient="records"):
+        style = {"slower": "red", "faster": "green"}.get(rec["verdict"])
+        table.add_row(*[str(rec[k]) for k, _ in _DISPLAY], style=style)
+    notes = _notes(comp)
+    if notes:
+        table.caption = "\n".join(notes)
+    return table
+
+
+def _notes(comp: Any) -> list[str]:
+    notes = list(comp.warnings)
+    for rec in comp.rows.to_dict(orient="records"):
+        if rec["warnings"] and rec["probe"] != "geomean":
+            notes.append(f"{rec['probe']} {rec['metric']} {rec['config']}: {rec['warnings']}")
+    return notes
+
+
+def markdown(df: pd.DataFrame, headers: list[str] | None = None) -> str:
+    """A GitHub-flavoured markdown table (pipes in cells escaped)."""
+    heads = headers or [str(c) for c in df.columns]
+
+    def cell(v: Any) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in heads) + " |",
+             "|" + "|".join("---" for _ in heads) + "|"]
+    for row in df.itertuples(index=False):
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue()
+
+
+def render_comparison(comp: Any, fmt: str) -> str | Table:
+    """The Comparison in one of FORMATS (a rich Table for ``table``)."""
+    if fmt == "table":
+        return comparison_table(comp)
+    if fmt == "markdown":
+        text = markdown(comparison_display(comp.rows), [h for _, h in _DISPLAY])
+        notes = _notes(comp)
+        if notes:
+            text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+        return text
+    if fmt == "csv":
+        return csv_text(comp.rows)
+    if fmt == "json":
+        return json.dumps(comp.to_json(), indent=2, allow_nan=False) + "\n"
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def render_frame(df: pd.DataFrame, fmt: str, title: str = "") -> str | Table:
+    """Any small frame (refs list/show/check, artifacts) in one of FORMATS."""
+    if fmt == "csv":
+        return csv_text(df)
+    if fmt == "json":
+        records = [{k: json_safe(v) for k, v in rec.items()}
+                   for rec in df.to_dict(orient="records")]
+        return json.dumps(records, indent=2, allow_nan=False) + "\n"
+    shown = df.map(lambda v: _num(v) if isinstance(v, float) else ("" if v is None else str(v)))
+    if fmt == "markdown":
+        return (f"**{title}**\n\n" if title else "") + markdown(shown)
+    if fmt == "table":
+        table = Table(title=title or None)
+        for col in shown.columns:
+            table.add_column(str(col))
+        for row in shown.itertuples(index=False):
+            style = "bold red" if any(str(v) == "misprint" for v in row) else None
+            table.add_row(*[str(v) for v in row], style=style)
+        return table
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def json_safe(v: Any) -> Any:
+    """A numpy scalar as a Python value; NaN and infinities as None."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v

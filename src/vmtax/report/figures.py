@@ -1,0 +1,406 @@
+"""The report's figures, drawn with matplotlib from frames the analysis step prepared.
+
+Each function takes plain data (no store, no statistics) and returns a ``Figure``. Figures are
+built with the object API (``Figure``, not pyplot): no global state, safe in threads.
+What is drawn large is kept small on purpose:
+- heatmaps are reduced to at most ``MAX_CELLS`` x ``MAX_CELLS`` cells by taking the maximum
+  of each block (a spike survives the reduction; a mean would smear it away) and drawn as one
+  raster image, which the SVG embeds as a PNG;
+- histograms use a fixed number of bins, so their size does not grow with the sample count.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from vmtax.report.svg import RC
+
+MAX_CELLS = 200
+HIST_BINS = 120
+MAX_MARKERS = 60
+ZOOM = 120  # iterations shown cell by cell beside a block-reduced mesh
+MARK_COLOR = "#00B4FF"
+WIDTH = 7.2  # inches; the page shows figures at most ~900 px wide
+
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#999999",
+           "#000000", "#F0E442")
+
+
+def palette(configs: Sequence[str]) -> dict[str, str]:
+    """One colour per configuration, stable in the order given (the report's order)."""
+    return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(dict.fromkeys(configs))}
+
+
+def _styled(func: Callable[..., Figure]) -> Callable[..., Figure]:
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Figure:
+        with matplotlib.rc_context(RC):
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _short(label: str, width: int = 28) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _wrap(label: str, width: int = 26, lines: int = 2) -> str:
+    """Wrap a long configuration name onto a few lines; cut what still does not fit."""
+    parts = textwrap.wrap(label, width=width, break_long_words=True) or [""]
+    if len(parts) > lines:
+        parts = parts[: lines - 1] + [_short(" ".join(parts[lines - 1:]), width)]
+    return "\n".join(parts)
+
+
+def _spans_decades(values: np.ndarray, ratio: float = 10.0) -> bool:
+    finite = values[np.isfinite(values) & (values > 0)]
+    return finite.size > 1 and finite.max() / finite.min() >= ratio
+
+
+def _value_label(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _yerr(mean: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray | None:
+    low_err = (mean - low).to_numpy(dtype=float)
+    high_err = (high - mean).to_numpy(dtype=float)
+    if np.all(np.isnan(low_err)) and np.all(np.isnan(high_err)):
+        return None
+    return np.vstack([np.nan_to_num(low_err), np.nan_to_num(high_err)]).clip(min=0)
+
+
+@_styled
+def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Figure:
+    """Throughput (left) and mean response time (right) per configuration, 95% CI bars.
+
+    ``rows``: one row per configuration with config, throughput_mean, throughput_ci_low,
+    throughput_ci_high, throughput_unit, resp_mean, resp_ci_low, resp_ci_high, unit. An axis
+    turns logarithmic when its means span two decades or more, so no bar vanishes.
+    """
+    fig = Figure(figsize=(WIDTH, 1.3 + 0.5 * len(rows)), layout="constrained")
+    axes = fig.subplots(1, 2)
+    labels = [_wrap(c) for c in rows["config"]]
+    y = np.arange(len(rows))
+    bar_colors = [colors.get(c, PALETTE[0]) for c in rows["config"]]
+    panels = (
+        ("throughput", "throughput_unit", "Throughput", "higher is better"),
+        ("resp", "unit", "Response time", "lower is better"),
+    )
+    for ax, (metric, unit_col, title, hint) in zip(axes, panels, strict=True):
+        mean = rows[f"{metric}_mean"].astype(float)
+        unit = next((str(u) for u in rows[unit_col] if isinstance(u, str) and u), "")
+        if mean.isna().all():
+            ax.set_axis_off()
+            ax.text(0.5, 0.5, f"{title}: not reported by this probe", ha="center",
+                    va="center", transform=ax.transAxes, color="#666666")
+            continue
+        err = _yerr(mean, rows[f"{metric}_ci_low"].astype(float),
+                    rows[f"{metric}_ci_high"].astype(float))
+        log = _spans_decades(mean.to_numpy(), 100.0)
+        ax.barh(y, mean.fillna(0).to_numpy(), xerr=err, color=bar_colors, height=0.6,
+                log=log, error_kw={"ecolor": "#333333", "capsize": 3, "elinewidth": 1})
+        for yi, m in zip(y, mean, strict=True):
+            if np.isfinite(m):
+                ax.annotate(_value_label(m), (m, yi), xytext=(6, -7),
+                            textcoords="offset points", fontsize=7, color="#333333")
+        ax.set_yticks(y, labels)
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        ax.set_title(title, loc="left")
+        ax.set_xlabel(f"{unit}, {hint}" + (" (log scale)" if log else ""))
+        ax.margins(x=0.12)
+    if axes[0].axison:  # same configurations in the same order: label them once
+        axes[1].tick_params(labelleft=False)
+    return fig
+
+
+@_styled
+def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
+    """Overhead vs the baseline: a group per probe, a bar per configuration, CI whiskers.
+
+    ``rows``: probe, config, overhead, ci_low, ci_high, is_baseline. A log axis is used when
+    the overheads span a decade or more (nested costs multiply); bars then grow from 1.0.
+    """
+    rows = rows[~rows["is_baseline"].astype(bool)]  # the baseline is the dashed 1.0 line
+    probes = list(dict.fromkeys(rows["probe"]))
+    configs = list(dict.fromkeys(rows["config"]))
+    n_cfg = max(len(configs), 1)
+    width = 0.8 / n_cfg
+    fig = Figure(figsize=(WIDTH, 3.4 + 0.18 * ((n_cfg + 1) // 2)), layout="constrained")
+    ax = fig.subplots()
+    values = rows[["overhead", "ci_low", "ci_high"]].to_numpy(dtype=float)
+    positive = values[np.isfinite(values) & (values > 0)]
+    log = positive.size > 0 and positive.max() / positive.min() >= 10.0
+    base = 1.0 if log else 0.0
+    for j, config in enumerate(configs):
+        sub = rows[rows["config"] == config].set_index("probe").reindex(probes)
+        x = np.arange(len(probes)) + (j - (n_cfg - 1) / 2) * width
+        mean = sub["overhead"].astype(float)
+        err = _yerr(mean, sub["ci_low"].astype(float), sub["ci_high"].astype(float))
+        height = mean.to_numpy() - base
+        ax.bar(x, height, bottom=base, width=width * 0.92, color=colors.get(config),
+               label=_short(config, 60), yerr=err,
+               error_kw={"ecolor": "#333333", "capsize": 2, "elinewidth": 0.9})
+        for xi, m, is_base in zip(x, mean, sub["is_baseline"], strict=True):
+            if np.isfinite(m) and not bool(is_base):
+                ax.annotate(f"{m:.3g}×", (xi, m), xytext=(0, 3), textcoords="offset points",
+                            ha="center", va="bottom", fontsize=6.5, color="#333333")
+    ax.axhline(1.0, color="#222222", linewidth=1.1, linestyle="--", zorder=3)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(probes)), [_short(p, 18) for p in probes])
+    ax.grid(axis="x", visible=False)
+    ax.set_ylabel("overhead, × baseline" + (" (log scale)" if log else ""))
+    ax.set_title("Overhead vs baseline (dashed line 1.0 = baseline), whiskers = 95% CI",
+                 loc="left")
+    fig.legend(loc="outside lower center", ncols=min(n_cfg, 2), fontsize=7.5)
+    ax.margins(y=0.12)
+    return fig
+
+
+def _skewed(pooled: np.ndarray) -> bool:
+    """Log-x when values are positive and the bulk spans a decade or more."""
+    if pooled.size == 0 or pooled.min() <= 0:
+        return False
+    lo, hi = np.quantile(pooled, [0.001, 0.999])
+    return bool(hi / lo >= 10.0 or pooled.max() / np.median(pooled) >= 20.0)
+
+
+@_styled
+def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
+                 colors: Mapping[str, str]) -> Figure:
+    """Histogram overlay of per-iteration values, one outline per configuration.
+
+    Fixed ``HIST_BINS`` bins (log-spaced when the values are skewed); heights are the
+    fraction of that configuration's iterations, so configurations with different sample
+    counts compare. On a linear axis the top 0.1% is left out of the range and counted.
+    """
+    fig = Figure(figsize=(WIDTH, 2.8), layout="constrained")
+    ax = fig.subplots()
+    pooled = np.concatenate([v[np.isfinite(v)] for v in series.values()]) \
+        if series else np.array([])
+    if pooled.size == 0:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    log = _skewed(pooled)
+    if log:
+        edges = np.geomspace(pooled.min(), pooled.max() * 1.0001, HIST_BINS + 1)
+        clipped_note = ""
+    else:
+        lo, hi = pooled.min(), np.quantile(pooled, 0.999)
+        if hi <= lo:
+            hi = lo + max(abs(lo) * 0.01, 1e-9)
+        edges = np.linspace(lo, hi, HIST_BINS + 1)
+        beyond = int((pooled > hi).sum())
+        clipped_note = f"; {beyond:,} values above {hi:.4g} not shown" if beyond else ""
+    for config, values in series.items():
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        counts, _ = np.histogram(values, bins=edges)
+        frac = counts / values.size
+        color = colors.get(config, PALETTE[0])
+        ax.stairs(frac, edges, fill=True, alpha=0.18, color=color)
+        ax.stairs(frac, edges, color=color, linewidth=1.3,
+                  label=f"{_short(config, 40)} (n={values.size:,})")
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel(unit + (" (log scale)" if log else ""))
+    ax.set_ylabel("fraction of iterations")
+    ax.set_title(f"{probe}: distribution of per-iteration values{clipped_note}", loc="left")
+    ax.legend(loc="upper right")
+    return fig
+
+
+def reduce_max(matrix: np.ndarray, max_cells: int = MAX_CELLS) -> tuple[np.ndarray, int, int]:
+    """Block-maximum reduction of a runs x iterations matrix to at most max_cells per side.
+
+    Returns the reduced matrix and the block sizes (rows, columns). NaN cells (runs shorter
+    than the longest) are ignored inside a block.
+    """
+    rows, cols = matrix.shape
+    br = max(1, -(-rows // max_cells))
+    bc = max(1, -(-cols // max_cells))
+    pr, pc = -(-rows // br) * br, -(-cols // bc) * bc
+    padded = np.full((pr, pc), np.nan)
+    padded[:rows, :cols] = matrix
+    blocks = padded.reshape(pr // br, br, pc // bc, bc)
+    with np.errstate(all="ignore"):
+        valid = np.isfinite(blocks).any(axis=(1, 3))
+        reduced = np.where(valid, np.nanmax(np.where(np.isfinite(blocks), blocks, -np.inf),
+                                            axis=(1, 3)), np.nan)
+    return reduced, br, bc
+
+
+@dataclass
+class HeatPanel:
+    """One configuration's runs x iterations matrix and the periodic indices detected in it."""
+
+    config: str
+    matrix: np.ndarray
+    periodic: Sequence[int] = field(default_factory=list)
+    period: float | None = None
+
+
+def _marks(ax: Any, marks: np.ndarray, top: float, lo: float, hi: float) -> None:  # noqa: ANN401
+    """Periodic indices as triangles above the image; as thin ticks when they crowd."""
+    shown = marks[(marks >= lo) & (marks < hi)]
+    if not shown.size:
+        return
+    if shown.size <= MAX_MARKERS:
+        ax.plot(shown + 0.5, np.full(shown.size, top), linestyle="none", marker="v",
+                markersize=5, color=MARK_COLOR, clip_on=False, zorder=5)
+    else:
+        ax.plot(shown + 0.5, np.full(shown.size, top), linestyle="none", marker="|",
+                markersize=5, markeredgewidth=0.5, color=MARK_COLOR, clip_on=False, zorder=5)
+
+
+@_styled
+def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
+    """Run x iteration mesh per configuration (study D), periodic indices marked on top.
+
+    When a run is longer than ``MAX_CELLS`` iterations the full mesh is block-reduced and a
+    second axis shows the first ``ZOOM`` iterations cell by cell, where a periodic line is
+    still a line.
+    """
+    n = max(len(panels), 1)
+    zoom = any(p.matrix.shape[1] > MAX_CELLS for p in panels)
+    fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * n), layout="constrained")
+    grid = fig.subplots(n, 2 if zoom else 1, squeeze=False,
+                        width_ratios=[3, 1] if zoom else None)
+    shapes: list[str] = []
+    for row, panel in zip(grid, panels, strict=False):
+        ax = row[0]
+        reduced, br, bc = reduce_max(panel.matrix)
+        finite = reduced[np.isfinite(reduced)]
+        if finite.size == 0:
+            for a in row:
+                a.set_axis_off()
+            continue
+        # Colour limits from the raw values' 0.5th and 99.9th percentiles: a single burst
+        # saturates (the colour bar says so) instead of washing out the 2x lines.
+        raw = panel.matrix[np.isfinite(panel.matrix)]
+        lo, hi = (float(v) for v in np.quantile(raw, [0.005, 0.999]))
+        hi = hi if hi > lo else lo + max(abs(lo) * 0.01, 1e-9)
+        norm = LogNorm(lo, hi) if lo > 0 and hi / lo >= 10 else Normalize(lo, hi)
+        rows, cols = panel.matrix.shape
+        image = ax.imshow(reduced, aspect="auto", cmap="magma", norm=norm, origin="lower",
+                          extent=(0, cols, -0.5, rows - 0.5), interpolation="nearest")
+        shapes.append(f"{rows} runs × {cols:,} iterations" + (
+            f", each cell the max of {br}×{bc}" if br * bc > 1 else ""))
+        room = 62 if zoom else 84  # characters that fit above the mesh at this font size
+        ax.set_title(_short(panel.config, room - 26 if len(panel.periodic) else room),
+                     loc="left", fontsize=8, fontweight="normal")
+        ax.set_ylabel("run")
+        marks = np.asarray(sorted(set(panel.periodic)), dtype=float)
+        _marks(ax, marks, rows - 0.5, 0, cols)
+        if marks.size:
+            period = f" (period {panel.period:g})" if panel.period else ""
+            ax.set_title(f"▼ {marks.size} periodic{period}", loc="right",
+                         fontsize=7.5, color="#0077AA", fontweight="normal")
+        axes = [ax]
+        if zoom:
+            zax = row[1]
+            width = min(cols, ZOOM)
+            zax.imshow(panel.matrix[:, :width], aspect="auto", cmap="magma", norm=norm,
+                       origin="lower", extent=(0, width, -0.5, rows - 0.5),
+                       interpolation="nearest")
+            _marks(zax, marks, rows - 0.5, 0, width)
+            zax.set_title(f"first {width} iterations", loc="left", fontsize=7.5,
+                          fontweight="normal")
+            zax.tick_params(labelleft=False)
+            axes.append(zax)
+        for a in axes:
+            a.grid(False)
+            a.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+        cbar = fig.colorbar(image, ax=axes, pad=0.01, fraction=0.04, aspect=12,
+                            extend="max" if finite.max() > hi else "neither")
+        cbar.set_label(unit, fontsize=7.5)
+        cbar.ax.tick_params(labelsize=7)
+    for a in grid[-1]:
+        a.set_xlabel("iteration")
+    detail = shapes[0] if len(set(shapes)) == 1 else "; ".join(dict.fromkeys(shapes))
+    fig.suptitle(f"{probe}: run × iteration mesh ({_short(detail, 90)})", x=0.01, ha="left",
+                 fontsize=9.5, fontweight="bold")
+    return fig
+
+
+@_styled
+def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
+    """Stacked bars of exit-handling cost by reason group, one bar per configuration.
+
+    ``frame``: columns config, group, value (already normalised to the reference
+    configuration's total, as study E does). Bars are horizontal; the total is written at
+    the end of each bar.
+    """
+    pivot = frame.pivot_table(index="config", columns="group", values="value",
+                              aggfunc="sum", sort=False).fillna(0.0)
+    pivot = pivot.loc[:, pivot.sum(axis=0) > 0]
+    order = pivot.sum(axis=0).sort_values(ascending=False).index
+    pivot = pivot[order]
+    fig = Figure(figsize=(WIDTH, 1.4 + 0.55 * len(pivot)), layout="constrained")
+    ax = fig.subplots()
+    left = np.zeros(len(pivot))
+    y = np.arange(len(pivot))
+    for i, group in enumerate(pivot.columns):
+        width = pivot[group].to_numpy()
+        ax.barh(y, width, left=left, height=0.55, color=PALETTE[i % len(PALETTE)],
+                label=_short(str(group), 24), edgecolor="white", linewidth=0.5)
+        left = left + width
+    for yi, total in zip(y, left, strict=True):
+        ax.annotate(f"total {total:.3f}", (total, yi), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8)
+    ax.set_yticks(y, [_wrap(str(c), 30) for c in pivot.index])
+    ax.invert_yaxis()
+    ax.grid(axis="y", visible=False)
+    ax.set_xlim(0, left.max() * 1.18 if left.size and left.max() > 0 else 1)
+    ax.set_xlabel("exit-handling time, normalised to the reference total")
+    ax.set_title(title, loc="left")
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.12), ncols=4, fontsize=7.5)
+    return fig
+
+
+@_styled
+def scaling(frame: pd.DataFrame, *, x_label: str, y_label: str, title: str,
+            reference: pd.DataFrame | None = None) -> Figure:
+    """Scaling curves: y against a swept x, one line per series, optional error bars.
+
+    ``frame``: series, x, y, and optionally yerr and point (a short label per point).
+    ``reference``: optional x, y of a dashed guide line (for example perfect scaling).
+    """
+    fig = Figure(figsize=(WIDTH, 3.0), layout="constrained")
+    ax = fig.subplots()
+    if reference is not None and not reference.empty:
+        ax.plot(reference["x"], reference["y"], linestyle="--", color="#888888",
+                linewidth=1, label=f"proportional to {x_label}")
+    for i, (series, sub) in enumerate(frame.groupby("series", sort=False)):
+        sub = sub.sort_values("x")
+        color = PALETTE[i % len(PALETTE)]
+        yerr = sub["yerr"].to_numpy(dtype=float) if "yerr" in sub else None
+        ax.errorbar(sub["x"], sub["y"], yerr=yerr, marker="o", markersize=4, color=color,
+                    capsize=3, linewidth=1.4, label=_short(str(series), 40))
+        if "point" in sub:
+            for xv, yv, text in zip(sub["x"], sub["y"], sub["point"], strict=True):
+                ax.annotate(str(text), (xv, yv), xytext=(4, 4), textcoords="offset points",
+                            fontsize=7, color=color)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title, loc="left")
+    ax.legend(loc="best")
+    ax.margins(x=0.08, y=0.15)
+    if (frame["y"] >= 0).all():
+        ax.set_ylim(bottom=0)
+    return fig

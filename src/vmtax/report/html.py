@@ -1,0 +1,43 @@
+"""Render a ReportModel as one self-contained HTML file (inline CSS and SVG, no script)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import jinja2
+from markupsafe import Markup
+
+from vmtax import __version__
+from vmtax.report.analysis import ReportModel
+from vmtax.report.svg import to_svg
+
+SECTIONS = (
+    ("levels", "Throughput and response time by configuration"),
+    ("overhead", "Overhead vs baseline"),
+    ("distribution", "Latency distributions"),
+    ("mesh", "Run × iteration meshes"),
+    ("exits", "Exit reasons"),
+    ("scaling", "Scaling curves"),
+)
+
+
+def environment() -> jinja2.Environment:
+    """Jinja2 with autoescape on for every template: user text never becomes markup."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("vmtax.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+def render_html(model: ReportModel) -> str:
+    """The report as one HTML document."""
+    css = resources.files("vmtax.report").joinpath("templates", "report.css").read_text()
+    # matplotlib's SVG escapes every text node itself; the markup is trusted, the text in it
+    # is not user-controlled markup.
+    svgs = {f.key: Markup(to_svg(f.figure, f.key)) for f in model.figures}  # noqa: S704
+    template = environment().get_template("report.html.j2")
+    return template.render(m=model, css=Markup(css), svgs=svgs, sections=SECTIONS,  # noqa: S704
+                           version=__version__)

@@ -1,0 +1,69 @@
+"""What a report is drawn from: the selected runs and their samples, configurations and
+experiments. Built from a store by ``load``; tests build it directly from frames."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class ReportInput:
+    """Everything the report shows, before any statistics.
+
+    ``runs``: the store's runs frame (see ``Store.runs``). ``samples``: run_id -> values in
+    iteration order. ``configurations``: one row per configuration_id with config, level,
+    labels, target, fingerprint (dict) and provenance (dict). ``experiments``: one dict per
+    experiment (id, command, suite, seed, plan, vmtax_version, agent_version, host,
+    started_at, ended_at, status).
+    """
+
+    runs: pd.DataFrame
+    samples: Mapping[int, np.ndarray]
+    configurations: pd.DataFrame
+    experiments: Sequence[Mapping[str, Any]]
+    selectors: Sequence[str] = ()
+    baseline: str | None = None
+    command: Sequence[str] = ()
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load(store: Any, selectors: Sequence[str], baseline: str | None,  # noqa: ANN401
+         command: Sequence[str] = ()) -> ReportInput:
+    """Read the runs the selectors pick, their samples, configurations and experiments."""
+    runs = store.runs(list(selectors))
+    ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
+    samples = store.samples(ok_ids) if ok_ids else {}
+    experiments = [store.experiment(int(e)) for e in
+                   dict.fromkeys(int(x) for x in runs["experiment_id"])]
+    configurations = _configurations(store, runs, experiments)
+    return ReportInput(runs=runs, samples=samples, configurations=configurations,
+                       experiments=experiments, selectors=list(selectors), baseline=baseline,
+                       command=list(command), source=getattr(store, "url_display", ""))
+
+
+def _configurations(store: Any, runs: pd.DataFrame,  # noqa: ANN401
+                    experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    wanted = set(int(c) for c in runs["configuration_id"]) if len(runs) else set()
+    rows: list[dict[str, Any]] = []
+    for exp in experiments:
+        for cfg in exp.get("configurations", []) or []:
+            cid = int(cfg.get("id", cfg.get("configuration_id", -1)))
+            if cid in wanted:
+                rows.append({**cfg, "configuration_id": cid})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        # Fall back to what the runs frame knows: no fingerprint, but config/level/target.
+        cols = ["configuration_id", "config", "level", "labels", "target"]
+        frame = runs[cols].drop_duplicates("configuration_id") if len(runs) else \
+            pd.DataFrame(columns=cols)
+        frame = frame.assign(fingerprint=[{}] * len(frame), provenance=[{}] * len(frame))
+    if "config" not in frame and len(runs):
+        names = runs.drop_duplicates("configuration_id").set_index("configuration_id")
+        frame["config"] = frame["configuration_id"].map(names["config"])
+    return frame.reset_index(drop=True)

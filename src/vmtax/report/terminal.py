@@ -1,0 +1,73 @@
+"""The study-A table for the terminal, from ``vmtax.stats.describe.describe`` output.
+
+Formatting only: every number is computed in stats.describe.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.table import Table
+
+
+def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
+    """Per probe: throughput (where it has one), mean response time, StdErr, StdErr%, p95, n.
+
+    A ``Config`` column appears when more than one configuration is shown.
+    """
+    several = described_df["config"].nunique() > 1 if len(described_df) else False
+    table = Table(title=title, header_style="bold")
+    if several:
+        table.add_column("Config")
+    table.add_column("Probe")
+    table.add_column("Throughput", justify="right")
+    table.add_column("StdErr%", justify="right")
+    table.add_column("Resp. mean", justify="right")
+    table.add_column("StdErr", justify="right")
+    table.add_column("StdErr%", justify="right")
+    table.add_column("p95", justify="right")
+    table.add_column("Unit")
+    table.add_column("n", justify="right")
+    for row in described_df.itertuples(index=False):
+        thr = (
+            f"{fmt(row.throughput_mean)} {row.throughput_unit or ''}".rstrip()
+            if _present(row.throughput_mean) else "-"
+        )
+        cells = [
+            row.probe,
+            thr,
+            pct(row.throughput_stderr_pct) if _present(row.throughput_mean) else "-",
+            fmt(row.resp_mean),
+            fmt(row.resp_stderr),
+            pct(row.resp_stderr_pct),
+            fmt(row.p95),
+            str(row.unit),
+            str(row.n_runs),
+        ]
+        table.add_row(*([str(row.config)] if several else []), *cells)
+    return table
+
+
+def fmt(x: object) -> str:
+    """Four significant digits, thousands separated; ``-`` for a missing value."""
+    if not _present(x):
+        return "-"
+    v = float(x)  # type: ignore[arg-type]
+    if v == 0:
+        return "0"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    digits = max(0, 3 - int(math.floor(math.log10(abs(v)))))
+    return f"{v:.{digits}f}"
+
+
+def pct(x: object) -> str:
+    return f"{float(x):.2f}%" if _present(x) else "-"  # type: ignore[arg-type]
+
+
+def _present(x: object) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,135 @@
+"""Plain-language sentences from the statistics' results (formatting only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+ALPHA = 0.05
+
+_VERDICTS = {
+    "slower": "costlier than the baseline",
+    "faster": "cheaper than the baseline",
+    "~": "no difference beyond noise",
+    "baseline": "baseline",
+}
+
+
+_SHORT = {"slower": "costlier", "faster": "cheaper", "~": "no difference",
+          "baseline": "baseline"}
+
+
+def short_verdict(code: str) -> str:
+    """The verdict in one word or two, for table cells."""
+    return _SHORT.get(code, code)
+
+
+def verdict(code: str) -> str:
+    """The verdict code of vmtax.stats.compare in words."""
+    return _VERDICTS.get(code, code)
+
+
+def _ci(low: float, high: float) -> str:
+    return f"95% CI {low:.3g}–{high:.3g}×"
+
+
+def summary(rows: pd.DataFrame) -> list[str]:
+    """One sentence per non-baseline configuration: its headline overhead.
+
+    The headline is the geometric mean over probes when several probes were compared, else
+    the single probe's overhead.
+    """
+    lines = []
+    probes = [p for p in dict.fromkeys(rows["probe"]) if p != "geomean"]
+    for config in dict.fromkeys(rows["config"]):
+        sub = rows[(rows["config"] == config) & ~rows["is_baseline"].astype(bool)]
+        if sub.empty:
+            continue
+        geo = sub[sub["probe"] == "geomean"]
+        head = geo.iloc[0] if len(probes) > 1 and len(geo) else \
+            sub[sub["probe"] != "geomean"].iloc[0]
+        what = (f"geometric mean over {len(probes)} probes" if head["probe"] == "geomean"
+                else f"on {head['probe']}")
+        ratio = float(head["overhead"])
+        lines.append(
+            f"{config}: {ratio:.3g}× the baseline's cost ({what}, "
+            f"{_ci(float(head['ci_low']), float(head['ci_high']))}): "
+            f"{verdict(str(head['verdict']))}.")
+    return lines
+
+
+@dataclass
+class Finding:
+    """The timing artifacts found for one probe and configuration, with their evidence."""
+
+    probe: str
+    config: str
+    shape: tuple[int, int]
+    found: list[str] = field(default_factory=list)
+    clear: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+def _num(value: Any, spec: str = ".3g") -> str:  # noqa: ANN401
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "n/a"
+    return format(v, spec) if v == v else "n/a"
+
+
+def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
+    """One sentence per detector of ``vmtax.stats.artifacts.detect``: found or clear.
+
+    Whether something was found is the detector's own decision (its ``found``/``changed``
+    flags); this function only words it.
+    """
+    out = Finding(probe=probe, config=config,
+                  shape=(int(result.runs), int(result.iterations)),
+                  evidence=result.to_dict())
+    per = result.periodic
+    if per.found:
+        shown = ", ".join(str(i) for i in per.indices[:12])
+        more = f" and {len(per.indices) - 12} more" if len(per.indices) > 12 else ""
+        where = f"; slow in nearly every run at indices {shown}{more}" if per.indices else ""
+        out.found.append(f"Periodic spikes every {per.period} iterations (autocorrelation "
+                         f"{_num(per.acf)}, p = {_num(per.p_value)}){where}.")
+    else:
+        out.clear.append(f"No periodic spikes (p = {_num(per.p_value)}).")
+
+    cross = result.cross_run
+    if cross.found:
+        how = ("at the same indices in consecutive runs" if not cross.drift else
+               f"moving by {cross.drift} iterations from one run to the next")
+        out.found.append(f"Runs remember each other: spikes recur {how} (correlation "
+                         f"{_num(cross.correlation)}, p = {_num(cross.p_value)}, "
+                         f"{cross.pairs} run pairs).")
+    else:
+        out.clear.append(f"No memory between runs (p = {_num(cross.p_value)}).")
+
+    warm = result.warmup
+    if warm.found:
+        out.found.append(f"Warm-up not over: the first {warm.n_slow} iterations of a run are "
+                         f"{_num(warm.slowdown)}× the steady state (p = {_num(warm.p_value)}).")
+    else:
+        out.clear.append(f"No leftover warm-up (p = {_num(warm.p_value)}).")
+
+    shp = result.shape
+    if shp.changed:
+        out.found.append(f"The distribution's shape differs from the baseline's "
+                         f"(Anderson–Darling {_num(shp.ad_stat)}, p = {_num(shp.p_value)}).")
+    elif shp.p_value is not None:
+        out.clear.append(f"Same distribution shape as the baseline (p = {_num(shp.p_value)}).")
+    if shp.modality == "bimodal":
+        out.found.append(f"Bimodal distribution (mvalue {_num(shp.mvalue)}; "
+                         "about 2 for one mode, 4 for two).")
+    else:
+        out.clear.append(f"One mode (mvalue {_num(shp.mvalue)}).")
+
+    outl = result.outliers
+    if outl.count:
+        out.clear.append(f"{outl.count:,} Tukey outliers ({outl.fraction:.2%}: {outl.high:,} "
+                         f"slow, {outl.low:,} fast); counted, never dropped.")
+    return out

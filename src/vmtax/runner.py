@@ -1,0 +1,452 @@
+"""Execute a plan on one or more targets and store every run as soon as it ends.
+
+Each target is fingerprinted (``env``), gets its configuration, and then runs its share of
+the plan one step at a time: one agent invocation per run, read with ``read_stream``. A
+complete run is committed before the next starts; a run that broke off is stored as
+``lost`` and one the agent refused as ``failed``, so nothing is silently dropped.
+
+Several targets run concurrently in a bounded thread pool. A target that fails (cannot
+boot, goes away) is reported and the others carry on. On Ctrl-C or SIGTERM the agents in
+flight are killed, what finished stays stored, and the experiment is marked interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import ValidationError
+
+from vmtax.contract import Fingerprint, ProbeInfo, read_stream
+from vmtax.errors import UsageError, VmtaxError
+from vmtax.plan.plan import Plan, Step
+from vmtax.targets.base import AgentTimeout, Target, TargetError
+
+#: A target whose runs are lost this many times in a row is given up (it is probably gone).
+MAX_CONSECUTIVE_LOST = 3
+ENV_TIMEOUT_S = 120.0
+_EMPTY = np.empty(0, dtype=np.float64)
+
+
+class Progress(Protocol):
+    """What the runner tells a progress display (the CLI draws a rich bar on stderr)."""
+
+    def add_target(self, name: str, total: int) -> None: ...
+    def advance(self, name: str, description: str) -> None: ...
+
+
+class _NoProgress:
+    def add_target(self, name: str, total: int) -> None:
+        del name, total
+
+    def advance(self, name: str, description: str) -> None:
+        del name, description
+
+
+@dataclass
+class TargetOutcome:
+    name: str
+    level: str
+    config: str = ""
+    ok: int = 0
+    failed: int = 0
+    lost: int = 0
+    skipped: int = 0
+    error: str | None = None
+    first_problem: str | None = None
+
+
+@dataclass
+class Outcome:
+    experiment_id: int
+    status: str
+    targets: list[TargetOutcome] = field(default_factory=list)
+
+    @property
+    def problems(self) -> int:
+        return sum(t.failed + t.lost for t in self.targets) + sum(
+            1 for t in self.targets if t.error
+        )
+
+    def summary_error(self) -> str | None:
+        """One line describing what went wrong, or None when every run is ok."""
+        bad = [t for t in self.targets if t.error or t.failed or t.lost]
+        if not bad:
+            return None
+        parts = []
+        for t in bad:
+            if t.error:
+                parts.append(f"target {t.name} failed: {t.error}")
+            else:
+                parts.append(
+                    f"target {t.name}: {t.failed} failed and {t.lost} lost runs "
+                    f"(first: {t.first_problem})"
+                )
+        return "; ".join(parts) + f" [experiment {self.experiment_id}]"
+
+
+def controller_identity() -> dict[str, Any]:
+    """Who is running an experiment, so a later command can tell a live run from a dead one."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _pid_start(os.getpid())}
+
+
+def controller_alive(ident: dict[str, Any] | None) -> bool | None:
+    """True/False for a controller on this host; None when it ran elsewhere (cannot tell)."""
+    if not ident or ident.get("host") != socket.gethostname():
+        return None
+    pid = int(ident.get("pid", 0))
+    if pid <= 0:
+        return False
+    start = _pid_start(pid)
+    # A recycled pid has a different start time.
+    return start is not None and start == ident.get("pid_start")
+
+
+def _pid_start(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22 (starttime) counts from after the ")" that closes the command name.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def fingerprint(target: Target, timeout: float = ENV_TIMEOUT_S) -> Fingerprint:
+    """Ask the agent on ``target`` for its environment fingerprint."""
+    text = "".join(target.run_agent(["env", "--format", "json"], timeout)).strip()
+    try:
+        return Fingerprint.model_validate_json(text)
+    except ValidationError as exc:
+        tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
+        reason = "no output" if not text else exc.errors()[0]["msg"]
+        raise TargetError(f"{target.name}: bad fingerprint from the agent ({reason}){tail}") from None
+
+
+def list_probes(target: Target, timeout: float = 60.0) -> list[ProbeInfo]:
+    """The probes the agent on ``target`` offers."""
+    text = "".join(target.run_agent(["list", "--format", "json"], timeout)).strip()
+    try:
+        from pydantic import TypeAdapter
+
+        return TypeAdapter(list[ProbeInfo]).validate_json(text)
+    except ValidationError:
+        tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
+        raise TargetError(f"{target.name}: the agent's probe list is unreadable{tail}") from None
+
+
+def check_probes(plan: Plan, available: Iterable[ProbeInfo]) -> None:
+    """Every probe and parameter of the plan must exist in the agent; UsageError otherwise.
+
+    Checked before the experiment starts, so a typo costs nothing but one line.
+    """
+    infos = {p.name: p for p in available}
+    unknown = sorted(plan.probes() - set(infos))
+    if unknown:
+        raise UsageError(
+            f"unknown probe {unknown[0]!r}; the agent offers: {', '.join(sorted(infos))}"
+        )
+    for name, entry in plan.entries.items():
+        info = infos[entry["probe"]]
+        params = {p.name: p for p in info.params}
+        scaled = [r["param"] for r in entry.get("scale_to_memory") or []]
+        for key in [*entry["params"], *(p for p in scaled if p != "iterations")]:
+            if key not in params:
+                known = ", ".join(params) or "none"
+                raise UsageError(
+                    f"{name}: probe {info.name!r} has no parameter {key!r} (it has: {known})"
+                )
+            choices = params[key].choices
+            value = entry["params"].get(key)
+            if choices and value is not None and str(value) not in choices:
+                raise UsageError(
+                    f"{name}: parameter {key}={value!r} must be one of {', '.join(choices)}"
+                )
+
+
+def detected_labels(fp: Fingerprint) -> dict[str, str]:
+    """What the fingerprint says lies under L0, e.g. host_hypervisor=kvm, host_nesting=1."""
+    vendor = (fp.hypervisor.vendor or "").strip().lower() if fp.hypervisor.detected else ""
+    out = {"host_hypervisor": vendor.split()[0] if vendor else "none"}
+    if fp.nesting.depth is not None:
+        out["host_nesting"] = str(fp.nesting.depth)
+    return out
+
+
+class Runner:
+    """Runs a stored plan's missing steps on its targets; the store is shared under a lock."""
+
+    def __init__(
+        self,
+        store: Any,
+        plan: Plan,
+        targets: list[Target],
+        *,
+        level: str | None = None,
+        labels: dict[str, str] | None = None,
+        progress: Progress | None = None,
+        max_workers: int = 4,
+        fingerprints: dict[int, Fingerprint] | None = None,
+    ) -> None:
+        if len(targets) != len(plan.targets):
+            raise VmtaxError(
+                f"the plan has {len(plan.targets)} targets but {len(targets)} were given"
+            )
+        self.store = store
+        self.plan = plan
+        self.targets = targets
+        self.level = level
+        self.labels = dict(labels or {})
+        self.progress: Progress = progress or _NoProgress()
+        self.max_workers = max(1, max_workers)
+        self._fingerprints = dict(fingerprints or {})
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def _store(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(**kwargs)
+
+    def execute(self, experiment_id: int, done: set[int] | None = None) -> Outcome:
+        """Run every step not in ``done`` and mark the experiment ok, failed or interrupted.
+
+        KeyboardInterrupt (Ctrl-C, or SIGTERM turned into it by the CLI) kills the agents
+        in flight, marks the experiment interrupted and is re-raised.
+        """
+        done = set(done or ())
+        outcomes = [TargetOutcome(name=t.name, level=self.level or t.level) for t in self.targets]
+        for slot, target in enumerate(self.targets):
+            todo = [s for s in self.plan.steps_for(slot) if s.index not in done]
+            outcomes[slot].skipped = len(self.plan.steps_for(slot)) - len(todo)
+            self.progress.add_target(target.name, len(todo))
+        pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.targets)))
+        futures: list[Future[None]] = [
+            pool.submit(self._target_worker, experiment_id, slot, done, outcomes[slot])
+            for slot in range(len(self.targets))
+        ]
+        try:
+            pending = set(futures)
+            while pending:
+                # Short waits keep the main thread responsive to signals.
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+        except BaseException:
+            self._stop.set()
+            for target in self.targets:
+                with contextlib.suppress(Exception):
+                    target.close()
+            pool.shutdown(wait=True, cancel_futures=True)
+            self._store(self.store.finish_experiment, experiment_id=experiment_id,
+                        status="interrupted")
+            raise
+        pool.shutdown(wait=True)
+        for fut, outcome in zip(futures, outcomes, strict=True):
+            exc = fut.exception()
+            if exc is not None and outcome.error is None:
+                outcome.error = _one_line(str(exc) or type(exc).__name__)
+        status = "ok" if all(
+            not (o.error or o.failed or o.lost) for o in outcomes
+        ) else "failed"
+        self._store(self.store.finish_experiment, experiment_id=experiment_id, status=status)
+        return Outcome(experiment_id=experiment_id, status=status, targets=outcomes)
+
+    def _target_worker(
+        self, experiment_id: int, slot: int, done: set[int], outcome: TargetOutcome
+    ) -> None:
+        target = self.targets[slot]
+        steps = [s for s in self.plan.steps_for(slot) if s.index not in done]
+        try:
+            target.prepare()
+            fp = self._fingerprints.get(slot) or fingerprint(target)
+            level = self.level or target.level
+            labels = dict(target.labels())
+            if level == "L0":
+                labels.update(detected_labels(fp))
+            labels.update(self.labels)
+            provenance = dict(target.provenance())
+            scaling = {
+                name: inv.scaling
+                for name, inv in (
+                    (s.entry, self.plan.invocation(s, fp.memory_bytes)) for s in steps
+                ) if inv.scaling
+            }
+            if scaling:
+                provenance["memory_scaling"] = scaling
+            config_id = self._store(
+                self.store.configuration, experiment_id=experiment_id, level=level,
+                labels=labels, fingerprint=fp.model_dump(mode="json", by_alias=True),
+                target=target.name, provenance=provenance,
+            )
+            outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
+            lost_in_a_row = 0
+            for step in steps:
+                if self._stop.is_set():
+                    return
+                status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
+                self.progress.advance(target.name, f"{target.name}: {step.entry} run {step.run}")
+                lost_in_a_row = lost_in_a_row + 1 if status == "lost" else 0
+                if lost_in_a_row >= MAX_CONSECUTIVE_LOST:
+                    outcome.error = (
+                        f"{lost_in_a_row} runs in a row were lost; giving up on this target "
+                        f"(last: {outcome.first_problem})"
+                    )
+                    return
+        except VmtaxError as exc:
+            if not self._stop.is_set():
+                outcome.error = _one_line(exc.message)
+        finally:
+            with contextlib.suppress(Exception):
+                target.close()
+
+    def _run_step(
+        self, experiment_id: int, config_id: int, target: Target, step: Step,
+        fp: Fingerprint, outcome: TargetOutcome,
+    ) -> str:
+        inv = self.plan.invocation(step, fp.memory_bytes)
+        entry = self.plan.entries[step.entry]
+        lines: list[str] = []
+        transport_error: str | None = None
+        try:
+            for line in target.run_agent(inv.args, inv.timeout):
+                lines.append(line)
+        except AgentTimeout as exc:
+            transport_error = exc.message
+        except TargetError as exc:
+            transport_error = exc.message
+            if self._stop.is_set():
+                transport_error = "interrupted"
+        stream = read_stream(lines)
+        header = stream.header.model_dump(mode="json", by_alias=True) if stream.header else None
+        common = {
+            "experiment_id": experiment_id, "configuration_id": config_id, "probe": step.entry,
+            "plan_index": step.index, "run_index": step.run, "header": header,
+        }
+        if stream.runs:
+            run = stream.runs[0]
+            self._store(
+                self.store.add_run, **common,
+                summary=run.summary.model_dump(mode="json"),
+                values=run.values, warmup_values=run.warmup_values, status="ok",
+            )
+            outcome.ok += 1
+            return "ok"
+        if self._stop.is_set():
+            transport_error = "interrupted"
+        if transport_error or stream.header is not None and stream.end is None:
+            status = "lost"
+            reason = transport_error or stream.problem or "stream broke off"
+        else:
+            status = "failed"
+            reason = (stream.end.error if stream.end and stream.end.error else None) or (
+                target.last_stderr.strip().splitlines()[-1] if target.last_stderr.strip()
+                else stream.problem or "the agent produced no run"
+            )
+        if stream.problem and stream.problem not in reason and status == "lost":
+            reason = f"{reason} ({stream.problem})"
+        reason = _one_line(f"{entry['probe']}: {reason}")
+        self._store(
+            self.store.add_run, **common, summary=None, values=_EMPTY, warmup_values=_EMPTY,
+            status=status, error=reason,
+        )
+        if status == "lost":
+            outcome.lost += 1
+        else:
+            outcome.failed += 1
+        outcome.first_problem = outcome.first_problem or reason
+        return status
+
+
+def make_targets(
+    specs: list[dict[str, Any]], *, accept_new_host_key: bool = False
+) -> tuple[list[Target], int | None]:
+    """Build the targets a plan names (also used by --resume); returns them and the fleet's
+    concurrency limit, if a fleet file set one. The level/ssh/fleet modules are imported only
+    when asked for, so local runs never depend on them."""
+    from vmtax.targets.local import LocalTarget
+
+    out: list[Target] = []
+    limit: int | None = None
+    i = 0
+    while i < len(specs):
+        spec = specs[i]
+        kind = spec.get("kind")
+        if kind == "local":
+            out.append(LocalTarget(level=spec.get("level", "L0")))
+            i += 1
+        elif kind == "level":
+            # Consecutive levels with the same options are provisioned by one call.
+            group = [spec]
+            while i + len(group) < len(specs) and _same_level_options(specs[i + len(group)], spec):
+                group.append(specs[i + len(group)])
+            level_targets = _optional("vmtax.targets.levels", "level_targets", "--levels")
+            made = list(level_targets(
+                [g["level"] for g in group], preset=spec["preset"], accel=spec["accel"],
+            ))
+            if len(made) != len(group):
+                raise VmtaxError(f"asked for {len(group)} levels but got {len(made)} targets")
+            out.extend(made)
+            i += len(group)
+        elif kind == "ssh":
+            ssh_target = _optional("vmtax.targets.ssh", "SshTarget", "--target ssh://...")
+            out.append(ssh_target(spec["url"], accept_new_host_key=accept_new_host_key))
+            i += 1
+        elif kind == "fleet":
+            load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
+            loaded = load_fleet(spec["path"])
+            fleet, limit = _fleet_parts(loaded)
+            count = sum(1 for s in specs if s.get("kind") == "fleet" and s["path"] == spec["path"])
+            if len(fleet) != count:
+                raise VmtaxError(
+                    f"{spec['path']} now lists {len(fleet)} hosts; the plan was made for {count}"
+                )
+            out.extend(fleet)
+            i += count
+        else:
+            raise VmtaxError(f"unknown target kind in plan: {kind!r}")
+    return out, limit
+
+
+def fleet_size(path: str) -> tuple[int, int | None]:
+    """How many hosts a fleet file lists, and its concurrency limit."""
+    load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
+    fleet, limit = _fleet_parts(load_fleet(path))
+    for t in fleet:
+        with contextlib.suppress(Exception):
+            t.close()
+    return len(fleet), limit
+
+
+def _fleet_parts(loaded: Any) -> tuple[list[Target], int | None]:
+    # load_fleet may return the targets alone, (targets, limit), or an object with both.
+    if isinstance(loaded, tuple):
+        return list(loaded[0]), loaded[1]
+    if hasattr(loaded, "targets"):
+        return list(loaded.targets), getattr(loaded, "max_concurrency", None)
+    return list(loaded), None
+
+
+def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return a.get("kind") == "level" and a.get("preset") == b.get("preset") and a.get(
+        "accel"
+    ) == b.get("accel")
+
+
+def _optional(module: str, attr: str, option: str) -> Any:
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        raise VmtaxError(
+            f"{option} needs {module}.{attr}, which this installation of vmtax does not have"
+        ) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())

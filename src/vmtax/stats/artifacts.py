@@ -1,0 +1,396 @@
+"""Timing artifacts in raw samples (a runs x iterations matrix), after study D.
+
+- **Outliers**: Tukey fences per run (below Q1 - 1.5 IQR or above Q3 + 1.5 IQR of that run).
+  They are counted and located, never dropped. The slow ones form the *spike indicator*
+  ``S[r, i]`` that the next three detectors read.
+- **Periodic spikes** ("horizontal lines"): the mean over runs of the autocorrelation of each
+  run's spike indicator. A spike train with period k has its first strong autocorrelation peak
+  at lag k (its periodogram has equal peaks at every harmonic, which is why the lag domain is
+  used to name the period). The p-value is a permutation test: the indicator is shuffled
+  within each run, which keeps the spike rate and destroys any order. The iteration indices
+  slow in (almost) every run are those whose spike count across runs is improbable under the
+  overall spike rate (binomial test, Bonferroni over the indices).
+- **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the
+  correlation of their spike indicators at every lag; averaged over the pairs. A consistent
+  peak at lag d means spike positions are remembered from run to run and move by d per run
+  (d = 0: the same indices every run). The p-value shifts each run by an independent random
+  circular offset, which keeps every run's own pattern (periodic or not) but breaks the
+  alignment between runs.
+- **Warm-up**: each run's first iterations against its steady state (the second half).
+  ``n_slow`` is the length of the leading stretch whose across-run median exceeds the steady
+  state's noise; the p-value is a one-sided Wilcoxon signed-rank test over runs (first window
+  mean vs steady mean), or Mann-Whitney over iterations when there are fewer than 6 runs.
+- **Shape vs baseline**: the k-sample Anderson-Darling test (``scipy.stats.anderson_ksamp``,
+  permutation p-value) on the pooled samples after removing each side's location and scale
+  (median and IQR), so it answers "did the shape change", not "did it shift". With thousands
+  of samples AD finds differences too small to matter, so "changed" also needs the
+  standardised ECDFs to differ by at least 0.1 somewhere (or the modality to differ). Modality is an
+  mvalue (Brendan Gregg's measure, used by BenchmarkDotNet): the total variation of the
+  density divided by its maximum; about 2 for one mode, about 4 for two. The density is a
+  Gaussian KDE on a grid over the central 99% of the data, which keeps the measure from
+  counting histogram noise as modes (its bandwidth is at least the timer's quantum, so
+  quantised values are not read as modes). mvalue >= 3.2 (BenchmarkDotNet's threshold) is
+  "bimodal".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.01  # artifacts are reported only with strong evidence: they are hints, not verdicts
+MIN_ACF = 0.5  # a period needs most spikes to recur at it; bursts of slow iterations (clustering)
+# give small, significant autocorrelations at short lags that are not a period
+MVALUE_BIMODAL = 3.2
+MIN_SHAPE_DISTANCE = 0.1  # with thousands of samples AD flags tiny differences: need a visible one
+SHAPE_MAX_SAMPLES = 2000  # per side, for the AD permutation test and the KDE
+MAX_REPORTED_INDICES = 200
+
+
+@dataclass
+class Periodic:
+    found: bool
+    period: int | None
+    acf: float | None  # mean autocorrelation of the spike indicator at the period
+    p_value: float | None
+    indices: list[int] = field(default_factory=list)  # iteration indices slow in every run
+    spike_rate: float = 0.0
+
+
+@dataclass
+class CrossRun:
+    found: bool
+    correlation: float | None  # mean correlation of consecutive runs' spikes at the best lag
+    drift: int | None  # the best lag: how far spike positions move from one run to the next
+    p_value: float | None
+    pairs: int = 0
+
+
+@dataclass
+class Warmup:
+    found: bool
+    n_slow: int
+    slowdown: float | None  # first-window mean / steady mean
+    p_value: float | None
+
+
+@dataclass
+class Shape:
+    ad_stat: float | None
+    p_value: float | None
+    changed: bool
+    mvalue: float
+    modality: str
+    mvalue_baseline: float | None = None
+    modality_baseline: str | None = None
+    distance: float | None = None  # largest gap between the standardised ECDFs (KS statistic)
+
+
+@dataclass
+class Outliers:
+    count: int
+    fraction: float
+    high: int
+    low: int
+    indices: list[tuple[int, int]] = field(default_factory=list)  # (run, iteration), capped
+
+
+@dataclass
+class Artifacts:
+    runs: int
+    iterations: int
+    periodic: Periodic
+    cross_run: CrossRun
+    warmup: Warmup
+    shape: Shape
+    outliers: Outliers
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: NaN becomes None, numpy scalars become Python numbers."""
+        return _clean(asdict(self))
+
+    def found(self) -> list[str]:
+        """Names of the artifacts with evidence, in report order."""
+        names = []
+        if self.periodic.found:
+            names.append("periodic")
+        if self.cross_run.found:
+            names.append("cross_run")
+        if self.warmup.found:
+            names.append("warmup")
+        if self.shape.changed:
+            names.append("shape")
+        if self.shape.modality == "bimodal":
+            names.append("bimodal")
+        return names
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def as_matrix(runs: list[np.ndarray]) -> np.ndarray:
+    """Stack runs of possibly different lengths, cut to the shortest (iteration i aligned)."""
+    runs = [np.asarray(r, dtype=np.float64) for r in runs if np.size(r)]
+    if not runs:
+        return np.empty((0, 0))
+    n = min(r.size for r in runs)
+    return np.vstack([r[:n] for r in runs])
+
+
+def resolution(matrix: np.ndarray) -> np.ndarray:
+    """Per run, the smallest positive gap between distinct values: the timer's quantum."""
+    out = np.zeros(matrix.shape[0])
+    for r, row in enumerate(matrix):
+        gaps = np.diff(np.unique(row[np.isfinite(row)]))
+        gaps = gaps[gaps > 0]
+        out[r] = gaps.min() if gaps.size else 0.0
+    return out
+
+
+def tukey(matrix: np.ndarray, k: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
+    """Per-run Tukey fences: boolean matrices (slow, fast) of the values beyond them.
+
+    The IQR is floored at the timer's quantum: with coarse clocks most values are equal, the
+    IQR is 0, and every tick above the mode would otherwise count as an outlier.
+    """
+    q1, q3 = np.percentile(matrix, [25, 75], axis=1, keepdims=True)
+    iqr = np.maximum(q3 - q1, resolution(matrix)[:, None])
+    return matrix > q3 + k * iqr, matrix < q1 - k * iqr
+
+
+def _acf(ind: np.ndarray) -> np.ndarray:
+    """Autocorrelation of each row (demeaned), lags 0..n-1, via FFT; rows of zeros give 0.
+
+    Works on (..., runs, n) arrays and averages over runs, so a stack of shuffles is one call.
+    """
+    n = ind.shape[-1]
+    x = ind - ind.mean(axis=-1, keepdims=True)
+    f = np.fft.rfft(x, n=2 * n, axis=-1)
+    ac = np.fft.irfft(f * np.conj(f), n=2 * n, axis=-1)[..., :n]
+    var = ac[..., :1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ac = np.where(var > 0, ac / var, 0.0)
+    # Unbiased for the shrinking overlap, so a lag near n is not penalised for length alone.
+    ac = ac * (n / np.maximum(n - np.arange(n), 1))
+    return ac.mean(axis=-2)
+
+
+def _first_peak(acf: np.ndarray, max_lag: int) -> tuple[int | None, float]:
+    """The smallest lag >= 2 that is a local maximum with at least half the top peak."""
+    seg = acf[: max_lag + 1]
+    if seg.size < 4:
+        return None, math.nan
+    top = float(seg[2:].max())
+    if top <= 0:
+        return None, top
+    for lag in range(2, seg.size):
+        left = seg[lag - 1]
+        right = seg[lag + 1] if lag + 1 < seg.size else -np.inf
+        if seg[lag] >= 0.5 * top and seg[lag] >= left and seg[lag] >= right:
+            return lag, float(seg[lag])
+    return None, top
+
+
+def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Periodic:
+    """Period of the spikes and the indices slow in every run (see module docstring)."""
+    runs, n = slow.shape
+    rate = float(slow.mean()) if slow.size else 0.0
+    if n < 16 or slow.sum() < 3:
+        return Periodic(False, None, None, None, [], rate)
+    ind = slow.astype(np.float64)
+    max_lag = n // 4
+    acf = _acf(ind)
+    lag, peak = _first_peak(acf, max_lag)
+    stat = float(acf[2: max_lag + 1].max())
+    rng = np.random.default_rng(seed)
+    exceed = 0
+    chunk = max(1, int(4e7 // max(1, runs * n * 4)))
+    done = 0
+    while done < resamples:
+        b = min(chunk, resamples - done)
+        shuffled = rng.permuted(np.broadcast_to(ind, (b, runs, n)).copy(), axis=-1)
+        null = _acf(shuffled)[:, 2: max_lag + 1].max(axis=-1)
+        exceed += int((null >= stat).sum())
+        done += b
+    p = (exceed + 1) / (resamples + 1)
+    found = lag is not None and p < ALPHA and peak >= MIN_ACF
+    counts = slow.sum(axis=0)
+    indices: list[int] = []
+    if runs >= 3 and rate > 0:
+        col_p = stats.binom.sf(counts - 1, runs, rate)
+        hot = np.flatnonzero((col_p < ALPHA / n) & (counts >= max(2, math.ceil(0.5 * runs))))
+        indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
+    return Periodic(found, int(lag) if found and lag else None, peak if lag else None, p,
+                    indices, rate)
+
+
+def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> CrossRun:
+    """Correlation of spike positions between consecutive runs, the lag it peaks at, a p."""
+    runs, n = slow.shape
+    ind = slow.astype(np.float64)
+    usable = ind.std(axis=1) > 0
+    pairs = np.flatnonzero(usable[:-1] & usable[1:])
+    if runs < 2 or pairs.size == 0 or n < 16:
+        return CrossRun(False, None, None, None, int(pairs.size))
+    max_lag = min(n // 4, 2000)
+
+    def profile(x: np.ndarray) -> np.ndarray:
+        # x: (..., runs, n) -> mean over consecutive pairs of the correlation at lags
+        # -max_lag..max_lag, shape (..., 2*max_lag+1).
+        z = x - x.mean(axis=-1, keepdims=True)
+        z = z / np.maximum(z.std(axis=-1, keepdims=True), 1e-300)
+        f = np.fft.rfft(z, n=2 * n, axis=-1)
+        a, b = f[..., pairs, :], f[..., pairs + 1, :]
+        cc = np.fft.irfft(np.conj(a) * b, n=2 * n, axis=-1)  # cc[d]: a[t] with b[t + d]
+        cc = np.concatenate([cc[..., -max_lag:], cc[..., : max_lag + 1]], axis=-1)
+        overlap = n - np.abs(np.arange(-max_lag, max_lag + 1))
+        return (cc / overlap).mean(axis=-2)
+
+    prof = profile(ind)
+    stat = float(prof.max())
+    # A periodic pattern peaks at every multiple of its period: report the smallest shift.
+    lags = np.arange(-max_lag, max_lag + 1)
+    near_top = np.flatnonzero(prof >= stat - 0.02 * abs(stat))
+    best = int(near_top[np.argmin(np.abs(lags[near_top]))])
+    rng = np.random.default_rng(seed)
+    exceed, done = 0, 0
+    chunk = max(1, int(2e7 // max(1, runs * n * 4)))
+    while done < resamples:
+        b = min(chunk, resamples - done)
+        shifts = rng.integers(0, n, size=(b, runs))
+        idx = (np.arange(n)[None, None, :] + shifts[:, :, None]) % n
+        rolled = np.take_along_axis(np.broadcast_to(ind, (b, runs, n)), idx, axis=-1)
+        exceed += int((profile(rolled).max(axis=-1) >= stat).sum())
+        done += b
+    p = (exceed + 1) / (resamples + 1)
+    return CrossRun(p < ALPHA, stat, best - max_lag, p, int(pairs.size))
+
+
+def warmup(matrix: np.ndarray) -> Warmup:
+    """Are the first iterations of the runs slower than their steady state (second half)?"""
+    runs, n = matrix.shape
+    if n < 20:
+        return Warmup(False, 0, None, None)
+    steady = matrix[:, n // 2:]
+    level = float(np.median(steady))
+    quantum = float(np.median(resolution(matrix)))
+    profile = np.median(matrix, axis=0)  # the typical run, iteration by iteration
+    smooth = np.convolve(profile, np.ones(5) / 5, mode="same")
+    tail = smooth[n // 2:]
+    spread = max(1.4826 * float(np.median(np.abs(tail - np.median(tail)))), quantum / 2)
+    above = smooth[: n // 2] > level + 3 * spread + quantum
+    n_slow = int(np.argmin(above)) if not above.all() else n // 2
+    window = min(max(n_slow, 5), n // 4)
+    first = np.median(matrix[:, :window], axis=1)
+    rest = np.median(steady, axis=1)
+    slowdown = float(np.median(matrix[:, :window]) / level) if level > 0 else None
+    if runs >= 6:
+        diff = first - rest
+        p = float(stats.wilcoxon(diff, alternative="greater").pvalue) if np.any(diff) else 1.0
+    else:
+        p = float(stats.mannwhitneyu(matrix[:, :window].ravel(), steady.ravel(),
+                                     alternative="greater").pvalue)
+    found = n_slow > 0 and p < ALPHA
+    return Warmup(found, n_slow if found else 0, slowdown, p)
+
+
+def _subsample(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    x = x[np.isfinite(x)]
+    if x.size > SHAPE_MAX_SAMPLES:
+        x = rng.choice(x, SHAPE_MAX_SAMPLES, replace=False)
+    return x
+
+
+def _standardise(x: np.ndarray) -> np.ndarray:
+    q1, med, q3 = np.percentile(x, [25, 50, 75])
+    scale = q3 - q1 if q3 > q1 else (np.std(x) or 1.0)
+    return (x - med) / scale
+
+
+def mvalue(x: np.ndarray, grid: int = 512, quantum: float | None = None) -> float:
+    """Total variation of the KDE density over its maximum (2 = one mode, 4 = two).
+
+    ``quantum`` is the timer's step (see :func:`resolution`); by default the smallest gap
+    between distinct values.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    lo, hi = np.percentile(x, [0.5, 99.5]) if x.size else (0.0, 0.0)
+    core = x[(x >= lo) & (x <= hi)]
+    if core.size < 10 or hi <= lo or np.ptp(core) == 0:
+        return 2.0
+    kde = stats.gaussian_kde(core)
+    # Coarse timers put the values on a grid; a bandwidth below the grid step would turn every
+    # tick into a "mode". Widen the kernel to at least one step.
+    if quantum is None:
+        steps = np.diff(np.unique(core))
+        quantum = float(steps.min()) if steps.size else 0.0
+    sd = float(core.std(ddof=1))
+    if sd > 0 and kde.factor * sd < quantum:
+        kde.set_bandwidth(quantum / sd)
+    pad = 0.1 * (hi - lo)
+    density = kde(np.linspace(lo - pad, hi + pad, grid))
+    return float(np.abs(np.diff(density, prepend=0.0, append=0.0)).sum() / density.max())
+
+
+def _modality(m: float) -> str:
+    return "bimodal" if m >= MVALUE_BIMODAL else "unimodal"
+
+
+def shape(matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 199,
+          seed: int = 0) -> Shape:
+    """Shape change against the baseline (AD on standardised samples) and modality."""
+    rng = np.random.default_rng(seed)
+    x = _subsample(matrix.ravel(), rng)
+    m = mvalue(x, quantum=float(np.median(resolution(matrix))))
+    if baseline is None or baseline.size == 0 or x.size < 5:
+        return Shape(None, None, False, m, _modality(m))
+    baseline = np.atleast_2d(np.asarray(baseline, dtype=np.float64))
+    y = _subsample(baseline.ravel(), rng)
+    mb = mvalue(y, quantum=float(np.median(resolution(baseline))))
+    sx, sy = _standardise(x), _standardise(y)
+    res = stats.anderson_ksamp(
+        [sx, sy], variant="midrank",
+        method=stats.PermutationMethod(n_resamples=resamples, rng=rng),
+    )
+    p = float(res.pvalue)
+    distance = float(stats.ks_2samp(sx, sy).statistic)
+    changed = p < ALPHA and (distance >= MIN_SHAPE_DISTANCE or _modality(m) != _modality(mb))
+    return Shape(float(res.statistic), p, changed, m, _modality(m), mb, _modality(mb), distance)
+
+
+def detect(matrix: np.ndarray, baseline: np.ndarray | None = None, *, resamples: int = 199,
+           seed: int = 0) -> Artifacts:
+    """Run every detector on a runs x iterations matrix (and a baseline matrix for shape)."""
+    matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
+    runs, n = matrix.shape
+    slow, fast = tukey(matrix)
+    where = np.argwhere(slow | fast)
+    spikes, _ = tukey(matrix, k=3.0)  # Tukey's "far out" values: the spikes
+    outliers = Outliers(
+        count=int(where.shape[0]),
+        fraction=float(where.shape[0] / matrix.size) if matrix.size else 0.0,
+        high=int(slow.sum()), low=int(fast.sum()),
+        indices=[(int(r), int(i)) for r, i in where[:MAX_REPORTED_INDICES]],
+    )
+    return Artifacts(
+        runs=runs, iterations=n,
+        periodic=periodic(spikes, resamples=resamples, seed=seed),
+        cross_run=cross_run(spikes, resamples=resamples, seed=seed),
+        warmup=warmup(matrix),
+        shape=shape(matrix, baseline, resamples=resamples, seed=seed),
+        outliers=outliers,
+    )

@@ -1,0 +1,396 @@
+"""Compare configurations against a baseline: overhead with a bootstrap CI, the study-A columns,
+a p-value adjusted across the whole family of one command, and a verdict.
+
+For each probe, metric and configuration:
+
+- ``mean``, ``stderr`` and ``stderr_pct`` over the run values (runs are the unit);
+- ``delta_prev_pct``: study A's ΔL(n−1), the relative change from the previous level of the
+  same chain (configurations whose labels agree on every key they share, ordered L0 < L1 <
+  L2 < L3, across experiments);
+- ``overhead`` against the baseline, direction-aware (>1 = slower), with a 95% percentile CI
+  from the bootstrap: runs and iterations within runs when raw samples are given and the
+  metric is the iteration mean, runs only otherwise (see :mod:`vmtax.stats.bootstrap`);
+- ``p_value`` from a two-sample test on run values and ``p_adjusted`` across every
+  non-baseline row of the command (Holm by default);
+- ``verdict``: ``slower`` / ``faster`` only when ``p_adjusted < alpha`` AND the whole CI lies
+  outside the noise band ``[1 - noise, 1 + noise]``; ``~`` otherwise; ``baseline`` for the
+  baseline's own row.
+
+One ``geomean`` row per configuration and metric summarises the probes: the geometric mean of
+the overheads, with a CI from the probes' joint bootstrap distribution. It is not a test, so
+its p-values are empty and its verdict depends on the CI and the noise band alone.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from vmtax.errors import UsageError
+from vmtax.stats import bootstrap, significance
+
+ALPHA = 0.05
+CONFIDENCE = 0.95
+MIN_RUNS = 5
+SCHEMA = "vmtax.compare/1"
+
+# metric -> (runs column, unit override, better override); None = take the probe's own.
+METRICS: dict[str, tuple[str, str | None, str | None]] = {
+    "mean": ("mean", None, None),
+    "median": ("median", None, None),
+    "p95": ("p95", None, None),
+    "p99": ("p99", None, None),
+    "min": ("min", None, None),
+    "max": ("max", None, None),
+    "throughput": ("throughput", None, "higher"),
+    "ops_per_sec": ("ops_per_sec", "ops/s", "higher"),
+    "wall_s": ("wall_s", "s", "lower"),
+}
+
+COLUMNS = [
+    "probe", "metric", "unit", "better", "config", "level", "is_baseline", "n_runs", "mean",
+    "stderr", "stderr_pct", "delta_prev_pct", "overhead", "ci_low", "ci_high", "p_value",
+    "p_adjusted", "verdict", "warnings",
+]
+
+
+@dataclass
+class Comparison:
+    """The result of :func:`compare`: one row per (probe, metric, config) plus geomean rows."""
+
+    rows: pd.DataFrame
+    baseline: str
+    test: str
+    adjust: str
+    noise: float
+    resamples: int
+    seed: int
+    metrics: list[str]
+    alpha: float = ALPHA
+    confidence: float = CONFIDENCE
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def family_size(self) -> int:
+        tested = self.rows[(self.rows["probe"] != "geomean") & ~self.rows["is_baseline"]]
+        return int(np.isfinite(tested["p_value"].astype(float)).sum())
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; the structure is documented in docs/compare-json.md."""
+        rows = []
+        for rec in self.rows.to_dict(orient="records"):
+            out = {k: _json_value(rec[k]) for k in COLUMNS if k != "warnings"}
+            out["warnings"] = [w for w in str(rec["warnings"] or "").split("; ") if w]
+            rows.append(out)
+        return {
+            "schema": SCHEMA,
+            "baseline": self.baseline,
+            "metrics": list(self.metrics),
+            "test": self.test,
+            "adjust": self.adjust,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
+            "noise": self.noise,
+            "resamples": self.resamples,
+            "seed": self.seed,
+            "family_size": self.family_size,
+            "rows": rows,
+            "warnings": list(self.warnings),
+        }
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def level_number(level: Any) -> float:
+    """``L2`` -> 2; anything else -> NaN (such configurations stay out of ΔL chains)."""
+    match = re.fullmatch(r"[lL](\d+)", str(level or ""))
+    return float(match.group(1)) if match else math.nan
+
+
+def _metrics(metric: str | Sequence[str]) -> list[str]:
+    names = [metric] if isinstance(metric, str) else list(metric)
+    out: list[str] = []
+    for name in (part.strip().lower() for n in names for part in str(n).split(",")):
+        if not name:
+            continue
+        name = "mean" if name == "auto" else name
+        if name not in METRICS:
+            raise UsageError(
+                f"unknown metric {name!r} (choose from auto, {', '.join(METRICS)})"
+            )
+        if name not in out:
+            out.append(name)
+    return out or ["mean"]
+
+
+def _baseline_mask(runs: pd.DataFrame, baseline: str | pd.Series) -> pd.Series:
+    if isinstance(baseline, pd.Series):
+        return baseline.reindex(runs.index, fill_value=False).astype(bool)
+    from vmtax.store.select import mask
+
+    return mask(runs, baseline)
+
+
+def _group_keys(ok: pd.DataFrame) -> pd.Series:
+    """The comparison unit: a configuration of one experiment. The display name is the config
+    key, prefixed with the experiment id only when the same key occurs in several experiments."""
+    exps_per_config = ok.groupby("config")["experiment_id"].nunique()
+    clash = ok["config"].map(exps_per_config) > 1
+    prefixed = "#" + ok["experiment_id"].astype(str) + " " + ok["config"].astype(str)
+    return prefixed.where(clash, ok["config"].astype(str))
+
+
+def compare(runs: pd.DataFrame, samples: Mapping[int, np.ndarray] | None,
+            baseline: str | pd.Series, *, metric: str | Sequence[str] = "auto",
+            test: str = "permutation", adjust: str = "holm", noise: float = 0.02,
+            resamples: int = 10_000, seed: int = 0) -> Comparison:
+    """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
+
+    ``runs`` has the ``Store.runs()`` columns; ``samples`` maps run ids to raw iteration values
+    (optional: without it the bootstrap resamples run values only). Raises UsageError when the
+    baseline matches no run or, for one probe, more than one configuration.
+    """
+    if test not in significance.TESTS:
+        raise UsageError(f"unknown test {test!r} (choose from {', '.join(significance.TESTS)})")
+    if adjust not in significance.ADJUSTMENTS:
+        raise UsageError(
+            f"unknown adjustment {adjust!r} (choose from {', '.join(significance.ADJUSTMENTS)})"
+        )
+    if not 0 <= noise < 1:
+        raise UsageError(f"noise must be a fraction in [0, 1), got {noise}")
+    metrics = _metrics(metric)
+    label = baseline if isinstance(baseline, str) else "(mask)"
+    ok = runs[runs["status"] == "ok"].copy()
+    if ok.empty:
+        raise UsageError("no completed runs match the selectors")
+    ok["_key"] = _group_keys(ok)
+    ok["_base"] = _baseline_mask(ok, baseline).to_numpy()
+    if not ok["_base"].any():
+        raise UsageError(f"baseline {label!r} matches no completed run")
+
+    rows: list[dict[str, Any]] = []
+    dists: dict[int, np.ndarray] = {}
+    notes: list[str] = []
+    for probe, pruns in ok.groupby("probe", sort=True):
+        base_keys = list(dict.fromkeys(pruns.loc[pruns["_base"], "_key"]))
+        if len(base_keys) > 1:
+            raise UsageError(
+                f"baseline {label!r} matches {len(base_keys)} configurations for probe "
+                f"{probe}: {', '.join(base_keys)}; narrow it (e.g. add exp= or level=)"
+            )
+        if not base_keys:
+            notes.append(f"probe {probe}: the baseline has no runs of it; not compared")
+            continue
+        base_key = base_keys[0]
+        for name in metrics:
+            _compare_metric(pruns, str(probe), name, base_key, samples, test, resamples, seed,
+                            rows, dists, notes)
+
+    frame = pd.DataFrame(rows, columns=[*COLUMNS, "_dist", "_labels", "_exp", "_n_base"])
+    if frame.empty or frame["is_baseline"].all():
+        raise UsageError("nothing to compare: no probe has runs in both the baseline and "
+                         "another configuration")
+    _chain_deltas(frame)
+    tested = ~frame["is_baseline"]
+    pvals = frame["p_value"].astype(float).to_numpy()
+    pvals_family = np.where(tested, pvals, np.nan)
+    frame["p_adjusted"] = significance.adjust(pvals_family, adjust)
+    floors = np.array([
+        significance.min_pvalue(int(n), int(nb), test, resamples=resamples) if t else np.nan
+        for n, nb, t in zip(frame["n_runs"], frame["_n_base"], tested, strict=True)
+    ])
+    best = significance.best_adjusted(np.where(np.isfinite(pvals_family), pvals_family, 1.0),
+                                      floors, adjust)
+    for i in np.flatnonzero(tested.to_numpy()):
+        if np.isfinite(best[i]) and best[i] >= ALPHA:
+            _warn(frame, i, f"cannot reach significance: best possible adjusted p is "
+                            f"{best[i]:.3g} with {int(frame.at[i, 'n_runs'])} vs "
+                            f"{int(frame.at[i, '_n_base'])} runs")
+    frame["verdict"] = [
+        "baseline" if b else _verdict(pa, lo, hi, noise)
+        for b, pa, lo, hi in zip(frame["is_baseline"], frame["p_adjusted"], frame["ci_low"],
+                                 frame["ci_high"], strict=True)
+    ]
+    geo = _geomean_rows(frame, dists, noise, seed)
+    if not geo.empty:
+        frame = pd.concat([frame, geo], ignore_index=True)
+    frame["is_baseline"] = frame["is_baseline"].astype(bool)
+    return Comparison(
+        rows=frame[COLUMNS].reset_index(drop=True), baseline=label, test=test, adjust=adjust,
+        noise=noise, resamples=resamples, seed=seed, metrics=metrics, warnings=notes,
+    )
+
+
+def _warn(frame: pd.DataFrame, i: int, text: str) -> None:
+    old = frame.at[i, "warnings"]
+    frame.at[i, "warnings"] = f"{old}; {text}" if old else text
+
+
+def _verdict(p_adj: float, low: float, high: float, noise: float) -> str:
+    if not (np.isfinite(p_adj) and p_adj < ALPHA):
+        return "~"
+    return _band_verdict(low, high, noise)
+
+
+def _band_verdict(low: float, high: float, noise: float) -> str:
+    if np.isfinite(low) and low > 1.0 + noise:
+        return "slower"
+    if np.isfinite(high) and high < 1.0 - noise:
+        return "faster"
+    return "~"
+
+
+def _run_values(group: pd.DataFrame, column: str) -> np.ndarray:
+    values = pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=np.float64)
+    return values[np.isfinite(values)]
+
+
+def _compare_metric(pruns: pd.DataFrame, probe: str, name: str, base_key: str,
+                    samples: Mapping[int, np.ndarray] | None, test: str, resamples: int,
+                    seed: int, rows: list[dict[str, Any]], dists: dict[int, np.ndarray],
+                    notes: list[str]) -> None:
+    column, unit_override, better_override = METRICS[name]
+    groups = {key: g for key, g in pruns.groupby("_key", sort=False)}
+    base = groups[base_key]
+    base_vals = _run_values(base, column)
+    if base_vals.size == 0:
+        notes.append(f"probe {probe}: metric {name} is missing in the baseline's runs")
+        return
+    first = base.iloc[0]
+    better = better_override or str(first.get("better") or "lower")
+    if name == "throughput":
+        unit = first.get("throughput_unit") or "events/s"
+    else:
+        unit = unit_override or first.get("unit") or ""
+    use_samples = name == "mean" and samples is not None
+    base_samples = _samples_of(base, samples) if use_samples else None
+    order = [base_key] + sorted((k for k in groups if k != base_key),
+                                key=lambda k: (level_number(groups[k]["level"].iloc[0]), k))
+    for key in order:
+        g = groups[key]
+        vals = _run_values(g, column)
+        if vals.size == 0:
+            notes.append(f"probe {probe}, {key}: metric {name} is missing; skipped")
+            continue
+        is_base = key == base_key
+        mean = float(vals.mean())
+        sem = float(stats.sem(vals)) if vals.size > 1 else math.nan
+        warnings = []
+        if vals.size < MIN_RUNS or base_vals.size < MIN_RUNS:
+            warnings.append(f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} "
+                            "per side")
+        if is_base:
+            boot = bootstrap.BootResult(1.0, math.nan, math.nan, np.empty(0))
+            p = math.nan
+        else:
+            cfg_samples = _samples_of(g, samples) if use_samples else None
+            if cfg_samples is not None and base_samples is not None:
+                boot = bootstrap.hierarchical_bootstrap(cfg_samples, base_samples, better,
+                                                        resamples=resamples, seed=seed)
+            else:
+                boot = bootstrap.run_bootstrap(vals, base_vals, better, resamples=resamples,
+                                               seed=seed)
+            p = significance.pvalue(vals, base_vals, test, resamples=resamples, seed=seed)
+        dists[len(rows)] = boot.distribution
+        rows.append({
+            "probe": probe, "metric": name, "unit": unit, "better": better, "config": key,
+            "level": str(g["level"].iloc[0]), "is_baseline": is_base, "n_runs": int(vals.size),
+            "mean": mean, "stderr": sem,
+            "stderr_pct": 100.0 * sem / abs(mean) if mean != 0 else math.nan,
+            "delta_prev_pct": math.nan, "overhead": boot.estimate, "ci_low": boot.low,
+            "ci_high": boot.high, "p_value": p, "p_adjusted": math.nan, "verdict": "",
+            "warnings": "; ".join(warnings), "_dist": len(rows),
+            "_labels": _labels_of(g), "_exp": int(g["experiment_id"].iloc[0]),
+            "_n_base": int(base_vals.size),
+        })
+
+
+def _samples_of(group: pd.DataFrame,
+                samples: Mapping[int, np.ndarray] | None) -> list[np.ndarray] | None:
+    """The raw values of every run of a group, or None when any run lacks them."""
+    if samples is None:
+        return None
+    out = []
+    for run_id in group["run_id"]:
+        values = samples.get(int(run_id))
+        if values is None or np.size(values) == 0:
+            return None
+        out.append(np.asarray(values, dtype=np.float64))
+    return out
+
+
+def _labels_of(group: pd.DataFrame) -> dict[str, str]:
+    labels = group["labels"].iloc[0] if "labels" in group else None
+    return {str(k).lower(): str(v).lower() for k, v in (labels or {}).items()}
+
+
+def _compatible(a: dict[str, str], b: dict[str, str]) -> bool:
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
+
+
+def _chain_deltas(frame: pd.DataFrame) -> None:
+    """ΔL(n−1) in percent against the nearest lower level of the same chain.
+
+    A chain is a set of configurations whose labels agree on every key they share (L0 usually
+    has fewer labels than a VM level; levels measured in separate experiments, e.g. on the
+    host and inside a guest, still chain). With two equally close candidates the one sharing
+    more labels wins; a tie (the same configuration in two experiments) leaves the cell empty
+    rather than guessing.
+    """
+    for _, part in frame.groupby(["probe", "metric"], sort=False):
+        levels = {i: level_number(part.at[i, "level"]) for i in part.index}
+        for i in part.index:
+            li = levels[i]
+            if not math.isfinite(li):
+                continue
+            cands = [j for j in part.index if math.isfinite(levels[j]) and levels[j] < li
+                     and _compatible(part.at[i, "_labels"], part.at[j, "_labels"])]
+            if not cands:
+                continue
+            top = max(levels[j] for j in cands)
+            near = [j for j in cands if levels[j] == top]
+            shared = {j: len(part.at[i, "_labels"].keys() & part.at[j, "_labels"].keys())
+                      for j in near}
+            best = max(shared.values())
+            winners = [j for j in near if shared[j] == best]
+            if len(winners) != 1:
+                continue
+            prev = float(part.at[winners[0], "mean"])
+            if prev != 0:
+                frame.at[i, "delta_prev_pct"] = 100.0 * (float(part.at[i, "mean"]) - prev) / prev
+
+
+def _geomean_rows(frame: pd.DataFrame, dists: Mapping[int, np.ndarray],
+                  noise: float, seed: int) -> pd.DataFrame:
+    rows = []
+    tested = frame[~frame["is_baseline"]]
+    for (name, key), part in tested.groupby(["metric", "config"], sort=False):
+        if part["probe"].nunique() < 2:
+            continue
+        est = part["overhead"].astype(float).to_numpy()
+        if not (np.isfinite(est).all() and (est > 0).all()):
+            continue
+        res = bootstrap.geomean_interval([dists[int(d)] for d in part["_dist"]], est, seed=seed)
+        rows.append({
+            "probe": "geomean", "metric": name, "unit": "", "better": "lower", "config": key,
+            "level": part["level"].iloc[0], "is_baseline": False,
+            "n_runs": int(part["n_runs"].min()), "mean": math.nan, "stderr": math.nan,
+            "stderr_pct": math.nan, "delta_prev_pct": math.nan, "overhead": res.estimate,
+            "ci_low": res.low, "ci_high": res.high, "p_value": math.nan,
+            "p_adjusted": math.nan, "verdict": _band_verdict(res.low, res.high, noise),
+            "warnings": f"summary of {part['probe'].nunique()} probes; not a test",
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)

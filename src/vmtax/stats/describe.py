@@ -1,0 +1,61 @@
+"""Study A's description of a set of runs: per configuration and probe, the mean throughput
+and the mean response time, each with the standard error of the mean over runs and that error
+as a percentage of the mean, plus the mean of the runs' p95.
+
+Runs are the independent unit, so every statistic is taken over run-level values (each run's
+mean, throughput and p95), never over the pooled iterations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+COLUMNS = [
+    "config", "level", "probe", "unit", "throughput_unit", "n_runs",
+    "throughput_mean", "throughput_stderr", "throughput_stderr_pct",
+    "resp_mean", "resp_stderr", "resp_stderr_pct", "p95",
+]
+
+
+def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (config, probe) over the ``status == "ok"`` runs, in first-seen order."""
+    if runs_df.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    ok = runs_df[runs_df["status"] == "ok"]
+    rows = []
+    for (config, probe), group in ok.groupby(["config", "probe"], sort=False):
+        t_mean, t_err, t_pct = _mean_sem(group["throughput"])
+        r_mean, r_err, r_pct = _mean_sem(group["mean"])
+        rows.append({
+            "config": config,
+            "level": group["level"].iloc[0],
+            "probe": probe,
+            "unit": group["unit"].iloc[0],
+            "throughput_unit": _first(group["throughput_unit"]),
+            "n_runs": len(group),
+            "throughput_mean": t_mean,
+            "throughput_stderr": t_err,
+            "throughput_stderr_pct": t_pct,
+            "resp_mean": r_mean,
+            "resp_stderr": r_err,
+            "resp_stderr_pct": r_pct,
+            "p95": float(pd.to_numeric(group["p95"], errors="coerce").mean()),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _mean_sem(values: pd.Series) -> tuple[float, float, float]:
+    x = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=np.float64)
+    if x.size == 0:
+        return (np.nan, np.nan, np.nan)
+    mean = float(x.mean())
+    sem = float(stats.sem(x)) if x.size > 1 else np.nan
+    pct = 100.0 * sem / abs(mean) if mean != 0 and np.isfinite(sem) else np.nan
+    return (mean, sem, pct)
+
+
+def _first(values: pd.Series) -> str | None:
+    present = values.dropna()
+    return str(present.iloc[0]) if len(present) else None

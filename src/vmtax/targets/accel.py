@@ -1,0 +1,109 @@
+"""Choose the accelerator: KVM only after a real test guest has booted under it, else TCG.
+
+``/dev/kvm`` existing is not proof that guests run (a nested or broken KVM can hang a
+Linux guest right after real mode). So a tiny guest whose /init prints a marker is booted
+under ``accel=kvm`` with a short timeout. The verdict is cached per boot of the host (the
+kernel's boot id), because KVM's health does not change until the host reboots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from vmtax.errors import UsageError, VmtaxError
+from vmtax.targets.base import TargetError
+from vmtax.targets.images import build_accel_test, cache_dir
+from vmtax.targets.qemu import GuestSpec, QemuGuest
+
+MARKER = "VMTAX-ACCEL-TEST-OK"
+#: A working KVM boots the test guest in about a second; TCG needs about five.
+KVM_TEST_TIMEOUT = float(os.environ.get("VMTAX_KVM_TEST_TIMEOUT", "15"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kvm_ok: bool
+    reason: str
+    seconds: float | None = None
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _verdict_file() -> Path:
+    return cache_dir().parent / f"accel-{boot_id()}.json"
+
+
+def test_guest_boots(accel: str, timeout: float, *, cpu: str | None = None) -> Verdict:
+    """Boot the marker guest under ``accel`` (with the CPU model real guests get, unless
+    ``cpu`` says otherwise); ok only if the marker reaches the console in time."""
+    image = build_accel_test()
+    spec = GuestSpec(vcpus=1, memory_mb=256, accel=accel, pin=False, cpu=cpu, scratch_mb=0)
+    guest = QemuGuest(image, spec, agent_args=[])
+    t0 = time.monotonic()
+    try:
+        guest.start()
+        while time.monotonic() - t0 < timeout:
+            if MARKER in guest.console_text():
+                return Verdict(True, f"test guest booted under {accel}", time.monotonic() - t0)
+            if not guest.running():
+                return Verdict(False, f"QEMU exited under accel={accel}: {guest.console_tail(2)}")
+            time.sleep(0.1)
+        return Verdict(
+            False,
+            f"a test guest did not boot under accel={accel} within {timeout:g} s "
+            f"(console: {guest.console_tail(1)})",
+        )
+    except TargetError as exc:
+        return Verdict(False, f"QEMU could not start a guest under accel={accel}: {_short(exc)}")
+    finally:
+        guest.stop()
+
+
+def _short(exc: Exception) -> str:
+    # QEMU's first complaint is the informative one (e.g. "failed to set MSR 0x10a").
+    text = str(exc).split(": ", 1)[-1]
+    return text.split(" | ")[0][:160]
+
+
+def kvm_verdict(*, refresh: bool = False) -> Verdict:
+    """Does KVM really run a guest on this host? Cached per host boot."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return Verdict(False, "/dev/kvm is missing or not accessible")
+    path = _verdict_file()
+    if not refresh and path.is_file():
+        try:
+            return Verdict(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    verdict = test_guest_boots("kvm", KVM_TEST_TIMEOUT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(verdict)))
+    return verdict
+
+
+def choose_accel(requested: str = "auto", *, notice: bool = True) -> str:
+    """``auto`` -> ``kvm`` if a test guest boots under KVM, else ``tcg`` with a one-line
+    notice on stderr. ``kvm`` when KVM does not work is an error; ``tcg`` is always allowed."""
+    if requested not in ("auto", "kvm", "tcg"):
+        raise UsageError(f"unknown accelerator {requested!r} (choose auto, kvm or tcg)")
+    if requested == "tcg":
+        return "tcg"
+    verdict = kvm_verdict()
+    if verdict.kvm_ok:
+        return "kvm"
+    if requested == "kvm":
+        raise VmtaxError(f"accel=kvm refused: {verdict.reason}")
+    if notice:
+        print(f"vmtax: KVM refused ({verdict.reason}); using accel=tcg (emulation)",
+              file=sys.stderr)
+    return "tcg"

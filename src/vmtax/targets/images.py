@@ -1,0 +1,328 @@
+"""Guest images built from the host's Debian packages, cached by the hash of their inputs.
+
+The minimal image is a kernel (``linux-image-amd64``) plus an initramfs holding
+``busybox-static``, the static agent, the virtio modules it needs and a tiny ``/init`` that
+hands PID 1 to the agent. Same inputs, same hash, same directory: nothing is rebuilt.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import lzma
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from vmtax.errors import VmtaxError
+from vmtax.targets import cpio
+
+#: Bump when the image layout changes so that old cache entries are not reused.
+FORMAT = 2
+#: What the guest needs: the PCI transport, virtio-serial (the agent's channel), and
+#: virtio-blk + ext4 (which also mounts ext2; it needs crc32c) for the scratch disk.
+MINIMAL_MODULES = ("virtio_pci", "virtio_console", "virtio_blk", "crc32c_generic", "ext4")
+BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+
+
+@dataclass(frozen=True)
+class Image:
+    """A bootable guest: kernel + initramfs in one cache directory."""
+
+    kind: str
+    digest: str
+    directory: Path
+    manifest: dict[str, Any]
+
+    @property
+    def kernel(self) -> Path:
+        return self.directory / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.directory / "initrd.cpio"
+
+    def provenance(self) -> dict[str, Any]:
+        return {"image": self.kind, "image_hash": self.digest, **self.manifest}
+
+
+def cache_dir() -> Path:
+    """Where images live: ``$VMTAX_CACHE_DIR`` or the XDG cache dir (``~/.cache/vmtax``)."""
+    base = os.environ.get("VMTAX_CACHE_DIR") or platformdirs.user_cache_dir("vmtax")
+    return Path(base) / "images"
+
+
+def _version_key(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def find_kernel(kernel: str | Path | None = None) -> tuple[Path, Path]:
+    """The guest kernel and its module tree: an explicit path, ``$VMTAX_KERNEL``, or the
+    newest ``/boot/vmlinuz-*`` that has a ``/lib/modules/<version>``."""
+    chosen = kernel or os.environ.get("VMTAX_KERNEL")
+    if chosen:
+        path = Path(chosen)
+        if not path.is_file():
+            raise VmtaxError(f"guest kernel not found: {path}")
+        version = path.name.removeprefix("vmlinuz-")
+        return path, Path("/lib/modules") / version
+    found = sorted(Path("/boot").glob("vmlinuz-*"), key=lambda p: _version_key(p.name))
+    for path in reversed(found):
+        mods = Path("/lib/modules") / path.name.removeprefix("vmlinuz-")
+        if mods.is_dir():
+            return path, mods
+    raise VmtaxError(
+        "no guest kernel: install linux-image-amd64 (needs /boot/vmlinuz-* and its /lib/modules)"
+    )
+
+
+def find_busybox() -> Path:
+    for cand in BUSYBOX_CANDIDATES:
+        path = Path(cand)
+        if path.is_file() and is_static(path):
+            return path
+    raise VmtaxError("no static busybox: install busybox-static")
+
+
+def is_static(path: Path) -> bool:
+    """True when the ELF file has no program interpreter (PT_INTERP), i.e. runs anywhere."""
+    with path.open("rb") as fh:
+        head = fh.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only
+            return False
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        fh.seek(phoff)
+        table = fh.read(phentsize * phnum)
+    return all(
+        struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum)
+    )
+
+
+def module_closure(moddir: Path, names: tuple[str, ...]) -> list[str]:
+    """Relative paths of ``names`` and everything they depend on, in load order."""
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    dep_file = moddir / "modules.dep"
+    if not dep_file.is_file():
+        raise VmtaxError(f"no {dep_file}: the kernel's modules are not installed")
+    for line in dep_file.read_text().splitlines():
+        mod, _, rest = line.partition(":")
+        deps[mod] = rest.split()
+        base = Path(mod).name.split(".ko")[0].replace("-", "_")
+        by_name[base] = mod
+    order: list[str] = []
+
+    def visit(mod: str) -> None:
+        if mod in order:
+            return
+        # modules.dep lists a module's dependencies so that the last must load first.
+        for dep in reversed(deps.get(mod, [])):
+            visit(dep)
+        order.append(mod)
+
+    for name in names:
+        if name not in by_name:
+            if (moddir / "modules.builtin").is_file() and name in (
+                moddir / "modules.builtin"
+            ).read_text():
+                continue  # built into the kernel, nothing to load
+            raise VmtaxError(f"kernel module {name} not found under {moddir}")
+        visit(by_name[name])
+    return order
+
+
+def _module_bytes(path: Path) -> bytes:
+    # busybox insmod cannot read compressed modules: decompress at build time.
+    data = path.read_bytes()
+    if path.suffix == ".xz":
+        return lzma.decompress(data)
+    if path.suffix == ".gz":
+        return gzip.decompress(data)
+    if path.suffix == ".zst":
+        raise VmtaxError(f"zstd-compressed module {path} not supported; decompress it first")
+    return data
+
+
+def _guest_file(name: str) -> bytes:
+    return resources.files("vmtax.targets").joinpath("guest", name).read_bytes()
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _base_entries(init: bytes, busybox: bytes) -> list[cpio.Entry]:
+    entries = [cpio.directory(d) for d in ("bin", "dev", "etc", "proc", "sys", "tmp", "root")]
+    entries += [
+        cpio.chardev("dev/console", 5, 1),
+        cpio.chardev("dev/null", 1, 3),
+        cpio.regular("bin/busybox", busybox, 0o755),
+        cpio.symlink("bin/sh", "busybox"),
+        cpio.regular("init", init, 0o755),
+    ]
+    return entries
+
+
+def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[str, Any]) -> Image:
+    kernel_bytes = kernel.read_bytes()
+    h = hashlib.sha256(f"vmtax-image/{FORMAT}/{kind}".encode())
+    h.update(_sha(kernel_bytes).encode())
+    for e in entries:
+        h.update(f"{e.path}:{e.mode:o}:{e.rdev}:{_sha(e.data)}\n".encode())
+    digest = h.hexdigest()[:16]
+    target = cache_dir() / f"{kind}-{digest}"
+    if (target / "manifest.json").is_file():
+        return Image(kind, digest, target, json.loads((target / "manifest.json").read_text()))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: a half-written image is never visible.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+    try:
+        shutil.copyfile(kernel, tmp / "vmlinuz")
+        with (tmp / "initrd.cpio").open("wb") as out:
+            cpio.write_newc(out, entries)
+        manifest = {"kind": kind, "hash": digest, "kernel": kernel.name, **manifest}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        try:
+            tmp.rename(target)
+        except OSError:  # built concurrently by another process: keep theirs
+            if not (target / "manifest.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return Image(kind, digest, target, manifest)
+
+
+def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
+    """The busybox initramfs with ``agent`` as ``/vmtax-probe`` (cached)."""
+    if not is_static(agent):
+        raise VmtaxError(
+            f"agent {agent} is dynamically linked; a guest needs the static build "
+            "(cargo build --release --target x86_64-unknown-linux-gnu)"
+        )
+    kernel_path, moddir = find_kernel(kernel)
+    busybox = find_busybox()
+    mods = module_closure(moddir, MINIMAL_MODULES)
+    entries = _base_entries(_guest_file("init"), busybox.read_bytes())
+    entries.append(cpio.directory("lib"))
+    entries.append(cpio.directory("lib/modules"))
+    names = []
+    for rel in mods:
+        name = Path(rel).name.split(".ko")[0] + ".ko"
+        names.append(name)
+        entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
+    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    entries.append(cpio.regular("vmtax-probe", agent.read_bytes(), 0o755))
+    manifest = {
+        "modules": names,
+        "agent_sha256": _sha(agent.read_bytes()),
+        "busybox": str(busybox),
+    }
+    return _build("minimal", kernel_path, entries, manifest)
+
+
+QEMU_FIRMWARE = ("bios-256k.bin", "linuxboot_dma.bin", "linuxboot.bin", "kvmvapic.bin")
+
+
+def _shared_libraries(binary: Path) -> list[Path]:
+    """The ELF interpreter and every library ``binary`` loads, as ``ldd`` resolves them."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise VmtaxError(f"ldd {binary} failed: {out.stderr.strip() or out.stdout.strip()}")
+    libs = []
+    for line in out.stdout.splitlines():
+        words = line.split()
+        path = words[2] if len(words) >= 3 and words[1] == "=>" else words[0] if words else ""
+        if path.startswith("/"):
+            libs.append(Path(path))
+    return libs
+
+
+def _with_parents(paths: list[str]) -> list[cpio.Entry]:
+    dirs: list[str] = []
+    for p in paths:
+        parts = Path(p).parts[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in dirs:
+                dirs.append(d)
+    return [cpio.directory(d) for d in dirs]
+
+
+def build_nested(agent: Path, depth: int, *, kernel: str | Path | None = None) -> Image:
+    """An image whose guest boots the next level itself (TCG), ``depth`` levels in all:
+    depth 1 is the minimal image; depth n holds QEMU, its libraries and firmware, a kernel
+    and the depth n-1 image, and relays the inner agent's port to its own (cached)."""
+    if depth <= 1:
+        return build_minimal(agent, kernel=kernel)
+    inner = build_nested(agent, depth - 1, kernel=kernel)
+    kernel_path, moddir = find_kernel(kernel)
+    qemu = shutil.which("qemu-system-x86_64")
+    if not qemu:
+        raise VmtaxError("qemu-system-x86_64 not found: install qemu-system-x86")
+    files: dict[str, tuple[bytes, int]] = {
+        "usr/bin/qemu-system-x86_64": (Path(qemu).read_bytes(), 0o755)
+    }
+    # Debian builds TCG as a loadable QEMU module: ship it (and what it links) too.
+    binaries = [Path(qemu), *sorted(Path("/usr/lib/x86_64-linux-gnu/qemu").glob("accel-tcg-*.so"))]
+    for binary in binaries[1:]:
+        files[str(binary).lstrip("/")] = (binary.read_bytes(), 0o755)
+    for binary in binaries:
+        for lib in _shared_libraries(binary):
+            files[str(lib).lstrip("/")] = (lib.resolve().read_bytes(), 0o755)
+    for name in QEMU_FIRMWARE:
+        fw = Path("/usr/share/qemu") / name
+        if fw.exists():
+            files[f"usr/share/qemu/{name}"] = (fw.resolve().read_bytes(), 0o644)
+    files["guest/vmlinuz"] = (inner.kernel.read_bytes(), 0o644)
+    files["guest/initrd.cpio"] = (inner.initrd.read_bytes(), 0o644)
+    mods = module_closure(moddir, MINIMAL_MODULES)
+    entries = _base_entries(_guest_file("init-nested"), find_busybox().read_bytes())
+    entries.append(cpio.directory("lib"))
+    entries.append(cpio.directory("lib/modules"))
+    names = []
+    for rel in mods:
+        name = Path(rel).name.split(".ko")[0] + ".ko"
+        names.append(name)
+        entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
+    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    existing = {e.path for e in entries}
+    entries += [d for d in _with_parents(sorted(files)) if d.path not in existing]
+    entries += [cpio.regular(path, data, mode) for path, (data, mode) in sorted(files.items())]
+    manifest = {
+        "depth": depth,
+        "inner_image": inner.digest,
+        "agent_sha256": inner.manifest.get("agent_sha256"),
+        "qemu": qemu,
+    }
+    return _build(f"nested{depth}", kernel_path, entries, manifest)
+
+
+def build_accel_test(*, kernel: str | Path | None = None) -> Image:
+    """A guest whose /init prints a marker and powers off: proof that a guest boots."""
+    kernel_path, _ = find_kernel(kernel)
+    busybox = find_busybox()
+    entries = _base_entries(_guest_file("accel-test-init"), busybox.read_bytes())
+    return _build("accel-test", kernel_path, entries, {})
+
+
+def list_images() -> list[Image]:
+    """Every image in the cache, newest first."""
+    root = cache_dir()
+    found = []
+    if root.is_dir():
+        for manifest in root.glob("*/manifest.json"):
+            data = json.loads(manifest.read_text())
+            found.append(Image(data.get("kind", "?"), data.get("hash", "?"), manifest.parent, data))
+    found.sort(key=lambda im: im.directory.stat().st_mtime, reverse=True)
+    return found

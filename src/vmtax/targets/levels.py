@@ -1,0 +1,168 @@
+"""Levels L0..L3 as targets, sized by the studies' presets.
+
+- ``seed-c`` (study C): the innermost guest gets a base size and each level further out
+  adds 2 CPUs and a fixed memory step for its hypervisor, scaled down to fit the machine.
+- ``seed-a-overcommitted`` (study A): every level gets all CPUs and all memory.
+- ``seed-a-reserved`` (study A): each hypervisor keeps one CPU and a memory step free, so
+  L1 gets N-1 CPUs, L2 N-2, ... (never fewer than one).
+
+On a small machine the steps shrink; what was chosen is recorded in each target's
+provenance (``sizing``) so a result always says how its guest was built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vmtax.errors import UsageError, VmtaxError
+from vmtax.targets.base import Target
+
+PRESETS = ("seed-c", "seed-a-overcommitted", "seed-a-reserved")
+LEVELS = ("L0", "L1", "L2", "L3")
+#: Study C adds 2 cores per hypervisor; study A leaves 2 GB of 16 (1/8) per hypervisor.
+SEED_C_CPU_STEP = 2
+MEMORY_STEP_FRACTION = 8
+MIN_GUEST_MB = 512
+DEFAULT_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class Sizing:
+    level: str
+    vcpus: int
+    memory_mb: int
+    preset: str
+    host_cpus: int
+    host_memory_mb: int
+    cpu_step: int
+    memory_step_mb: int
+
+
+def host_resources() -> tuple[int, int]:
+    """(usable CPUs, memory in MiB) of this machine."""
+    cpus = len(os.sched_getaffinity(0))
+    mem_kb = 0
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+                break
+    return cpus, mem_kb // 1024
+
+
+def _round(mb: int) -> int:
+    return max(MIN_GUEST_MB, mb // 256 * 256)
+
+
+def size_levels(levels: list[str], preset: str, *, cpus: int | None = None,
+                memory_mb: int | None = None) -> dict[str, Sizing]:
+    """vCPUs and memory for each guest level (L1..) under ``preset``."""
+    if preset not in PRESETS:
+        raise UsageError(f"unknown sizing preset {preset!r} (choose {', '.join(PRESETS)})")
+    host_cpus, host_mb = host_resources()
+    cpus = cpus or host_cpus
+    memory_mb = memory_mb or host_mb
+    depth = max(int(lv[1]) for lv in levels)
+    mem_step = _round(memory_mb // MEMORY_STEP_FRACTION)
+    out: dict[str, Sizing] = {}
+    for lv in levels:
+        n = int(lv[1])
+        if n == 0:
+            continue
+        if preset == "seed-a-overcommitted":
+            cpu_step, step_mb, vcpus, mem = 0, 0, cpus, memory_mb
+        elif preset == "seed-a-reserved":
+            cpu_step, step_mb = 1, mem_step
+            vcpus, mem = max(1, cpus - n), _round(memory_mb - n * mem_step)
+        else:
+            # Level n sits under depth-n more hypervisors; each one takes its step from the
+            # machine. The CPU step shrinks (2, then 1, then 0) until the innermost has one.
+            # The guest keeps at least two vCPUs where the host has two, since the IPI and
+            # wake-up probes need a second CPU.
+            floor = min(2, cpus)
+            cpu_step = min(SEED_C_CPU_STEP, max(0, (cpus - floor) // depth))
+            step_mb = mem_step
+            vcpus = max(floor, cpus - cpu_step * n)
+            mem = _round(memory_mb - n * mem_step)
+        out[lv] = Sizing(lv, vcpus, mem, preset, cpus, memory_mb, cpu_step, step_mb)
+    return out
+
+
+def _check_levels(levels: list[str]) -> None:
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad:
+        raise UsageError(f"unknown level {bad[0]!r} (choose from {', '.join(LEVELS)})")
+    if len(set(levels)) != len(levels):
+        raise UsageError("a level is listed twice")
+
+
+def nesting_blocker(accel: str) -> str | None:
+    """Why a guest inside our L1 guest cannot be booted here, or None if it can."""
+    if accel == "kvm":
+        with open("/proc/cpuinfo") as fh:
+            flags = fh.read()
+        if " vmx" not in flags and " svm" not in flags:
+            return "the host CPU shows no vmx/svm flag, so an L1 guest cannot run KVM itself"
+        for mod in ("kvm_intel", "kvm_amd"):
+            try:
+                with open(f"/sys/module/{mod}/parameters/nested") as fh:
+                    if fh.read().strip() in ("Y", "1"):
+                        break
+            except OSError:
+                continue
+        else:
+            return "kvm nested=1 is not set (modprobe kvm_intel nested=1 or kvm_amd nested=1)"
+    # The minimal image has no hypervisor inside; nesting needs the full image.
+    return (
+        "L2/L3 need a guest that contains QEMU and a kernel for the next level (the full "
+        "image: debootstrap + linux-image + qemu-system), which this version cannot build "
+        "yet; run L0,L1 or use --targets with hosts that are themselves guests"
+    )
+
+
+def level_targets(
+    levels: list[str],
+    *,
+    preset: str = "seed-c",
+    accel: str = "auto",
+    image: str = "minimal",
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[Target]:
+    """One target per level: L0 is this machine, L1..L3 are QEMU guests vmtax boots.
+
+    ``accel=auto`` boots a test guest under KVM first and falls back to TCG with a notice.
+    ``timeout`` bounds each guest's boot (to the agent's ready line).
+    """
+    _check_levels(levels)
+    if image not in ("minimal", "full"):
+        raise UsageError(f"unknown image mode {image!r} (choose minimal or full)")
+    sizing = size_levels(levels, preset) if any(lv != "L0" for lv in levels) else {}
+    chosen: str | None = None
+    if sizing:
+        from vmtax.targets.accel import choose_accel
+
+        chosen = choose_accel(accel)
+        if any(int(lv[1]) > 1 for lv in sizing):
+            raise VmtaxError(f"cannot nest guests here: {nesting_blocker(chosen)}")
+        if image == "full":
+            raise VmtaxError(f"image mode full: {nesting_blocker(chosen)}")
+    out: list[Target] = []
+    for lv in levels:
+        if lv == "L0":
+            from vmtax.targets.local import LocalTarget
+
+            out.append(LocalTarget(level="L0"))
+            continue
+        out.append(_qemu_target(lv, sizing[lv], chosen or "tcg", image, timeout))
+    return out
+
+
+def _qemu_target(level: str, size: Sizing, accel: str, image: str, timeout: float) -> Target:
+    from vmtax.targets.qemu import GuestSpec, QemuTarget
+
+    spec = GuestSpec(vcpus=size.vcpus, memory_mb=size.memory_mb, accel=accel)
+    provenance: dict[str, Any] = {"sizing": asdict(size), "image_mode": image}
+    return QemuTarget(level, spec, boot_timeout=timeout, labels={"preset": size.preset},
+                      provenance=provenance)

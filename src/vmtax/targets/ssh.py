@@ -1,0 +1,338 @@
+"""SSH hosts as targets (asyncssh): ``ssh://user@host[:port]``.
+
+- Host keys are checked against known_hosts. A changed key is always refused; an unknown
+  host is refused unless ``accept_new_host_key`` (then its key is added, like OpenSSH's
+  ``StrictHostKeyChecking=accept-new``).
+- The agent is copied once per version into a per-user cache dir on the host
+  (``~/.cache/vmtax/agents/<sha256>/vmtax-probe``, or ``remote_dir/<sha256>/``) and its
+  sha256 is checked there.
+- Remote commands are built from argument lists with ``shlex.quote``; nothing from the URL
+  or the plan reaches a shell unquoted. Passwords and key material are never logged.
+
+asyncssh is asynchronous and targets are synchronous, so each target runs a private event
+loop in a daemon thread and waits on it with timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import queue
+import shlex
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import asyncssh
+
+from vmtax.errors import UsageError
+from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent
+
+T = TypeVar("T")
+CONNECT_TIMEOUT = 20.0
+REMOTE_CACHE = ".cache/vmtax/agents"
+_EOF = object()
+
+
+def parse_url(url: str) -> tuple[str | None, str, int]:
+    """``ssh://user@host[:port]`` -> (user, host, port); UsageError when malformed."""
+    parts = urlsplit(url)
+    if parts.scheme != "ssh" or not parts.hostname:
+        raise UsageError(f"not an ssh URL: {redact(url)} (expected ssh://user@host[:port])")
+    if parts.password is not None:
+        raise UsageError("passwords in ssh URLs are not accepted; use a key or ssh-agent")
+    try:
+        port = parts.port or 22
+    except ValueError:
+        raise UsageError(f"bad port in {redact(url)}") from None
+    return (unquote(parts.username) if parts.username else None), parts.hostname, port
+
+
+def redact(url: str) -> str:
+    """The URL without any password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def known_hosts_key(host: str, port: int) -> str:
+    return host if port == 22 else f"[{host}]:{port}"
+
+
+class SshTarget(Target):
+    """Run the agent on an SSH host; level L0 of that host unless told otherwise."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        accept_new_host_key: bool = False,
+        known_hosts: str | None = None,
+        identity: str | None = None,
+        level: str = "L0",
+        name: str | None = None,
+        agent: str | None = None,
+        labels: dict[str, str] | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        remote_dir: str | None = None,
+    ) -> None:
+        self.url = url
+        self.user, self.host, self.port = parse_url(url)
+        self.accept_new_host_key = accept_new_host_key
+        self.known_hosts = Path(known_hosts or Path.home() / ".ssh" / "known_hosts").expanduser()
+        self.identity = str(Path(identity).expanduser()) if identity else None
+        self.level = level
+        self.name = name or f"ssh://{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+        self._agent_arg = agent
+        self._labels = dict(labels or {})
+        self.connect_timeout = connect_timeout
+        self.remote_dir = remote_dir
+        self.last_stderr = ""
+        self.remote_agent: str | None = None
+        self.agent_sha256: str | None = None
+        self.agent_copied = False
+        self.host_key_fingerprint: str | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- event loop plumbing ------------------------------------------------------------------
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                            name=f"vmtax-ssh-{self.host}")
+            self._thread.start()
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    # -- connection ---------------------------------------------------------------------------
+    def _options(self, known_hosts: Any) -> dict[str, Any]:
+        opts: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "known_hosts": known_hosts,
+            "connect_timeout": self.connect_timeout,
+            "keepalive_interval": 15,
+            "keepalive_count_max": 3,
+        }
+        if self.user:
+            opts["username"] = self.user
+        if self.identity:
+            opts["client_keys"] = [self.identity]
+        return opts
+
+    def _host_is_known(self) -> bool:
+        if not self.known_hosts.is_file():
+            return False
+        try:
+            entries = asyncssh.read_known_hosts(str(self.known_hosts))
+        except (OSError, ValueError):
+            return False
+        trusted = entries.match(self.host, "", self.port)
+        return any(trusted[:3])
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        known = str(self.known_hosts) if self.known_hosts.is_file() else ()
+        try:
+            return await asyncssh.connect(**self._options(known))
+        except asyncssh.HostKeyNotVerifiable:
+            if self.accept_new_host_key and not self._host_is_known():
+                conn = await asyncssh.connect(**self._options(None))
+                self._remember_host_key(conn)
+                return conn
+            raise
+
+    def _remember_host_key(self, conn: asyncssh.SSHClientConnection) -> None:
+        key = conn.get_server_host_key()
+        if key is None:
+            return
+        self.known_hosts.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        line = f"{known_hosts_key(self.host, self.port)} {key.export_public_key().decode().strip()}"
+        with self.known_hosts.open("a") as fh:
+            fh.write(line + "\n")
+
+    def prepare(self) -> None:
+        if self._conn is not None:
+            return
+        try:
+            self._conn = self._call(self._connect(), self.connect_timeout + 5)
+            key = self._conn.get_server_host_key()
+            self.host_key_fingerprint = key.get_fingerprint() if key else None
+            self._install_agent()
+        except asyncssh.HostKeyNotVerifiable as exc:
+            self.close()
+            known = "changed" if self._host_is_known() else "unknown"
+            hint = (
+                "if the host was reinstalled, remove its old key with "
+                f"ssh-keygen -R '{known_hosts_key(self.host, self.port)}'"
+                if known == "changed"
+                else "pass --accept-new-host-key to trust it"
+            )
+            raise TargetError(
+                f"{self.name}: host key {known} ({exc.reason}); refused; {hint}"
+            ) from None
+        except TargetError:
+            self.close()
+            raise
+        except asyncssh.PermissionDenied:
+            self.close()
+            raise TargetError(f"{self.name}: authentication refused") from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            self.close()
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
+            raise TargetError(
+                f"{self.name}: cannot connect: {reason or type(exc).__name__}"
+            ) from None
+
+    # -- agent copy ---------------------------------------------------------------------------
+    def _install_agent(self) -> None:
+        local = find_agent(self._agent_arg)
+        digest = file_sha256(local)
+        self.agent_sha256 = digest
+        self.remote_agent, self.agent_copied = self._call(self._copy_agent(local, digest), 300)
+
+    async def _copy_agent(self, local: Path, digest: str) -> tuple[str, bool]:
+        assert self._conn is not None
+        async with self._conn.start_sftp_client() as sftp:
+            base = self.remote_dir or f"{await sftp.realpath('.')}/{REMOTE_CACHE}"
+            directory = f"{base}/{digest}"
+            path = f"{directory}/vmtax-probe"
+            if await sftp.exists(path) and await self._remote_sha256(path) == digest:
+                return path, False
+            await sftp.makedirs(directory, exist_ok=True)
+            part = f"{path}.part{os.getpid()}"
+            await sftp.put(str(local), part)
+            await sftp.chmod(part, 0o755)
+            got = await self._remote_sha256(part)
+            if got != digest:
+                await sftp.remove(part)
+                raise TargetError(
+                    f"{self.name}: agent copy corrupted (sha256 {got[:12]} != {digest[:12]})"
+                )
+            await sftp.posix_rename(part, path)
+            return path, True
+
+    async def _remote_sha256(self, path: str) -> str:
+        assert self._conn is not None
+        res = await self._conn.run(shlex.join(["sha256sum", "--", path]), check=False)
+        out = str(res.stdout or "")
+        if res.exit_status == 0 and out:
+            return out.split()[0]
+        # No sha256sum on the host: read the file back and hash it here.
+        h = hashlib.sha256()
+        async with self._conn.start_sftp_client() as sftp, sftp.open(path, "rb") as fh:
+            while chunk := await fh.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+
+    # -- running ------------------------------------------------------------------------------
+    def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
+        self.prepare()
+        assert self.remote_agent is not None
+        command = shlex.join([self.remote_agent, *(str(a) for a in args)])
+        lines: queue.Queue[object] = queue.Queue()
+        done = threading.Event()
+        task = asyncio.run_coroutine_threadsafe(self._stream(command, lines, done), self._loop)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AgentTimeout(
+                        f"{self.name}: agent did not finish within {timeout:g} s and was stopped"
+                    )
+                try:
+                    item = lines.get(timeout=min(left, 1.0))
+                except queue.Empty:
+                    continue
+                if item is _EOF:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield str(item)
+        finally:
+            if not done.is_set():
+                # Closing the channel hangs up the remote agent (SIGPIPE on its next write).
+                task.cancel()
+
+    async def _stream(self, command: str, lines: queue.Queue[object],
+                      done: threading.Event) -> None:
+        proc = None
+        try:
+            assert self._conn is not None
+            proc = await self._conn.create_process(command, encoding="utf-8", errors="replace")
+            # stderr is drained alongside stdout so a chatty agent cannot stall on it.
+            err_task = asyncio.ensure_future(proc.stderr.read())
+            async for line in proc.stdout:
+                if line:  # asyncssh ends the iteration with an empty string at EOF
+                    lines.put(line.rstrip("\n"))
+            await proc.wait(check=False)
+            self.last_stderr = (await err_task)[-2048:]
+            if proc.exit_status is None and proc.exit_signal is None:
+                raise asyncssh.ConnectionLost("the channel closed without an exit status")
+            lines.put(_EOF)
+        except asyncio.CancelledError:
+            if proc is not None:
+                with contextlib.suppress(Exception):
+                    proc.kill()
+                proc.close()
+            raise
+        except (OSError, asyncssh.Error) as exc:
+            self._conn = None  # the connection is gone; the next run reconnects
+            reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            lines.put(TargetError(f"{self.name}: connection lost: {reason}"))
+        finally:
+            done.set()
+
+    # -- description --------------------------------------------------------------------------
+    def labels(self) -> dict[str, str]:
+        # Each host is its own configuration, so the label must tell hosts apart.
+        host = self.host if self.port == 22 else f"{self.host}:{self.port}"
+        return {"host": host, **self._labels}
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "kind": "ssh",
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "host_key": self.host_key_fingerprint,
+            "remote_agent": self.remote_agent,
+            "agent_sha256": self.agent_sha256,
+            "agent_copied": self.agent_copied,
+        }
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and self._loop is not None:
+            conn.close()
+            with contextlib.suppress(Exception):
+                self._call(conn.wait_closed(), 5)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(5)
+            with contextlib.suppress(RuntimeError):
+                self._loop.close()
+            self._loop = None
+            self._thread = None

@@ -1,0 +1,151 @@
+"""Shared fixtures: stores on SQLite and on a real PostgreSQL server started for the session."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PG_USER = "vmtax"
+PG_PASSWORD = "pg-secret-7f3a"  # a real password, so redaction is tested against a real server
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a SQLite store file that does not exist yet."""
+    return f"sqlite:///{tmp_path / 'vmtax.db'}"
+
+
+@pytest.fixture
+def store(sqlite_url: str):
+    """An empty, migrated SQLite store."""
+    from vmtax.store import Store
+
+    s = Store.open(sqlite_url)
+    yield s
+    s.close()
+
+
+def _pg_bin() -> Path:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if not found:
+        pytest.fail(
+            "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin: "
+            "scripts/test installs them (apt-get install postgresql)",
+            pytrace=False,
+        )
+    return Path(found[-1]).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _as_postgres() -> dict:
+    # postgres refuses to run as root: run its programs as the postgres system user.
+    try:
+        pw = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.fail("no 'postgres' system user: scripts/test installs postgresql", pytrace=False)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "env": {
+        "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": pw.pw_dir,
+    }}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[dict]:
+    """A throwaway PostgreSQL server on 127.0.0.1 (and a private unix socket directory)."""
+    bindir = _pg_bin()
+    # Not under pytest's tmp dir: that is private to root and postgres could not enter it.
+    root = Path(tempfile.mkdtemp(prefix="vmtax-pg-"))
+    shutil.chown(root, "postgres", "postgres")
+    data, sockets, pwfile = root / "data", root / "sock", root / "pw"
+    sockets.mkdir()
+    shutil.chown(sockets, "postgres", "postgres")
+    pwfile.write_text(PG_PASSWORD + "\n")
+    shutil.chown(pwfile, "postgres", "postgres")
+    run = _as_postgres()
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", PG_USER, f"--pwfile={pwfile}",
+         "--auth-local=scram-sha-256", "--auth-host=scram-sha-256", "-E", "UTF8",
+         "--no-sync"],
+        check=True, capture_output=True, cwd=root, **run,
+    )  # fmt: skip
+    port = _free_port()
+    log = (root / "server.log").open("w")
+    server = subprocess.Popen(
+        [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
+         "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off",
+         "-c", "synchronous_commit=off"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, **run,
+    )  # fmt: skip
+    try:
+        _wait_ready(port, server, root / "server.log")
+        yield {"host": "127.0.0.1", "port": port, "user": PG_USER, "password": PG_PASSWORD,
+               "socket_dir": str(sockets)}  # fmt: skip
+    finally:
+        server.send_signal(signal.SIGINT)  # fast shutdown: do not wait for leaked clients
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_ready(port: int, server: subprocess.Popen, log: Path) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + 30
+    while True:
+        if server.poll() is not None:
+            pytest.fail(f"postgres exited at start: {log.read_text()[-2000:]}", pytrace=False)
+        try:
+            psycopg.connect(
+                host="127.0.0.1", port=port, user=PG_USER, password=PG_PASSWORD,
+                dbname="postgres", connect_timeout=2,
+            ).close()  # fmt: skip
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"postgres did not start: {log.read_text()[-2000:]}", pytrace=False)
+            time.sleep(0.1)
+
+
+_db_counter = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def postgres_url(postgres_server: dict) -> Iterator[str]:
+    """URL (with password) of a fresh, empty database on the session's PostgreSQL server."""
+    import psycopg
+
+    name = f"t{os.getpid()}_{next(_db_counter)}"
+    params = {k: postgres_server[k] for k in ("host", "port", "user", "password")}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    s = postgres_server
+    yield f"postgresql://{s['user']}:{s['password']}@{s['host']}:{s['port']}/{name}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The same test on a SQLite file and on a real PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'vmtax.db'}"
+    return request.getfixturevalue("postgres_url")

@@ -1,0 +1,181 @@
+"""Timing artifacts: synthetic matrices with planted effects, and real agent streams."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from vmtax.contract import read_stream
+from vmtax.stats.artifacts import as_matrix, detect, mvalue
+from vmtax.targets.base import find_agent
+
+RNG = np.random.default_rng(42)
+
+
+def _noise(runs=10, n=4000, seed=0):
+    return np.random.default_rng(seed).lognormal(np.log(100), 0.05, (runs, n))
+
+
+def test_periodic_spikes_in_every_run_give_period_and_indices():
+    m = _noise()
+    m[:, 24::25] *= 2.0  # study D's horizontal lines: the same indices, 2x, every run
+    a = detect(m)
+    assert a.periodic.found and a.periodic.period == 25
+    assert a.periodic.indices[:3] == [24, 49, 74]
+    assert a.cross_run.found and a.cross_run.drift == 0
+    assert a.outliers.count >= m[:, 24::25].size  # reported...
+    assert m.shape == (10, 4000)  # ...and nothing dropped
+
+
+def test_diagonal_spikes_drift_between_runs():
+    m = _noise(runs=12, n=3000, seed=1)
+    for r in range(12):
+        m[r, 500 + 7 * r] *= 4.0  # study D's diagonal: the spike moves 7 iterations per run
+        m[r, 1700 + 7 * r] *= 4.0
+    a = detect(m)
+    assert a.cross_run.found and a.cross_run.drift == 7
+    assert a.cross_run.p_value < 0.01
+    assert not a.periodic.found
+
+
+def test_clean_noise_has_no_artifacts():
+    a = detect(_noise(seed=2))
+    assert a.found() == []
+    assert a.periodic.period is None
+    assert a.outliers.count > 0  # lognormal tails cross Tukey fences; reported, not an artifact
+
+
+def test_warmup():
+    m = _noise(runs=8, n=2000, seed=3)
+    m[:, :60] *= np.linspace(3.0, 1.6, 60)
+    a = detect(m)
+    assert a.warmup.found
+    assert 50 <= a.warmup.n_slow <= 65
+    assert a.warmup.p_value < 0.01
+
+
+def test_shape_change_and_bimodality():
+    base = _noise(runs=5, n=2000, seed=4)
+    rng = np.random.default_rng(5)
+    two = np.where(rng.random(base.shape) < 0.5, base, base * 1.6)
+    a = detect(two, baseline=base)
+    assert a.shape.changed and a.shape.p_value < 0.01
+    assert a.shape.modality == "bimodal" and a.shape.modality_baseline == "unimodal"
+    # a pure shift or scale is not a shape change
+    b = detect(base * 1.3 + 5, baseline=_noise(runs=5, n=2000, seed=6))
+    assert not b.shape.changed and b.shape.modality == "unimodal"
+
+
+def test_mvalue_scale():
+    rng = np.random.default_rng(0)
+    assert mvalue(rng.normal(0, 1, 5000)) == pytest.approx(2.0, abs=0.2)
+    assert mvalue(np.r_[rng.normal(0, 1, 2500), rng.normal(8, 1, 2500)]) == \
+        pytest.approx(4.0, abs=0.3)
+
+
+def test_to_dict_is_json():
+    a = detect(_noise(runs=3, n=500, seed=7))
+    text = json.dumps(a.to_dict(), allow_nan=False)
+    assert set(json.loads(text)) >= {"periodic", "cross_run", "warmup", "shape", "outliers"}
+
+
+# -- real agent streams ------------------------------------------------------------------
+
+
+def _agent_matrix(*args: str) -> tuple[np.ndarray, dict]:
+    agent = find_agent()
+    res = subprocess.run([str(agent), "run", *args], capture_output=True, text=True,
+                         timeout=120)
+    stream = read_stream(res.stdout.splitlines())
+    assert stream.complete, (stream.problem, res.stderr)
+    return as_matrix([r.values for r in stream.runs]), stream.runs[0].summary.extra
+
+
+@pytest.mark.parametrize("buffer, length, period", [(512, 32, 16), (1600, 32, 50)])
+def test_real_buffered_write_flushes_every_k_iterations(buffer, length, period):
+    m, extra = _agent_matrix("write", "--runs", "5", "--iterations", "4000", "--param",
+                             "mode=buffered", "--param", f"buffer={buffer}", "--param",
+                             f"len={length}")
+    assert extra["flush_period"] == period  # the agent's own account of the planted effect
+    a = detect(m)
+    assert a.periodic.found, a.periodic
+    assert a.periodic.period == period
+    assert a.periodic.p_value < 0.01
+
+
+def test_real_syscall_has_no_period():
+    m, _ = _agent_matrix("syscall", "--runs", "5", "--iterations", "4000")
+    a = detect(m)
+    assert not a.periodic.found, a.periodic
+    assert a.periodic.period is None
+
+
+# -- the command, on a real store ------------------------------------------------------
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _store_stream(store, exp, level, labels, lines):
+    stream = read_stream(lines)
+    assert stream.complete
+    header = stream.header.model_dump(by_alias=True)
+    cfg = store.configuration(experiment_id=exp, level=level, labels=labels,
+                              fingerprint=header["env"], target="local", provenance={})
+    for run in stream.runs:
+        store.add_run(experiment_id=exp, configuration_id=cfg, probe=header["probe"],
+                      plan_index=0, run_index=run.summary.run, header=header,
+                      summary=run.summary.model_dump(), values=run.values,
+                      warmup_values=run.warmup_values, status="ok")
+
+
+def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
+    from vmtax.cli import main
+    from vmtax.store import Store
+
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    agent = str(find_agent())
+    store = Store.open(url)
+    exp = store.create_experiment(command=["test"], suite="t", seed=0, plan={},
+                                  vmtax_version="0", agent_version=None)
+    for level, labels, args in (
+        ("L0", {}, ["--param", "mode=direct"]),
+        ("L1", {"buf": "512"}, ["--param", "mode=buffered", "--param", "buffer=512"]),
+    ):
+        out = subprocess.run([agent, "run", "write", "--runs", "4", "--iterations", "3000",
+                              *args], capture_output=True, text=True, timeout=120).stdout
+        _store_stream(store, exp, level, labels, out.splitlines())
+    store.finish_experiment(exp, "ok")
+    store.close()
+
+    def run(*args):
+        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code or 0
+        out, err = capsys.readouterr()
+        return Result(code, out, err)
+
+    res = run("artifacts", "level=L1", "--baseline", "level=L0", "--db", url, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    (found,) = json.loads(res.stdout)
+    assert found["config"] == "L1 buf=512" and found["periodic"]["period"] == 16
+    assert found["shape"]["p_value"] is not None
+    for fmt, needle in (("table", "period 16 iterations"), ("markdown", "| periodic | yes |"),
+                        ("csv", "periodic,yes,\"period 16 iterations")):
+        res = run("artifacts", "level=L1", "--db", url, "--format", fmt)
+        assert res.returncode == 0, res.stderr
+        assert needle in res.stdout
+    res = run("artifacts", "level=L3", "--db", url)
+    assert res.returncode == 2 and res.stderr.startswith("vmtax: error: no completed runs")

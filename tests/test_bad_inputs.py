@@ -1,0 +1,259 @@
+"""Bad inputs: each gets exactly one line on stderr, starting `vmtax: error:`, and a non-zero
+exit. The real agent is used everywhere except where noted (a hanging agent)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vmtax.store import Store
+from vmtax.targets.base import find_agent
+
+VECTORS = Path(__file__).parent / "vectors"
+TINY = """
+name = "tiny"
+[defaults]
+runs = 1
+iterations = 500
+duration = 0.05
+timeout = 30
+[[probes]]
+probe = "cpuid"
+"""
+
+
+@pytest.fixture(scope="module")
+def agent() -> str:
+    return str(find_agent())
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'v.db'}"
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> str:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return str(path)
+
+
+def vmtax(*args: str, agent: str, prefix: tuple[str, ...] = (), timeout: float = 120,
+          **popen) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
+    env["VMTAX_PROBE"] = agent
+    return subprocess.run(
+        [*prefix, sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        capture_output=True, text=True, timeout=timeout, env=env, **popen,
+    )
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, agent):
+    """Run the real entry point in this process (fast: no interpreter start-up per case)."""
+
+    def call(*args: str, agent_path: str | None = None) -> subprocess.CompletedProcess:
+        from vmtax.cli import main
+
+        monkeypatch.delenv("VMTAX_DB", raising=False)
+        monkeypatch.setenv("VMTAX_PROBE", agent_path or agent)
+        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        out, err = capsys.readouterr()
+        code = exit_info.value.code
+        return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, out, err)
+
+    return call
+
+
+def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:
+    assert result.returncode != 0, result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("vmtax: error: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_malformed_suite_toml(tmp_path, db, cli):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\n[[probes]\nprobe = 'cpuid'\n")
+    r = cli("run", "--suite", str(bad), "--db", db)
+    one_line_error(r, f"suite {bad}: invalid TOML")
+    assert r.returncode == 2
+
+
+def test_suite_with_a_bad_value(tmp_path, db, cli):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nruns = -2\n")
+    one_line_error(cli("run", "--suite", str(bad), "--db", db),
+                   f"suite {bad}: probes[0].runs:")
+
+
+def test_suite_with_an_unknown_key(tmp_path, db, cli):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\n[defaults]\nwarmpu = 3\n[[probes]]\nprobe = 'cpuid'\n")
+    one_line_error(cli("run", "--suite", str(bad), "--db", db),
+                   "defaults.warmpu: unknown key")
+
+
+def test_suite_with_an_unknown_probe_parameter(tmp_path, db, cli):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nparams = { leef = 1 }\n")
+    one_line_error(cli("run", "--suite", str(bad), "--db", db),
+                   "probe 'cpuid' has no parameter 'leef'")
+
+
+def test_unknown_probe(db, cli):
+    r = cli("run", "--probe", "nosuchprobe", "--db", db)
+    one_line_error(r, "unknown probe 'nosuchprobe'", "cpuid")
+    with Store.open(db) as store:
+        assert store.experiments().empty  # rejected before an experiment was created
+
+
+def test_unknown_suite_name(db, cli):
+    one_line_error(cli("run", "--suite", "nosuchsuite", "--db", db),
+                   "unknown suite 'nosuchsuite'", "quick")
+
+
+@pytest.mark.parametrize("label", ["novalue", "=x", "a b=c", "level=L9"])
+def test_bad_label(db, label, cli):
+    one_line_error(cli("run", "--label", label, "--db", db), "--label")
+
+
+def test_negative_runs(db, cli):
+    one_line_error(cli("run", "--runs", "-3", "--db", db),
+                   "--runs must be a positive integer")
+
+
+def test_bad_levels_and_target(db, cli):
+    one_line_error(cli("run", "--levels", "L0,L9", "--db", db), "--levels")
+    one_line_error(cli("run", "--target", "http://host", "--db", db),
+                   "--target must look like ssh://")
+
+
+def test_unreachable_database(cli):
+    # Port 1 on loopback: nothing listens, the connection is refused at once.
+    r = cli("run", "--db", "postgresql://vmtax:sekrit@127.0.0.1:1/vmtax")
+    line = one_line_error(r, "cannot connect")
+    assert "sekrit" not in line
+
+
+def test_read_only_database_file(tmp_path, tiny, agent):
+    path = tmp_path / "ro.db"
+    Store.open(f"sqlite:///{path}").close()
+    path.chmod(0o444)
+    prefix: tuple[str, ...] = ()
+    if os.geteuid() == 0:
+        # root ignores file modes; without CAP_DAC_OVERRIDE the mode applies to it too.
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is needed to drop root's override"
+        prefix = (setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", "--")
+    r = vmtax("run", "--suite", tiny, "--db", f"sqlite:///{path}", agent=agent, prefix=prefix)
+    one_line_error(r, "read-only")
+
+
+def test_missing_agent_binary(db, tiny, cli):
+    one_line_error(cli("run", "--suite", tiny, "--db", db, agent_path="/nonexistent"),
+                   "agent binary not found or not executable: /nonexistent")
+
+
+def test_truncated_agent_stream(tmp_path, db, agent):
+    # A truncated stream is what the controller sees when the agent dies mid-run (OOM killer,
+    # a crashed guest). The real agent produces one when killed: start a long cpu run and
+    # SIGKILL the agent process once its header is out.
+    suite = tmp_path / "long.toml"
+    suite.write_text(
+        "name = 'long'\n[defaults]\nruns = 1\nduration = 60\ntimeout = 120\n"
+        "[[probes]]\nprobe = 'cpu'\niterations = 1000000\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
+    env["VMTAX_PROBE"] = agent
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from vmtax.cli import main; main()", "run", "--suite",
+         str(suite), "--db", db],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    child = _wait_for_agent_run(proc.pid, agent)
+    time.sleep(0.5)  # let the header reach the controller
+    os.kill(child, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    one_line_error(r, "1 lost", "stream ended without an end record")
+    assert r.returncode == 1
+    with Store.open(db) as store:
+        runs = store.runs(["exp=latest"])
+        assert list(runs["status"]) == ["lost"]
+        assert store.experiment(int(runs["experiment_id"][0]))["status"] == "failed"
+
+
+def test_agent_that_hangs_past_the_timeout(tmp_path, db, cli):
+    # A fake agent: the real one stops itself at its own --timeout, so a hang (a wedged
+    # guest, a stuck kernel) cannot be produced with it on demand. This one answers `list`
+    # and `env` from the shared contract vectors and then never answers `run`.
+    fake = tmp_path / "hanging-agent"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in\n'
+        f'  list) cat "{VECTORS / "probe_list.json"}" ;;\n'
+        f'  env) cat "{VECTORS / "env.json"}" ;;\n'
+        "  *) sleep 300 ;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    suite = tmp_path / "one.toml"
+    suite.write_text("name = 'one'\n[defaults]\nruns = 1\n[[probes]]\nprobe = 'cpuid'\n")
+    t0 = time.monotonic()
+    r = cli("run", "--suite", str(suite), "--timeout", "1", "--db", db, agent_path=str(fake))
+    one_line_error(r, "did not finish within", "was killed")
+    assert time.monotonic() - t0 < 60
+
+
+def test_resume_of_a_nonexistent_experiment(db, cli):
+    Store.open(db).close()
+    one_line_error(cli("run", "--resume", "999", "--db", db),
+                   "no experiment 999")
+
+
+def test_results_show_of_a_nonexistent_experiment(db, cli):
+    Store.open(db).close()
+    one_line_error(cli("results", "show", "42", "--db", db), "no experiment 42")
+
+
+def test_export_with_an_unknown_format(tmp_path, db, cli):
+    r = cli("results", "export", "1", "--format", "xls", "-o", str(tmp_path / "x"),
+              "--db", db)
+    one_line_error(r, "--format must be csv, json or parquet")
+
+
+def _wait_for_agent_run(parent: int, agent: str, limit: float = 30) -> int:
+    """The pid of the agent's `run` process that `parent` started."""
+    deadline = time.monotonic() + limit
+    real = os.path.realpath(agent)
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == parent and len(argv) > 1 and argv[1] == b"run" and (
+                os.path.realpath(argv[0].decode()) == real
+            ):
+                return int(entry.name)
+        time.sleep(0.05)
+    pytest.fail("the agent's run process did not appear")

@@ -1,0 +1,152 @@
+"""No QEMU process or temporary file outlives its run: on success, error, Ctrl-C and exit.
+
+``leak_check`` is session-scoped: it takes its snapshot when this module starts (before the
+QEMU, SSH and fleet tests, which sort after it) and compares at the very end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from vmtax.targets.base import TargetError, find_agent
+from vmtax.targets.images import build_minimal
+from vmtax.targets.qemu import GuestSpec, QemuTarget
+
+
+def qemu_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+def vmtax_temp() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("vmtax-*")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leak_check():
+    before_pids, before_tmp = qemu_pids(), vmtax_temp()
+    yield
+    deadline = time.monotonic() + 10
+    while qemu_pids() - before_pids and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not qemu_pids() - before_pids, "QEMU processes left after the test session"
+    assert not vmtax_temp() - before_tmp, "temporary files left after the test session"
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VMTAX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield build_minimal(find_agent())
+
+
+def _wait(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_guest_that_fails_to_start_leaves_nothing(image):
+    before = vmtax_temp()
+    target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg",
+                                        cpu="no-such-cpu-model"), image=image)
+    with pytest.raises(TargetError, match="QEMU failed to start"):
+        target.prepare()
+    assert target.guest is None and vmtax_temp() == before
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(body))
+    return script
+
+
+def test_ctrl_c_during_a_run_kills_qemu_and_removes_its_files(image, tmp_path):
+    script = _script(tmp_path, f"""
+        import sys
+        from vmtax.targets.images import Image
+        from vmtax.targets.qemu import GuestSpec, QemuTarget
+        from pathlib import Path
+        import json
+        image = Image("minimal", {image.digest!r}, Path({str(image.directory)!r}), {{}})
+        t = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=512, accel="tcg"), image=image)
+        try:
+            t.prepare()
+            print(json.dumps([t.guest.proc.pid, str(t.guest.workdir)]), flush=True)
+            for line in t.run_agent(["run", "cpu", "--runs", "500", "--duration", "0.5"], 600):
+                pass
+        finally:
+            t.close()
+        """)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        import json
+
+        assert child.stdout is not None
+        pid, workdir = json.loads(child.stdout.readline())
+        assert Path(workdir).is_dir() and pid in qemu_pids()
+        time.sleep(1)
+        child.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode != 0
+    assert _wait(lambda: pid not in qemu_pids(), 10)
+    assert not Path(workdir).exists()
+
+
+def test_exiting_without_close_still_kills_qemu_at_exit(image, tmp_path):
+    script = _script(tmp_path, f"""
+        import json
+        from pathlib import Path
+        from vmtax.targets.images import Image
+        from vmtax.targets.qemu import GuestSpec, QemuGuest
+        image = Image("minimal", {image.digest!r}, Path({str(image.directory)!r}), {{}})
+        g = QemuGuest(image, GuestSpec(vcpus=1, memory_mb=512, accel="tcg"))
+        g.start()
+        print(json.dumps([g.proc.pid, str(g.workdir)]), flush=True)
+        raise SystemExit(3)  # no stop(): the atexit hook must do it
+        """)
+    import json
+
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 3, out.stderr
+    pid, workdir = json.loads(out.stdout.splitlines()[0])
+    assert _wait(lambda: pid not in qemu_pids(), 10)
+    assert not Path(workdir).exists()
+
+
+def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
+    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
+    before = qemu_pids()
+    env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
+    child = subprocess.Popen(
+        [vmtax, "run", "--levels", "L1", "--accel", "tcg", "--probe", "cpu", "--runs", "50",
+         "--db", f"sqlite:///{tmp_path / 'c.db'}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        assert _wait(lambda: qemu_pids() - before, 60), "no QEMU started"
+        time.sleep(2)
+        child.send_signal(signal.SIGINT)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130
+    assert _wait(lambda: not qemu_pids() - before, 10)

@@ -1,0 +1,124 @@
+"""Levels: sizing presets, what cannot be built here, and the L0,L1 run end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from vmtax.errors import UsageError, VmtaxError
+from vmtax.targets.levels import level_targets, size_levels
+
+TINY_SUITE = """
+name = "tiny-levels"
+description = "cpuid, syscall and cpu, briefly, for the L0/L1 end-to-end test"
+seed = 1
+
+[defaults]
+runs = 2
+iterations = 100000
+duration = 0.2
+warmup = 10
+timeout = 60
+
+[[probes]]
+probe = "cpuid"
+
+[[probes]]
+probe = "syscall"
+
+[[probes]]
+probe = "cpu"
+warmup = 1
+"""
+
+
+def test_seed_a_reserved_matches_study_a_on_its_machine():
+    # Study A: 4 CPUs / 16 GB; L1 got 3 CPUs / 14 GB and L2 2 CPUs / 12 GB.
+    s = size_levels(["L0", "L1", "L2"], "seed-a-reserved", cpus=4, memory_mb=16384)
+    assert (s["L1"].vcpus, s["L1"].memory_mb) == (3, 14336)
+    assert (s["L2"].vcpus, s["L2"].memory_mb) == (2, 12288)
+    assert "L0" not in s
+
+
+def test_seed_a_overcommitted_gives_every_level_everything():
+    s = size_levels(["L1", "L2", "L3"], "seed-a-overcommitted", cpus=4, memory_mb=16384)
+    assert {(x.vcpus, x.memory_mb) for x in s.values()} == {(4, 16384)}
+
+
+def test_seed_c_adds_two_cpus_per_hypervisor_and_scales_down():
+    big = size_levels(["L1", "L2", "L3"], "seed-c", cpus=10, memory_mb=65536)
+    assert [big[lv].vcpus for lv in ("L1", "L2", "L3")] == [8, 6, 4]
+    assert big["L1"].memory_mb - big["L2"].memory_mb == big["L1"].memory_step_mb > 0
+    small = size_levels(["L0", "L1"], "seed-c", cpus=2, memory_mb=24576)
+    # Two cores: the guest keeps two vCPUs (the IPI probes need a second CPU); recorded.
+    assert small["L1"].vcpus == 2 and small["L1"].cpu_step == 0
+
+
+def test_bad_levels_and_presets_are_usage_errors():
+    with pytest.raises(UsageError, match="unknown sizing preset"):
+        size_levels(["L1"], "seed-z")
+    with pytest.raises(UsageError, match="unknown level"):
+        level_targets(["L4"])
+    with pytest.raises(UsageError, match="listed twice"):
+        level_targets(["L1", "L1"])
+
+
+def test_nesting_says_why_it_cannot_be_built_and_stops(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    with pytest.raises(VmtaxError, match="cannot nest guests here: .*full image"):
+        level_targets(["L0", "L1", "L2"], accel="tcg")
+
+
+def test_l0_is_local_and_l1_is_a_qemu_guest_with_its_labels(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    l0, l1 = level_targets(["L0", "L1"], accel="tcg", preset="seed-a-overcommitted")
+    assert (l0.level, l0.name) == ("L0", "local")
+    assert (l1.level, l1.name) == ("L1", "qemu-L1")
+    labels = l1.labels()
+    assert labels["accel"] == "tcg" and labels["preset"] == "seed-a-overcommitted"
+    assert l1.provenance()["sizing"]["vcpus"] == int(labels["vcpus"])
+
+
+def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
+    from vmtax.store import Store
+    from vmtax.targets.accel import kvm_verdict
+
+    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
+    suite = tmp_path / "tiny.toml"
+    suite.write_text(TINY_SUITE)
+    db = f"sqlite:///{tmp_path / 'levels.db'}"
+    env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [vmtax, "run", "--levels", "L0,L1", "--suite", str(suite), "--db", db],
+        capture_output=True, text=True, env=env, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs = Store.open(db).runs()
+    assert set(runs["level"]) == {"L0", "L1"}
+    assert (runs["status"] == "ok").all(), runs[["config", "probe", "error"]].to_string()
+    for level in ("L0", "L1"):
+        got = runs[runs["level"] == level]
+        assert sorted(set(got["probe"])) == ["cpu", "cpuid", "syscall"]
+        assert len(got) == 6
+    l1 = runs[runs["level"] == "L1"]
+    # Every L1 result names its accelerator; here KVM does not boot guests, so it is tcg.
+    expected = "kvm" if kvm_verdict().kvm_ok else "tcg"
+    assert {lab["accel"] for lab in l1["labels"]} == {expected}
+    assert all(expected in h for h in l1["hypervisor"])  # the guest's own fingerprint agrees
+
+    cmp = subprocess.run(
+        [vmtax, "compare", "--baseline", "level=L0", "--db", db, "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert cmp.returncode == 0, cmp.stderr[-2000:]
+    rows = json.loads(cmp.stdout)["rows"]
+    over = {r["probe"]: r["overhead"] for r in rows
+            if r["level"] == "L1" and r["probe"] != "geomean"}
+    assert set(over) == {"cpu", "cpuid", "syscall"}
+    assert all(v is not None and v > 0 for v in over.values())
+    print(json.dumps(over), file=sys.stderr)

@@ -1,0 +1,141 @@
+"""Unit tests of the report's drawing pieces: block reduction, axis choices, SVG output."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from matplotlib.container import BarContainer
+
+from vmtax.report import figures, refdata
+from vmtax.report.markdown import md_escape
+from vmtax.report.svg import to_png, to_svg
+
+EVIL = '<script>alert(1)</script> & "quoted"'
+
+
+def _overhead_rows(values):
+    return pd.DataFrame({
+        "probe": ["cpuid"] * len(values) + ["syscall"] * len(values),
+        "config": [f"L{i + 1} accel=tcg" for i in range(len(values))] * 2,
+        "overhead": list(values) * 2,
+        "ci_low": [v * 0.95 for v in values] * 2,
+        "ci_high": [v * 1.05 for v in values] * 2,
+        "is_baseline": [False] * (2 * len(values)),
+    })
+
+
+def test_reduce_max_caps_the_cell_count_and_keeps_a_single_spike():
+    matrix = np.ones((50, 10_000))
+    matrix[7, 4321] = 100.0
+    reduced, br, bc = figures.reduce_max(matrix)
+    assert reduced.shape[0] <= figures.MAX_CELLS and reduced.shape[1] <= figures.MAX_CELLS
+    assert (br, bc) == (1, 50)
+    assert reduced.max() == 100.0
+    assert reduced[7, 4321 // 50] == 100.0
+    assert np.count_nonzero(reduced == 100.0) == 1
+
+
+def test_reduce_max_leaves_small_matrices_alone_and_ignores_padding():
+    matrix = np.arange(12.0).reshape(3, 4)
+    reduced, br, bc = figures.reduce_max(matrix)
+    assert (br, bc) == (1, 1)
+    np.testing.assert_array_equal(reduced, matrix)
+    ragged = np.full((3, 401), np.nan)
+    ragged[:, :300] = 1.0
+    reduced, _, bc = figures.reduce_max(ragged)
+    assert bc == 3
+    assert np.isnan(reduced[:, -1]).all()  # a block of padding only stays empty
+    assert np.nanmax(reduced) == 1.0
+
+
+def test_overhead_axis_is_log_only_when_overheads_span_a_decade():
+    nested = figures.overhead_bars(_overhead_rows([30.0, 400.0]), {})
+    assert nested.axes[0].get_yscale() == "log"
+    flat = figures.overhead_bars(_overhead_rows([1.1, 1.4]), {})
+    assert flat.axes[0].get_yscale() == "linear"
+
+
+def test_overhead_bars_leave_out_the_baseline_and_draw_the_unity_line():
+    rows = _overhead_rows([2.0])
+    rows.loc[len(rows)] = ["cpuid", "L0", 1.0, np.nan, np.nan, True]
+    fig = figures.overhead_bars(rows, {})
+    ax = fig.axes[0]
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [c.get_label() for c in bars] == ["L1 accel=tcg"]
+    assert any(line.get_ydata()[0] == 1.0 for line in ax.get_lines())
+
+
+def test_distribution_uses_log_x_for_skewed_values_and_fixed_bins():
+    rng = np.random.default_rng(0)
+    near = {"L0": rng.normal(100, 5, 10_000), "L1": rng.normal(110, 5, 10_000)}
+    fig = figures.distribution("cpuid", "ns", near, {})
+    assert fig.axes[0].get_xscale() == "linear"
+    far = {"L0": rng.lognormal(4, 0.1, 10_000), "L2": rng.lognormal(10, 0.1, 100_000)}
+    fig = figures.distribution("cpuid", "ns", far, {})
+    assert fig.axes[0].get_xscale() == "log"
+    # one filled and one outlined stairs per configuration, each with HIST_BINS bins
+    patches = fig.axes[0].patches
+    assert len(patches) == 4
+
+
+def test_heatmap_marks_periodic_indices_and_zooms_long_runs():
+    matrix = np.ones((6, 1_000))
+    matrix[:, ::97] = 2.0
+    panel = figures.HeatPanel("L1", matrix, periodic=list(range(0, 1_000, 97)), period=97)
+    fig = figures.heatmap("cpuid", "ns", [panel])
+    titles = [ax.get_title(loc="right") for ax in fig.axes]
+    assert any("11 periodic (period 97)" in t for t in titles)
+    images = [im for ax in fig.axes for im in ax.get_images()]
+    assert len(images) == 2  # the reduced mesh and the cell-by-cell zoom
+    assert images[0].get_array().shape == (6, 200)
+    assert images[1].get_array().shape == (6, figures.ZOOM)
+
+
+def test_svg_is_inline_ready_and_escapes_text():
+    fig = figures.overhead_bars(_overhead_rows([2.0]).assign(config=EVIL), {})
+    svg = to_svg(fig, "x")
+    assert svg.startswith("<svg")
+    root = svg.split(">", 1)[0]
+    assert "viewBox" in root and " width=" not in root and " height=" not in root
+    assert "<script" not in svg
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quoted&quot;" in svg \
+        or "&lt;script&gt;alert(1)&lt;/script&gt; &amp; \"quoted\"" in svg
+    urls = set(re.findall(r"https?://[^\"'\s)]+", svg))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+def test_svg_ids_differ_between_figures_of_one_page():
+    rows = _overhead_rows([2.0, 3.0])
+    a = to_svg(figures.overhead_bars(rows, {}), "one")
+    b = to_svg(figures.overhead_bars(rows, {}), "two")
+    ids_a = set(re.findall(r'clipPath id="([^"]+)"', a))
+    ids_b = set(re.findall(r'clipPath id="([^"]+)"', b))
+    assert ids_a and not ids_a & ids_b
+    assert to_svg(figures.overhead_bars(rows, {}), "one") == a  # same input, same bytes
+
+
+def test_png_output_is_a_png():
+    assert to_png(figures.overhead_bars(_overhead_rows([2.0]), {})).startswith(b"\x89PNG")
+
+
+def test_markdown_escape_neutralises_markup():
+    assert md_escape("<b>|x|</b> *a* [l](u)") == r"\<b\>\|x\|\</b\> \*a\* \[l\](u)"
+
+
+def test_reference_exit_profile_matches_the_published_totals():
+    exits = refdata.virtage_exit_profile()
+    totals = exits.groupby("config")["value"].sum()
+    assert abs(totals["SPT (shadow page tables)"] - 1.0) < 0.01
+    assert abs(totals["EPT (extended page tables)"] - 0.234) < 0.001
+    fig = figures.exit_reasons(exits, title="t")
+    assert len(fig.axes[0].get_yticks()) == 2
+
+
+def test_reference_scaling_sweeps_vcpus_per_architecture():
+    curves, guide = refdata.fitzgerald_cpu_scaling()
+    assert sorted(curves.groupby("series")["x"].apply(sorted).iloc[0]) == [2, 3, 4]
+    assert set(curves["series"]) == {"s390x, not over-committed", "x86_64, not over-committed"}
+    fig = figures.scaling(curves, reference=guide, x_label="vCPUs", y_label="TPSec", title="t")
+    assert fig.axes[0].get_ylim()[0] == 0

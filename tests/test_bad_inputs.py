@@ -46,13 +46,18 @@ def tiny(tmp_path: Path) -> str:
     return str(path)
 
 
-def vmtax(*args: str, agent: str, prefix: tuple[str, ...] = (), timeout: float = 120,
-          **popen) -> subprocess.CompletedProcess:
+def vmtax(
+    *args: str, agent: str, prefix: tuple[str, ...] = (), timeout: float = 120, **popen
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
     env["VMTAX_PROBE"] = agent
     return subprocess.run(
         [*prefix, sys.executable, "-c", "from vmtax.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=timeout, env=env, **popen,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **popen,
     )
 
 
@@ -97,22 +102,21 @@ def test_malformed_suite_toml(tmp_path, db, cli):
 def test_suite_with_a_bad_value(tmp_path, db, cli):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nruns = -2\n")
-    one_line_error(cli("run", "--suite", str(bad), "--db", db),
-                   f"suite {bad}: probes[0].runs:")
+    one_line_error(cli("run", "--suite", str(bad), "--db", db), f"suite {bad}: probes[0].runs:")
 
 
 def test_suite_with_an_unknown_key(tmp_path, db, cli):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = 'x'\n[defaults]\nwarmpu = 3\n[[probes]]\nprobe = 'cpuid'\n")
-    one_line_error(cli("run", "--suite", str(bad), "--db", db),
-                   "defaults.warmpu: unknown key")
+    one_line_error(cli("run", "--suite", str(bad), "--db", db), "defaults.warmpu: unknown key")
 
 
 def test_suite_with_an_unknown_probe_parameter(tmp_path, db, cli):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nparams = { leef = 1 }\n")
-    one_line_error(cli("run", "--suite", str(bad), "--db", db),
-                   "probe 'cpuid' has no parameter 'leef'")
+    one_line_error(
+        cli("run", "--suite", str(bad), "--db", db), "probe 'cpuid' has no parameter 'leef'"
+    )
 
 
 def test_unknown_probe(db, cli):
@@ -123,8 +127,9 @@ def test_unknown_probe(db, cli):
 
 
 def test_unknown_suite_name(db, cli):
-    one_line_error(cli("run", "--suite", "nosuchsuite", "--db", db),
-                   "unknown suite 'nosuchsuite'", "quick")
+    one_line_error(
+        cli("run", "--suite", "nosuchsuite", "--db", db), "unknown suite 'nosuchsuite'", "quick"
+    )
 
 
 @pytest.mark.parametrize("label", ["novalue", "=x", "a b=c", "level=L9"])
@@ -133,14 +138,14 @@ def test_bad_label(db, label, cli):
 
 
 def test_negative_runs(db, cli):
-    one_line_error(cli("run", "--runs", "-3", "--db", db),
-                   "--runs must be a positive integer")
+    one_line_error(cli("run", "--runs", "-3", "--db", db), "--runs must be a positive integer")
 
 
 def test_bad_levels_and_target(db, cli):
     one_line_error(cli("run", "--levels", "L0,L9", "--db", db), "--levels")
-    one_line_error(cli("run", "--target", "http://host", "--db", db),
-                   "--target must look like ssh://")
+    one_line_error(
+        cli("run", "--target", "http://host", "--db", db), "--target must look like ssh://"
+    )
 
 
 def test_unreachable_database(cli):
@@ -165,8 +170,10 @@ def test_read_only_database_file(tmp_path, tiny, agent):
 
 
 def test_missing_agent_binary(db, tiny, cli):
-    one_line_error(cli("run", "--suite", tiny, "--db", db, agent_path="/nonexistent"),
-                   "agent binary not found or not executable: /nonexistent")
+    one_line_error(
+        cli("run", "--suite", tiny, "--db", db, agent_path="/nonexistent"),
+        "agent binary not found or not executable: /nonexistent",
+    )
 
 
 def test_truncated_agent_stream(tmp_path, db, agent):
@@ -181,9 +188,20 @@ def test_truncated_agent_stream(tmp_path, db, agent):
     env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
     env["VMTAX_PROBE"] = agent
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from vmtax.cli import main; main()", "run", "--suite",
-         str(suite), "--db", db],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-c",
+            "from vmtax.cli import main; main()",
+            "run",
+            "--suite",
+            str(suite),
+            "--db",
+            db,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     child = _wait_for_agent_run(proc.pid, agent)
     time.sleep(0.5)  # let the header reach the controller
@@ -222,8 +240,7 @@ def test_agent_that_hangs_past_the_timeout(tmp_path, db, cli):
 
 def test_resume_of_a_nonexistent_experiment(db, cli):
     Store.open(db).close()
-    one_line_error(cli("run", "--resume", "999", "--db", db),
-                   "no experiment 999")
+    one_line_error(cli("run", "--resume", "999", "--db", db), "no experiment 999")
 
 
 def test_results_show_of_a_nonexistent_experiment(db, cli):
@@ -232,8 +249,7 @@ def test_results_show_of_a_nonexistent_experiment(db, cli):
 
 
 def test_export_with_an_unknown_format(tmp_path, db, cli):
-    r = cli("results", "export", "1", "--format", "xls", "-o", str(tmp_path / "x"),
-              "--db", db)
+    r = cli("results", "export", "1", "--format", "xls", "-o", str(tmp_path / "x"), "--db", db)
     one_line_error(r, "--format must be csv, json or parquet")
 
 
@@ -251,8 +267,11 @@ def _wait_for_agent_run(parent: int, agent: str, limit: float = 30) -> int:
             except OSError:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == parent and len(argv) > 1 and argv[1] == b"run" and (
-                os.path.realpath(argv[0].decode()) == real
+            if (
+                ppid == parent
+                and len(argv) > 1
+                and argv[1] == b"run"
+                and (os.path.realpath(argv[0].decode()) == real)
             ):
                 return int(entry.name)
         time.sleep(0.05)

@@ -49,17 +49,44 @@ def tiny(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.fixture
+def cli(capsys, monkeypatch, agent):
+    """The real entry point, in this process (no interpreter start-up per call)."""
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        from vmtax.cli import main
+
+        monkeypatch.delenv("VMTAX_DB", raising=False)
+        monkeypatch.setenv("VMTAX_PROBE", agent)
+        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        out, err = capsys.readouterr()
+        code = exit_info.value.code
+        return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, out, err)
+
+    return call
+
+
 def vmtax(*args: str, agent: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=timeout, env=_env(agent), **kw,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(agent),
+        **kw,
     )
 
 
 def vmtax_bg(*args: str, agent: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(agent),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(agent),
     )
 
 
@@ -85,9 +112,9 @@ def table_rows(stdout: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, agent):
+def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    run = vmtax("run", "--suite", tiny, "--db", db, "--seed", "5", agent=agent)
+    run = cli("run", "--suite", tiny, "--db", db, "--seed", "5")
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""  # no progress bar or chatter when stderr is not a terminal
     exp = exp_id_of(run.stdout)
@@ -98,7 +125,7 @@ def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, 
     assert rows["cpu"][1].endswith("events/s")  # throughput where the probe has one
     assert rows["cpuid"][1] == "-"
 
-    show = vmtax("results", "show", str(exp), "--db", db, agent=agent)
+    show = cli("results", "show", str(exp), "--db", db)
     assert show.returncode == 0, show.stderr
     assert table_rows(show.stdout) == rows
 
@@ -120,10 +147,23 @@ def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, 
     assert "host_hypervisor" in config["labels"]
 
 
-def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, agent):
+def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'r.db'}"
-    run = vmtax("run", "--suite", tiny, "--db", db, "--probe", "syscall", "--runs", "3",
-                "--level", "L1", "--label", "note=unit-test", agent=agent)
+    run = cli(
+        "run",
+        "--suite",
+        tiny,
+        "--db",
+        db,
+        "--probe",
+        "syscall",
+        "--runs",
+        "3",
+        "--level",
+        "L1",
+        "--label",
+        "note=unit-test",
+    )
     assert run.returncode == 0, run.stderr
     with Store.open(db) as store:
         runs = store.runs(["exp=latest"])
@@ -133,11 +173,22 @@ def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, agent)
     assert runs["labels"].iloc[0] == {"note": "unit-test"}  # no host_* labels at a given level
 
 
-def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, agent):
+def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, agent, cli):
     db = f"sqlite:///{tmp_path / 'k.db'}"
-    proc = vmtax_bg("run", "--suite", "full", "--runs", "1", "--duration", "0.2", "--seed", "11",
-                    "--db", db,
-                    agent=agent)
+    proc = vmtax_bg(
+        "run",
+        "--suite",
+        "full",
+        "--runs",
+        "1",
+        "--duration",
+        "0.2",
+        "--seed",
+        "11",
+        "--db",
+        db,
+        agent=agent,
+    )
     stored = _wait_for_ok_runs(db, 3, proc)
     proc.send_signal(signal.SIGKILL)  # no chance to clean up: only the store's commits count
     proc.wait(timeout=10)
@@ -151,13 +202,13 @@ def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, ag
     assert len(ok_before) >= stored
     assert len(ok_before) < steps
 
-    listing = vmtax("results", "list", "--db", db, agent=agent)
+    listing = cli("results", "list", "--db", db)
     assert listing.returncode == 0, listing.stderr
     assert re.search(rf"^\W*{exp}\W.*interrupted", listing.stdout, re.M), listing.stdout
     with Store.open(db) as store:
         assert store.experiment(exp)["status"] == "interrupted"
 
-    resume = vmtax("run", "--resume", str(exp), "--db", db, agent=agent, timeout=300)
+    resume = cli("run", "--resume", str(exp), "--db", db)
     assert resume.returncode == 0, resume.stderr
     assert exp_id_of(resume.stdout) == exp
     with Store.open(db) as store:
@@ -174,8 +225,9 @@ def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, ag
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_mark_the_experiment_interrupted(tmp_path, agent, sig):
     db = f"sqlite:///{tmp_path / 'i.db'}"
-    proc = vmtax_bg("run", "--suite", "full", "--runs", "1", "--duration", "0.2", "--db", db,
-                    agent=agent)
+    proc = vmtax_bg(
+        "run", "--suite", "full", "--runs", "1", "--duration", "0.2", "--db", db, agent=agent
+    )
     _wait_for_ok_runs(db, 2, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
@@ -190,44 +242,48 @@ def test_ctrl_c_and_sigterm_mark_the_experiment_interrupted(tmp_path, agent, sig
     assert f"--resume {exp}" in lines[0]
 
 
-def test_run_on_postgresql(postgres_url, tiny, agent):
-    run = vmtax("run", "--suite", tiny, "--db", postgres_url, "--probe", "cpuid",
-                agent=agent)
+def test_run_on_postgresql(postgres_url, tiny, cli):
+    run = cli("run", "--suite", tiny, "--db", postgres_url, "--probe", "cpuid")
     assert run.returncode == 0, run.stderr
     exp = exp_id_of(run.stdout)
-    show = vmtax("results", "show", str(exp), "--db", postgres_url, agent=agent)
+    show = cli("results", "show", str(exp), "--db", postgres_url)
     assert show.returncode == 0, show.stderr
     assert table_rows(show.stdout) == table_rows(run.stdout)
     assert "pg-secret" not in run.stdout + run.stderr + show.stdout
 
 
-def test_results_list_and_export(tmp_path, tiny, agent):
+def test_results_list_and_export(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'e.db'}"
-    run = vmtax("run", "--suite", tiny, "--db", db, "--probe", "cpuid", agent=agent)
+    run = cli("run", "--suite", tiny, "--db", db, "--probe", "cpuid")
     exp = exp_id_of(run.stdout)
-    listing = vmtax("results", "list", "--db", db, agent=agent)
+    listing = cli("results", "list", "--db", db)
     assert re.search(rf"^\W*{exp}\W.*tiny.*ok.*2/2", listing.stdout, re.M), listing.stdout
     out = tmp_path / "runs.csv"
-    export = vmtax("results", "export", str(exp), "--format", "csv", "-o", str(out),
-                   "--db", db, agent=agent)
+    export = cli("results", "export", str(exp), "--format", "csv", "-o", str(out), "--db", db)
     assert export.returncode == 0, export.stderr
     assert out.stat().st_size > 0
 
 
-def test_env_and_probes_commands(agent):
-    env = vmtax("env", "--format", "json", agent=agent)
+def test_env_and_probes_commands(cli):
+    env = cli("env", "--format", "json")
     assert env.returncode == 0, env.stderr
     assert '"hypervisor"' in env.stdout
-    probes = vmtax("probes", agent=agent)
+    probes = cli("probes")
     assert probes.returncode == 0, probes.stderr
     for name in ("cpuid", "syscall", "memory"):
         assert name in probes.stdout
 
 
-def test_every_command_help_has_an_example(agent):
-    for args in (["run"], ["env"], ["probes"], ["results", "list"], ["results", "show"],
-                 ["results", "export"]):
-        out = vmtax(*args, "--help", agent=agent)
+def test_every_command_help_has_an_example(cli):
+    for args in (
+        ["run"],
+        ["env"],
+        ["probes"],
+        ["results", "list"],
+        ["results", "show"],
+        ["results", "export"],
+    ):
+        out = cli(*args, "--help")
         assert out.returncode == 0
         assert "Example: vmtax" in out.stdout, args
 

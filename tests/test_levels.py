@@ -68,10 +68,17 @@ def test_bad_levels_and_presets_are_usage_errors():
         level_targets(["L1", "L1"])
 
 
-def test_nesting_says_why_it_cannot_be_built_and_stops(tmp_path, monkeypatch):
+def test_l2_is_a_guest_that_boots_the_inner_guest_sized_by_the_preset(tmp_path, monkeypatch):
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
-    with pytest.raises(VmtaxError, match="cannot nest guests here: .*full image"):
-        level_targets(["L0", "L1", "L2"], accel="tcg")
+    l0, l1, l2 = level_targets(["L0", "L1", "L2"], accel="tcg", preset="seed-a-reserved")
+    sizes = size_levels(["L1", "L2"], "seed-a-reserved")
+    # The L2 target boots an L1 of L1's size, which boots L2 at L2's size.
+    assert (l2.spec.vcpus, l2.spec.memory_mb) == (sizes["L1"].vcpus, sizes["L1"].memory_mb)
+    assert l2.inner == [(sizes["L2"].vcpus, sizes["L2"].memory_mb)]
+    assert "vmtax_sizes=" in " ".join(l2.spec.extra_append)
+    assert l2.labels()["vcpus"] == str(sizes["L2"].vcpus)
+    assert l2.provenance()["image_mode"] == "nested2" and l1.inner == []
+    assert l2.boot_timeout > l1.boot_timeout
 
 
 def test_l0_is_local_and_l1_is_a_qemu_guest_with_its_labels(tmp_path, monkeypatch):

@@ -70,16 +70,26 @@ def test_entry_settings_fall_back_to_defaults():
     [
         ("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nruns = 0\n", "probes[0].runs:"),
         ("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nrunz = 3\n", "probes[0].runz: unknown key"),
-        ("name = 'x'\n[defaults]\nduration = -1\n[[probes]]\nprobe = 'cpuid'\n",
-         "defaults.duration:"),
+        (
+            "name = 'x'\n[defaults]\nduration = -1\n[[probes]]\nprobe = 'cpuid'\n",
+            "defaults.duration:",
+        ),
         ("name = 'x'\n[[probes]]\nprobe = 'cpuid'\nruns = 'many'\n", "probes[0].runs:"),
         ("name = 'x'\n", "probes: required key is missing"),
-        ("name = 'x'\n[[probes]]\nprobe = 'cpuid'\n[[probes]]\nprobe = 'cpuid'\n",
-         "two entries are called 'cpuid'"),
-        ("name = 'x'\n[[probes]]\nprobe = 'memory'\n[[probes.scale_to_memory]]\n"
-         "param = 't'\nunit = 'PB'\n", "probes[0].scale_to_memory[0]: unit must be one of"),
-        ("name = 'x'\n[[probes]]\nprobe = 'memory'\n[[probes.scale_to_memory]]\n"
-         "param = 'iterations'\nper_param = 'block'\n", "per_param 'block' is not set"),
+        (
+            "name = 'x'\n[[probes]]\nprobe = 'cpuid'\n[[probes]]\nprobe = 'cpuid'\n",
+            "two entries are called 'cpuid'",
+        ),
+        (
+            "name = 'x'\n[[probes]]\nprobe = 'memory'\n[[probes.scale_to_memory]]\n"
+            "param = 't'\nunit = 'PB'\n",
+            "probes[0].scale_to_memory[0]: unit must be one of",
+        ),
+        (
+            "name = 'x'\n[[probes]]\nprobe = 'memory'\n[[probes.scale_to_memory]]\n"
+            "param = 'iterations'\nper_param = 'block'\n",
+            "per_param 'block' is not set",
+        ),
         ("name = 'x'\n[[probes]\nprobe = 'cpuid'\n", "invalid TOML"),
     ],
 )
@@ -137,8 +147,9 @@ def test_each_target_gets_the_whole_plan():
 
 def test_cli_overrides_runs_timeout_and_probe_selection():
     suite = parse_suite(SMALL, "small.toml")
-    plan = build_plan(suite, source="s", seed=1, targets=LOCAL, probes=["memory", "timer"],
-                      runs=2, timeout=5)
+    plan = build_plan(
+        suite, source="s", seed=1, targets=LOCAL, probes=["memory", "timer"], runs=2, timeout=5
+    )
     assert set(plan.entries) == {"memory.read", "timer"}
     assert all(e["runs"] == 2 and e["timeout"] == 5 for e in plan.entries.values())
     assert len(plan.steps) == 4
@@ -149,8 +160,18 @@ def test_invocation_bounds_each_run_by_iterations_duration_and_timeout():
     plan = build_plan(suite, source="s", seed=1, targets=LOCAL, probes=["cpuid"])
     inv = plan.invocation(plan.steps[0], memory_bytes=None)
     assert inv.args == [
-        "run", "cpuid", "--runs", "1", "--iterations", "500", "--duration", "0.25",
-        "--warmup", "3", "--timeout", "20",
+        "run",
+        "cpuid",
+        "--runs",
+        "1",
+        "--iterations",
+        "500",
+        "--duration",
+        "0.25",
+        "--warmup",
+        "3",
+        "--timeout",
+        "20",
     ]
     # The controller only kills an agent that overran its own --timeout.
     assert inv.timeout == kill_after(20) > 20

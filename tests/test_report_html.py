@@ -172,3 +172,17 @@ def test_cli_errors_are_one_line(small_url, tmp_path, args, message):
     assert len(lines) == 1 and lines[0].startswith("vmtax: error: "), res.stderr
     assert message in lines[0]
     assert not (tmp_path / "x.html").exists()
+
+
+def test_two_experiments_side_by_side(tmp_path):
+    store = build_store(f"sqlite:///{tmp_path / 'two.db'}", runs=5, iterations=150,
+                        probes=("cpuid",), seed=1)
+    populate(store, runs=5, iterations=150, probes=("cpuid",), seed=2)
+    data = inputs.load(store, ["exp=1", "exp=2"], "exp=1,level=L0")
+    model = analysis.build(data, resamples=500)
+    store.close()
+    assert len(model.summary) == 5  # every configuration but the baseline
+    assert any(line.startswith("#2 L0 vcpus=2: ") for line in model.summary)
+    env_columns = model.environment.columns[1:-1]
+    assert len(env_columns) == 6 and "#1 L0 vcpus=2" in env_columns
+    assert len(model.experiments) == 2

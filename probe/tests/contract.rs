@@ -160,25 +160,61 @@ fn shared_vectors_parse_and_invalid_ones_are_rejected() {
     assert!(rejected >= 5);
 }
 
+/// A pseudo-terminal pair: the agent serves on the slave side (a tty, put in raw mode),
+/// the test plays the host on the master side.
+fn pty() -> (std::fs::File, String) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt returns a new fd (checked); grantpt/unlockpt/ptsname act on it.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(m >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+        (std::fs::File::from_raw_fd(m), path)
+    }
+}
+
 #[test]
-fn serve_answers_requests_from_a_file() {
-    // A regular file stands in for the port: requests in, then EOF ends serve.
-    let dir = std::env::temp_dir().join(format!("vmtax-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let req = dir.join("req");
-    std::fs::write(&req, "[\"list\",\"--format\",\"json\"]\nnot json\n[\"run\",\"nosuch\"]\n").unwrap();
-    // serve reads and writes the same device; use a FIFO-free setup: the output goes after
-    // the requests in the same file, so read it back and skip the request lines.
-    let (code, _, err) = agent(&["serve", "--device", req.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
-    let text = std::fs::read_to_string(&req).unwrap();
-    std::fs::remove_dir_all(&dir).ok();
-    let frames: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.is_object()).collect();
-    let kinds: Vec<String> = frames.iter().map(|f| f["type"].as_str().unwrap_or("").to_string()).collect();
-    assert!(kinds.contains(&"serve_ready".to_string()), "{text}");
-    let done: Vec<&Value> = frames.iter().filter(|f| f["type"] == "serve_done").collect();
-    assert_eq!(done.len(), 3, "{text}");
-    assert_eq!(done[1]["exit_code"], 2);
-    assert_eq!(done[2]["exit_code"], 2);
-    assert!(done[2]["stderr_tail"].as_str().unwrap().contains("unknown probe"));
+fn serve_frames_requests_over_a_tty() {
+    use std::io::{BufRead, BufReader, Write};
+    let (master, slave) = pty();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vmtax-probe"))
+        .args(["serve", "--device", &slave])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut host = master.try_clone().unwrap();
+    let mut lines = BufReader::new(master);
+    let mut next = || -> Value {
+        let mut l = String::new();
+        lines.read_line(&mut l).unwrap();
+        serde_json::from_str(l.trim()).unwrap_or_else(|e| panic!("{e}: {l:?}"))
+    };
+    assert_eq!(next()["type"], "serve_ready");
+    host.write_all(b"[\"run\",\"syscall\",\"--runs\",\"2\",\"--iterations\",\"10\"]\n").unwrap();
+    let mut records = Vec::new();
+    let done = loop {
+        let v = next();
+        if v["type"] == "serve_done" {
+            break v;
+        }
+        records.push(v);
+    };
+    assert_eq!(done["exit_code"], 0, "{done}");
+    let val = validator();
+    assert_eq!(records.len(), 1 + 2 * 2 + 1);
+    for r in &records {
+        assert!(val.is_valid(r), "{r}");
+    }
+    host.write_all(b"not json\n[\"run\",\"nosuch\"]\n").unwrap();
+    assert_eq!(next()["exit_code"], 2);
+    let d = next();
+    assert_eq!(d["exit_code"], 2);
+    assert!(d["stderr_tail"].as_str().unwrap().contains("unknown probe"), "{d}");
+    host.write_all(b"[\"poweroff\"]\n").unwrap();
+    // Not PID 1: poweroff just ends serve.
+    assert!(child.wait().unwrap().success());
 }

@@ -127,7 +127,9 @@ def fingerprint(target: Target, timeout: float = ENV_TIMEOUT_S) -> Fingerprint:
     except ValidationError as exc:
         tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
         reason = "no output" if not text else exc.errors()[0]["msg"]
-        raise TargetError(f"{target.name}: bad fingerprint from the agent ({reason}){tail}") from None
+        raise TargetError(
+            f"{target.name}: bad fingerprint from the agent ({reason}){tail}"
+        ) from None
 
 
 def list_probes(target: Target, timeout: float = 60.0) -> list[ProbeInfo]:
@@ -242,17 +244,16 @@ class Runner:
                 with contextlib.suppress(Exception):
                     target.close()
             pool.shutdown(wait=True, cancel_futures=True)
-            self._store(self.store.finish_experiment, experiment_id=experiment_id,
-                        status="interrupted")
+            self._store(
+                self.store.finish_experiment, experiment_id=experiment_id, status="interrupted"
+            )
             raise
         pool.shutdown(wait=True)
         for fut, outcome in zip(futures, outcomes, strict=True):
             exc = fut.exception()
             if exc is not None and outcome.error is None:
                 outcome.error = _one_line(str(exc) or type(exc).__name__)
-        status = "ok" if all(
-            not (o.error or o.failed or o.lost) for o in outcomes
-        ) else "failed"
+        status = "ok" if all(not (o.error or o.failed or o.lost) for o in outcomes) else "failed"
         self._store(self.store.finish_experiment, experiment_id=experiment_id, status=status)
         return Outcome(experiment_id=experiment_id, status=status, targets=outcomes)
 
@@ -274,14 +275,19 @@ class Runner:
                 name: inv.scaling
                 for name, inv in (
                     (s.entry, self.plan.invocation(s, fp.memory_bytes)) for s in steps
-                ) if inv.scaling
+                )
+                if inv.scaling
             }
             if scaling:
                 provenance["memory_scaling"] = scaling
             config_id = self._store(
-                self.store.configuration, experiment_id=experiment_id, level=level,
-                labels=labels, fingerprint=fp.model_dump(mode="json", by_alias=True),
-                target=target.name, provenance=provenance,
+                self.store.configuration,
+                experiment_id=experiment_id,
+                level=level,
+                labels=labels,
+                fingerprint=fp.model_dump(mode="json", by_alias=True),
+                target=target.name,
+                provenance=provenance,
             )
             outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
             lost_in_a_row = 0
@@ -305,8 +311,13 @@ class Runner:
                 target.close()
 
     def _run_step(
-        self, experiment_id: int, config_id: int, target: Target, step: Step,
-        fp: Fingerprint, outcome: TargetOutcome,
+        self,
+        experiment_id: int,
+        config_id: int,
+        target: Target,
+        step: Step,
+        fp: Fingerprint,
+        outcome: TargetOutcome,
     ) -> str:
         inv = self.plan.invocation(step, fp.memory_bytes)
         entry = self.plan.entries[step.entry]
@@ -324,15 +335,22 @@ class Runner:
         stream = read_stream(lines)
         header = stream.header.model_dump(mode="json", by_alias=True) if stream.header else None
         common = {
-            "experiment_id": experiment_id, "configuration_id": config_id, "probe": step.entry,
-            "plan_index": step.index, "run_index": step.run, "header": header,
+            "experiment_id": experiment_id,
+            "configuration_id": config_id,
+            "probe": step.entry,
+            "plan_index": step.index,
+            "run_index": step.run,
+            "header": header,
         }
         if stream.runs:
             run = stream.runs[0]
             self._store(
-                self.store.add_run, **common,
+                self.store.add_run,
+                **common,
                 summary=run.summary.model_dump(mode="json"),
-                values=run.values, warmup_values=run.warmup_values, status="ok",
+                values=run.values,
+                warmup_values=run.warmup_values,
+                status="ok",
             )
             outcome.ok += 1
             return "ok"
@@ -344,15 +362,21 @@ class Runner:
         else:
             status = "failed"
             reason = (stream.end.error if stream.end and stream.end.error else None) or (
-                target.last_stderr.strip().splitlines()[-1] if target.last_stderr.strip()
+                target.last_stderr.strip().splitlines()[-1]
+                if target.last_stderr.strip()
                 else stream.problem or "the agent produced no run"
             )
         if stream.problem and stream.problem not in reason and status == "lost":
             reason = f"{reason} ({stream.problem})"
         reason = _one_line(f"{entry['probe']}: {reason}")
         self._store(
-            self.store.add_run, **common, summary=None, values=_EMPTY, warmup_values=_EMPTY,
-            status=status, error=reason,
+            self.store.add_run,
+            **common,
+            summary=None,
+            values=_EMPTY,
+            warmup_values=_EMPTY,
+            status=status,
+            error=reason,
         )
         if status == "lost":
             outcome.lost += 1
@@ -385,9 +409,13 @@ def make_targets(
             while i + len(group) < len(specs) and _same_level_options(specs[i + len(group)], spec):
                 group.append(specs[i + len(group)])
             level_targets = _optional("vmtax.targets.levels", "level_targets", "--levels")
-            made = list(level_targets(
-                [g["level"] for g in group], preset=spec["preset"], accel=spec["accel"],
-            ))
+            made = list(
+                level_targets(
+                    [g["level"] for g in group],
+                    preset=spec["preset"],
+                    accel=spec["accel"],
+                )
+            )
             if len(made) != len(group):
                 raise VmtaxError(f"asked for {len(group)} levels but got {len(made)} targets")
             out.extend(made)
@@ -432,9 +460,11 @@ def _fleet_parts(loaded: Any) -> tuple[list[Target], int | None]:
 
 
 def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("kind") == "level" and a.get("preset") == b.get("preset") and a.get(
-        "accel"
-    ) == b.get("accel")
+    return (
+        a.get("kind") == "level"
+        and a.get("preset") == b.get("preset")
+        and a.get("accel") == b.get("accel")
+    )
 
 
 def _optional(module: str, attr: str, option: str) -> Any:

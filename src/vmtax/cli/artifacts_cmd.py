@@ -89,11 +89,11 @@ def artifacts_cmd(
     db: Annotated[str | None, typer.Option(
         help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
 ) -> None:
-    """Find timing artifacts in raw samples: periodic spikes, cross-run memory, warm-up,
-    shape change vs a baseline (Anderson-Darling + mvalue) and Tukey outliers.
+    """Find timing artifacts in raw samples, with their evidence.
 
-    Runs of one configuration and probe form a runs x iterations matrix. Outliers are
-    reported, never dropped.
+    Detectors: periodic spikes, cross-run memory, warm-up, shape vs baseline, Tukey outliers.
+
+    Runs of one configuration and probe form a runs x iterations matrix; nothing is dropped.
 
     Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
     """

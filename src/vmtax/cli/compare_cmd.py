@@ -76,12 +76,15 @@ def compare_cmd(
     db: Annotated[str | None, typer.Option(
         help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
 ) -> None:
-    """Compare configurations with a baseline: overhead (>1 = slower) with a 95% bootstrap CI,
-    mean, ΔL(n−1), StdErr, StdErr%, p-value adjusted across the command, and a verdict.
+    """Compare configurations with a baseline: overhead, 95% CI, study-A columns, verdict.
 
-    The verdict is `~` unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
-    With --dataset alone it recomputes the dataset's ΔL(n−1) and StdErr% from its means and
-    standard errors and flags published figures that disagree beyond their printed precision.
+    Overhead is direction-aware: above 1 means slower, for every metric.
+
+    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its bootstrap CI, p, adjusted p.
+
+    The verdict is ~ unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
+
+    With --dataset alone it recomputes a reference table and flags misprinted figures.
 
     Example: vmtax compare exp=latest --baseline level=L0 --format markdown
 

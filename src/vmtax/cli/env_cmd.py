@@ -37,11 +37,19 @@ def env(fmt: FormatOption = "text") -> None:
     rows = [
         ("hypervisor", f"{hv.vendor or 'unknown'} ({hv.signature})" if hv.detected else "none"),
         ("evidence", "; ".join(hv.evidence) or "-"),
-        ("nesting", f"depth {fp.nesting.depth} ({fp.nesting.confidence}): {fp.nesting.basis}"
-         if fp.nesting.depth is not None else f"unknown: {fp.nesting.basis}"),
+        (
+            "nesting",
+            f"depth {fp.nesting.depth} ({fp.nesting.confidence}): {fp.nesting.basis}"
+            if fp.nesting.depth is not None
+            else f"unknown: {fp.nesting.basis}",
+        ),
         ("cpu", f"{fp.cpu.model} ({fp.cpu.vendor}), {fp.cpu.logical_cpus} logical CPUs"),
-        ("tsc", f"{fp.cpu.tsc_hz / 1e9:.3f} GHz, invariant={fp.cpu.tsc_invariant}"
-         if fp.cpu.tsc_hz else "unknown"),
+        (
+            "tsc",
+            f"{fp.cpu.tsc_hz / 1e9:.3f} GHz, invariant={fp.cpu.tsc_invariant}"
+            if fp.cpu.tsc_hz
+            else "unknown",
+        ),
         ("memory", f"{fp.memory_bytes / 2**30:.1f} GiB"),
         ("kernel", fp.kernel),
         ("clocksource", fp.clocksource or "-"),

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vmtax.errors import UsageError, VmtaxError
+from vmtax.errors import UsageError
 
 image_app = typer.Typer(
     help="Build and list guest images for QEMU levels.\n\n"
@@ -20,8 +20,11 @@ image_app = typer.Typer(
 
 @image_app.command("build")
 def build(
-    mode: Annotated[str, typer.Option(help="minimal (busybox initramfs, agent as PID 1) or full.")]
-    = "minimal",
+    mode: Annotated[str, typer.Option(
+        help="minimal (busybox initramfs, agent as PID 1; for L1) or full (also QEMU, a "
+        "kernel and the inner image, so the guest hosts the next level).")] = "minimal",
+    depth: Annotated[int, typer.Option(
+        help="For --mode full: how many levels the image holds (2 = L2, 3 = L3).")] = 2,
     kernel: Annotated[
         str | None, typer.Option(help="Guest kernel (default: newest /boot/vmlinuz-*).")
     ] = None,
@@ -33,15 +36,14 @@ def build(
     Example: vmtax image build --mode minimal
     """
     from vmtax.targets.base import find_agent
-    from vmtax.targets.images import build_minimal
-    from vmtax.targets.levels import nesting_blocker
+    from vmtax.targets.images import build_nested
 
-    if mode == "full":
-        raise VmtaxError(f"image mode full: {nesting_blocker('tcg')}")
-    if mode != "minimal":
+    if mode not in ("minimal", "full"):
         raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
+    if mode == "full" and depth not in (2, 3):
+        raise UsageError(f"--depth must be 2 or 3 for --mode full, got {depth}")
     t0 = time.monotonic()
-    image = build_minimal(find_agent(agent), kernel=kernel)
+    image = build_nested(find_agent(agent), 1 if mode == "minimal" else depth, kernel=kernel)
     took = time.monotonic() - t0
     size = image.initrd.stat().st_size / 2**20
     Console().print(

@@ -71,8 +71,7 @@ def import_cmd(
 ) -> None:
     """Import a study-A table (the columns of fitzgerald2014.csv) as a reference dataset.
 
-    It is validated (columns, levels, numbers, duplicate rows) and stored under the user data
-    directory; `vmtax compare --dataset NAME` then recomputes it.
+    It is validated and stored under the user data directory; compare --dataset NAME uses it.
 
     Example: vmtax refs import mylab.csv --name mylab2025
     """

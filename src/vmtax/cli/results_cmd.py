@@ -16,8 +16,9 @@ results_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DbOption = Annotated[str | None, typer.Option(
-    help="Store URL; default $VMTAX_DB or the user data dir.")]
+DbOption = Annotated[
+    str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -43,8 +44,13 @@ def list_cmd(db: DbOption = None) -> None:
     for row in df.itertuples(index=False):
         started = row.started_at.strftime("%Y-%m-%d %H:%M:%S") if row.started_at else "-"
         table.add_row(
-            str(row.experiment_id), started, str(row.suite), str(row.status),
-            f"{row.n_ok}/{row.n_runs}", str(row.n_configurations), str(row.host or "-"),
+            str(row.experiment_id),
+            started,
+            str(row.suite),
+            str(row.status),
+            f"{row.n_ok}/{row.n_runs}",
+            str(row.n_configurations),
+            str(row.host or "-"),
             str(row.agent_version or "-"),
         )
     out_console().print(table)

@@ -20,8 +20,17 @@ from vmtax.errors import UsageError, VmtaxError
 
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
 _LEVEL = re.compile(r"^L[0-3]$")
-_RESERVED = {"exp", "experiment", "config", "level", "probe", "target", "hypervisor", "status",
-             "run"}
+_RESERVED = {
+    "exp",
+    "experiment",
+    "config",
+    "level",
+    "probe",
+    "target",
+    "hypervisor",
+    "status",
+    "run",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -30,36 +39,55 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    suite: Annotated[str, typer.Option(help="Built-in suite name or a path to a suite .toml.")]
-    = "quick",
-    probe: Annotated[list[str] | None, typer.Option(
-        help="Run only this probe (repeatable); one the suite lacks runs with its defaults.")]
-    = None,
-    runs: Annotated[int | None, typer.Option(help="Runs per probe (overrides the suite).")]
-    = None,
-    level: Annotated[str | None, typer.Option(
-        help="Level label for this machine (default L0, with what the fingerprint detected).")]
-    = None,
-    label: Annotated[list[str] | None, typer.Option(
-        help="Extra configuration label key=value (repeatable).")] = None,
-    db: Annotated[str | None, typer.Option(
-        help="Store URL (sqlite:///file.db, postgresql://...); default $VMTAX_DB or the "
-        "user data dir.")] = None,
+    suite: Annotated[
+        str, typer.Option(help="Built-in suite name or a path to a suite .toml.")
+    ] = "quick",
+    probe: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run only this probe (repeatable); one the suite lacks runs with its defaults."
+        ),
+    ] = None,
+    runs: Annotated[int | None, typer.Option(help="Runs per probe (overrides the suite).")] = None,
+    level: Annotated[
+        str | None,
+        typer.Option(
+            help="Level label for this machine (default L0, with what the fingerprint detected)."
+        ),
+    ] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Extra configuration label key=value (repeatable).")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="Store URL (sqlite:///file.db, postgresql://...); default $VMTAX_DB or the "
+            "user data dir."
+        ),
+    ] = None,
     timeout: Annotated[float | None, typer.Option(help="Per-run timeout in seconds.")] = None,
-    duration: Annotated[float | None, typer.Option(
-        help="Bound every run to this many seconds (overrides the suite).")] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(help="Bound every run to this many seconds (overrides the suite)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the randomized run order.")] = None,
-    resume: Annotated[str | None, typer.Option(
-        help="Finish the missing runs of an interrupted experiment (id or 'latest').")] = None,
-    levels: Annotated[str | None, typer.Option(
-        help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above).")] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(help="Finish the missing runs of an interrupted experiment (id or 'latest')."),
+    ] = None,
+    levels: Annotated[
+        str | None,
+        typer.Option(help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above)."),
+    ] = None,
     preset: Annotated[str, typer.Option(help="Guest sizing preset for --levels.")] = "seed-c",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg, for --levels.")] = "auto",
-    target: Annotated[list[str] | None, typer.Option(
-        help="Run on ssh://user@host[:port] (repeatable).")] = None,
+    target: Annotated[
+        list[str] | None, typer.Option(help="Run on ssh://user@host[:port] (repeatable).")
+    ] = None,
     targets: Annotated[str | None, typer.Option(help="A hosts.toml fleet file.")] = None,
-    accept_new_host_key: Annotated[bool, typer.Option(
-        help="Trust an SSH host key seen for the first time.")] = False,
+    accept_new_host_key: Annotated[
+        bool, typer.Option(help="Trust an SSH host key seen for the first time.")
+    ] = False,
 ) -> None:
     """Run a suite of probes, store every run and print the study-A table.
 
@@ -83,8 +111,7 @@ def run(
     if resume is not None:
         _resume(resume, db=db, accept_new_host_key=accept_new_host_key)
         return
-    specs = target_specs(levels=levels, preset=preset, accel=accel, ssh=target or [],
-                         fleet=targets)
+    specs = target_specs(levels=levels, preset=preset, accel=accel, ssh=target or [], fleet=targets)
     if level is not None and len(specs) > 1:
         raise UsageError("--level names one machine; with several targets each has its own")
     the_suite, source = load_suite(suite)
@@ -92,11 +119,23 @@ def run(
     local = _local_target()
     available = rn.list_probes(local)
     local_fp = rn.fingerprint(local)
-    chosen_seed = seed if seed is not None else (
-        the_suite.seed if the_suite.seed is not None else random.SystemRandom().randrange(2**31)
+    chosen_seed = (
+        seed
+        if seed is not None
+        else (
+            the_suite.seed if the_suite.seed is not None else random.SystemRandom().randrange(2**31)
+        )
     )
-    plan = build_plan(the_suite, source=source, seed=chosen_seed, targets=specs,
-                      probes=probe or None, runs=runs, timeout=timeout, duration=duration)
+    plan = build_plan(
+        the_suite,
+        source=source,
+        seed=chosen_seed,
+        targets=specs,
+        probes=probe or None,
+        runs=runs,
+        timeout=timeout,
+        duration=duration,
+    )
     rn.check_probes(plan, available)
     built, limit = rn.make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {
@@ -104,13 +143,26 @@ def run(
         "options": {"level": level, "labels": labels},
     }
     exp_id = store.create_experiment(
-        command=["vmtax", *sys.argv[1:]], suite=plan.suite, seed=plan.seed, plan=plan_dict,
-        vmtax_version=_version(), agent_version=local_fp.agent_version,
+        command=["vmtax", *sys.argv[1:]],
+        suite=plan.suite,
+        seed=plan.seed,
+        plan=plan_dict,
+        vmtax_version=_version(),
+        agent_version=local_fp.agent_version,
     )
     # The local fingerprint is reused for the local target instead of measuring it twice.
     fps = {i: local_fp for i, s in enumerate(specs) if s["kind"] == "local"}
-    _execute(store, plan, built, exp_id, done=set(), level=level, labels=labels,
-             max_workers=limit or 4, fingerprints=fps)
+    _execute(
+        store,
+        plan,
+        built,
+        exp_id,
+        done=set(),
+        level=level,
+        labels=labels,
+        max_workers=limit or 4,
+        fingerprints=fps,
+    )
 
 
 def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
@@ -139,19 +191,45 @@ def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
     options = plan_data.get("options") or {}
     built, limit = rn.make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
     store.reopen_experiment(exp_id)
-    _execute(store, plan, built, exp_id, done=done, level=options.get("level"),
-             labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={})
+    _execute(
+        store,
+        plan,
+        built,
+        exp_id,
+        done=done,
+        level=options.get("level"),
+        labels=options.get("labels") or {},
+        max_workers=limit or 4,
+        fingerprints={},
+    )
 
 
-def _execute(store: Any, plan: Any, built: list[Any], exp_id: int, *, done: set[int],
-             level: str | None, labels: dict[str, str], max_workers: int,
-             fingerprints: dict[int, Any]) -> None:
+def _execute(
+    store: Any,
+    plan: Any,
+    built: list[Any],
+    exp_id: int,
+    *,
+    done: set[int],
+    level: str | None,
+    labels: dict[str, str],
+    max_workers: int,
+    fingerprints: dict[int, Any],
+) -> None:
     from vmtax.runner import Runner
 
     err = Console(stderr=True)
     bar = RichProgress(err)
-    runner = Runner(store, plan, built, level=level, labels=labels, progress=bar,
-                    max_workers=max_workers, fingerprints=fingerprints)
+    runner = Runner(
+        store,
+        plan,
+        built,
+        level=level,
+        labels=labels,
+        progress=bar,
+        max_workers=max_workers,
+        fingerprints=fingerprints,
+    )
     try:
         with bar, _sigterm_as_interrupt():
             outcome = runner.execute(exp_id, done)
@@ -191,8 +269,9 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
-def target_specs(*, levels: str | None, preset: str, accel: str, ssh: list[str],
-                 fleet: str | None) -> list[dict[str, Any]]:
+def target_specs(
+    *, levels: str | None, preset: str, accel: str, ssh: list[str], fleet: str | None
+) -> list[dict[str, Any]]:
     """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
     specs: list[dict[str, Any]] = []
     if levels:
@@ -201,8 +280,11 @@ def target_specs(*, levels: str | None, preset: str, accel: str, ssh: list[str],
         if bad or not names or len(set(names)) != len(names):
             raise UsageError(f"--levels must be distinct levels like L0,L1,L2, got {levels!r}")
         for name in names:
-            specs.append({"kind": "local", "level": "L0"} if name == "L0" else
-                         {"kind": "level", "level": name, "preset": preset, "accel": accel})
+            specs.append(
+                {"kind": "local", "level": "L0"}
+                if name == "L0"
+                else {"kind": "level", "level": name, "preset": preset, "accel": accel}
+            )
     for url in ssh:
         if not url.startswith("ssh://") or len(url) <= len("ssh://"):
             raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")
@@ -213,8 +295,9 @@ def target_specs(*, levels: str | None, preset: str, accel: str, ssh: list[str],
         from vmtax.runner import fleet_size
 
         count, _ = fleet_size(fleet)
-        specs += [{"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i}
-                  for i in range(count)]
+        specs += [
+            {"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i} for i in range(count)
+        ]
     return specs or [{"kind": "local", "level": "L0"}]
 
 
@@ -223,8 +306,12 @@ class RichProgress:
 
     def __init__(self, console: Console) -> None:
         self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console, transient=False,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
             disable=not console.is_terminal,
         )
         self._tasks: dict[str, Any] = {}

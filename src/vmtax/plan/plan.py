@@ -13,6 +13,7 @@ from typing import Any
 
 from vmtax.plan.suite import Entry, MemoryScale, Suite
 
+
 def kill_after(timeout: float) -> float:
     """When the controller kills an agent that ignores its own --timeout: a little later, so
     the agent can stop by itself and still send its end record."""
@@ -42,8 +43,14 @@ class Plan:
     """Entries (resolved settings) plus the ordered steps, serialisable into the store."""
 
     def __init__(
-        self, *, suite: str, source: str, seed: int, entries: dict[str, dict[str, Any]],
-        steps: list[Step], targets: list[dict[str, Any]],
+        self,
+        *,
+        suite: str,
+        source: str,
+        seed: int,
+        entries: dict[str, dict[str, Any]],
+        steps: list[Step],
+        targets: list[dict[str, Any]],
     ) -> None:
         self.suite = suite
         self.source = source
@@ -70,8 +77,12 @@ class Plan:
             for i, (t, e, r) in enumerate(data["steps"])
         ]
         return cls(
-            suite=data["suite"], source=data.get("source", ""), seed=int(data["seed"]),
-            entries=data["entries"], steps=steps, targets=list(data.get("targets", [])),
+            suite=data["suite"],
+            source=data.get("source", ""),
+            seed=int(data["seed"]),
+            entries=data["entries"],
+            steps=steps,
+            targets=list(data.get("targets", [])),
         )
 
     def probes(self) -> set[str]:
@@ -109,13 +120,18 @@ class Plan:
             args += ["--cpus", str(e["cpus"])]
         for key, val in params.items():
             args += ["--param", f"{key}={_param(val)}"]
-        return Invocation(args=args, timeout=kill_after(float(e["timeout"])),
-                          scaling=scaling)
+        return Invocation(args=args, timeout=kill_after(float(e["timeout"])), scaling=scaling)
 
 
 def build_plan(
-    suite: Suite, *, source: str, seed: int, targets: list[dict[str, Any]],
-    probes: list[str] | None = None, runs: int | None = None, timeout: float | None = None,
+    suite: Suite,
+    *,
+    source: str,
+    seed: int,
+    targets: list[dict[str, Any]],
+    probes: list[str] | None = None,
+    runs: int | None = None,
+    timeout: float | None = None,
     duration: float | None = None,
 ) -> Plan:
     """Resolve the suite (with the user's --probe / --runs) into an ordered plan."""
@@ -144,8 +160,9 @@ def build_plan(
             rng.shuffle(names)
             for name in names:
                 steps.append(Step(index=len(steps), target=t, entry=name, run=r))
-    return Plan(suite=suite.name, source=source, seed=seed, entries=entries, steps=steps,
-                targets=targets)
+    return Plan(
+        suite=suite.name, source=source, seed=seed, entries=entries, steps=steps, targets=targets
+    )
 
 
 def _select(suite: Suite, probes: list[str] | None) -> list[Entry]:

@@ -197,7 +197,11 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in {"bool", "int", "float", "str"} and out.startswith("probes") and ".params" in out:
+        elif (
+            part in {"bool", "int", "float", "str"}
+            and out.startswith("probes")
+            and ".params" in out
+        ):
             continue
         else:
             out += f".{part}" if out else str(part)

@@ -4,8 +4,10 @@ figures. Nothing statistical is computed here; this module only selects, orders 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +22,7 @@ from vmtax.report import figures, refdata, words
 from vmtax.report.inputs import ReportInput
 
 LEVEL_ORDER = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
+PARALLEL_CELLS = 200_000  # below this many samples a process pool costs more than it saves
 
 
 @dataclass
@@ -88,23 +91,24 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     runs = data.runs
     if runs.empty or not (runs["status"] == "ok").any():
         raise UsageError("no completed runs match the selectors: nothing to report")
-    ok = runs[runs["status"] == "ok"]
-    baseline = data.baseline or default_baseline(ok)
+    raw = runs[runs["status"] == "ok"]
+    baseline = data.baseline or default_baseline(raw)
+    # Name configurations as compare does, so that its rows, describe's rows and the figures
+    # agree when one key occurs in several experiments.
+    ok = raw.assign(config=_display_keys(raw))
     order = _config_order(ok)
     colors = figures.palette(order)
-    comparison = compare(ok, data.samples, baseline, metric=_metrics(ok), noise=noise,
+    comparison = compare(raw, data.samples, baseline, metric=_metrics(ok), noise=noise,
                          resamples=resamples, seed=seed)
     all_rows = _sorted(comparison.rows, order)
     # The headline metric is the per-iteration mean (response time); throughput rows only
     # feed the ΔL(n−1) column of the study-A tables.
     rows = all_rows[all_rows["metric"] == "mean"].reset_index(drop=True)
-    colors = figures.palette([*order, *rows["config"]])
     described = _sorted(describe(ok), order)
     described = _with_ci(described)
-    baseline_configs = sorted(set(rows.loc[rows["is_baseline"].astype(bool), "config"]),
-                              key=order.index)
+    baseline_configs = list(dict.fromkeys(rows.loc[rows["is_baseline"].astype(bool), "config"]))
     warnings = list(dict.fromkeys(
-        [*comparison.warnings,
+        [*(w for w in comparison.warnings if "metric throughput is missing" not in w),
          *(f"{r.probe}, {r.config}: {w}" for r in rows.itertuples(index=False)
            if r.probe != "geomean" for w in str(r.warnings or "").split("; ") if w)]))
 
@@ -187,6 +191,13 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     )
 
 
+def _display_keys(ok: pd.DataFrame) -> pd.Series:
+    """The config key, prefixed "#<exp> " when it occurs in several experiments."""
+    exps = ok.groupby("config")["experiment_id"].transform("nunique")
+    prefixed = "#" + ok["experiment_id"].astype(str) + " " + ok["config"].astype(str)
+    return prefixed.where(exps > 1, ok["config"].astype(str))
+
+
 def _get(obj: Any, name: str) -> Any:  # noqa: ANN401
     if obj is None:
         return None
@@ -198,15 +209,9 @@ def _slug(text: str) -> str:
 
 
 def _sorted(frame: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
-    """Rows in the report's configuration order. compare prefixes a key with "#<exp> " when
-    it occurs in several experiments; such rows sort with their unprefixed key."""
+    """Rows in the report's configuration order (unknown configurations last)."""
     rank = {c: i for i, c in enumerate(order)}
-
-    def position(config: str) -> tuple[int, str]:
-        bare = config.split(" ", 1)[1] if config.startswith("#") and " " in config else config
-        return (rank.get(bare, len(rank)), config)
-
-    key = frame["config"].map(position)
+    key = frame["config"].map(lambda c: rank.get(c, len(rank)))
     return frame.assign(_rank=key).sort_values("_rank", kind="stable").drop(columns="_rank") \
         .reset_index(drop=True)
 
@@ -241,7 +246,11 @@ def _matrices(ok: pd.DataFrame, samples: Mapping[int, np.ndarray],
 def _detect_all(matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
                 baseline_configs: Sequence[str], detect: Any, as_matrix: Any,  # noqa: ANN401
                 seed: int) -> dict[tuple[str, str], Any]:
-    """Artifact detection for every (probe, config) with two runs or more."""
+    """Artifact detection for every (probe, config) with two runs or more.
+
+    The detectors are single-threaded numpy (FFT under the GIL), so large inputs go to a
+    process pool: one process per core.
+    """
     jobs = {}
     for probe, by_cfg in matrices.items():
         base_cfg = next((c for c in baseline_configs if c in by_cfg), None)
@@ -250,7 +259,13 @@ def _detect_all(matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
             if len(run_values) >= 2:
                 jobs[(probe, config)] = (as_matrix(run_values),
                                          None if config == base_cfg else base)
-    return {key: detect(m, b, seed=seed) for key, (m, b) in jobs.items()}
+    cells = sum(m.size for m, _ in jobs.values())
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers < 2 or cells < PARALLEL_CELLS:
+        return {key: detect(m, b, seed=seed) for key, (m, b) in jobs.items()}
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {key: pool.submit(detect, m, b, seed=seed) for key, (m, b) in jobs.items()}
+        return {key: f.result() for key, f in futures.items()}
 
 
 def _metrics(ok: pd.DataFrame) -> list[str]:

@@ -41,14 +41,16 @@ def load(store: Any, selectors: Sequence[str], baseline: str | None,  # noqa: AN
     samples = store.samples(ok_ids) if ok_ids else {}
     experiments = [store.experiment(int(e)) for e in
                    dict.fromkeys(int(x) for x in runs["experiment_id"])]
-    configurations = _configurations(store, runs, experiments)
+    configurations = _configurations(runs, experiments)
     return ReportInput(runs=runs, samples=samples, configurations=configurations,
                        experiments=experiments, selectors=list(selectors), baseline=baseline,
                        command=list(command), source=getattr(store, "url_display", ""))
 
 
-def _configurations(store: Any, runs: pd.DataFrame,  # noqa: ANN401
+def _configurations(runs: pd.DataFrame,
                     experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per selected configuration, with its fingerprint and provenance. A key that
+    occurs in several experiments is named "#<exp> <key>", as vmtax.stats.compare does."""
     wanted = set(int(c) for c in runs["configuration_id"]) if len(runs) else set()
     rows: list[dict[str, Any]] = []
     for exp in experiments:
@@ -66,4 +68,8 @@ def _configurations(store: Any, runs: pd.DataFrame,  # noqa: ANN401
     if "config" not in frame and len(runs):
         names = runs.drop_duplicates("configuration_id").set_index("configuration_id")
         frame["config"] = frame["configuration_id"].map(names["config"])
+    if "experiment_id" in frame and len(frame):
+        clash = frame.groupby("config")["experiment_id"].transform("nunique") > 1
+        frame.loc[clash, "config"] = ("#" + frame.loc[clash, "experiment_id"].astype(str) + " "
+                                      + frame.loc[clash, "config"])
     return frame.reset_index(drop=True)

@@ -32,7 +32,8 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
     for row in described_df.itertuples(index=False):
         thr = (
             f"{fmt(row.throughput_mean)} {row.throughput_unit or ''}".rstrip()
-            if _present(row.throughput_mean) else "-"
+            if _present(row.throughput_mean)
+            else "-"
         )
         cells = [
             row.probe,

@@ -314,9 +314,10 @@ def _subsample(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return x
 
 
-def _standardise(x: np.ndarray) -> np.ndarray:
+def _standardise(x: np.ndarray, quantum: float) -> np.ndarray:
+    # With a coarse timer the IQR can be 0; the timer's step is then the natural scale.
     q1, med, q3 = np.percentile(x, [25, 50, 75])
-    scale = q3 - q1 if q3 > q1 else (np.std(x) or 1.0)
+    scale = q3 - q1 if q3 > q1 else (quantum or np.std(x) or 1.0)
     return (x - med) / scale
 
 
@@ -355,13 +356,15 @@ def shape(matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 1
     """Shape change against the baseline (AD on standardised samples) and modality."""
     rng = np.random.default_rng(seed)
     x = _subsample(matrix.ravel(), rng)
-    m = mvalue(x, quantum=float(np.median(resolution(matrix))))
+    qx = float(np.median(resolution(matrix)))
+    m = mvalue(x, quantum=qx)
     if baseline is None or baseline.size == 0 or x.size < 5:
         return Shape(None, None, False, m, _modality(m))
     baseline = np.atleast_2d(np.asarray(baseline, dtype=np.float64))
     y = _subsample(baseline.ravel(), rng)
-    mb = mvalue(y, quantum=float(np.median(resolution(baseline))))
-    sx, sy = _standardise(x), _standardise(y)
+    qy = float(np.median(resolution(baseline)))
+    mb = mvalue(y, quantum=qy)
+    sx, sy = _standardise(x, qx), _standardise(y, qy)
     res = stats.anderson_ksamp(
         [sx, sy], variant="midrank",
         method=stats.PermutationMethod(n_resamples=resamples, rng=rng),

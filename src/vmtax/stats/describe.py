@@ -13,9 +13,19 @@ import pandas as pd
 from scipy import stats
 
 COLUMNS = [
-    "config", "level", "probe", "unit", "throughput_unit", "n_runs",
-    "throughput_mean", "throughput_stderr", "throughput_stderr_pct",
-    "resp_mean", "resp_stderr", "resp_stderr_pct", "p95",
+    "config",
+    "level",
+    "probe",
+    "unit",
+    "throughput_unit",
+    "n_runs",
+    "throughput_mean",
+    "throughput_stderr",
+    "throughput_stderr_pct",
+    "resp_mean",
+    "resp_stderr",
+    "resp_stderr_pct",
+    "p95",
 ]
 
 
@@ -28,21 +38,23 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
     for (config, probe), group in ok.groupby(["config", "probe"], sort=False):
         t_mean, t_err, t_pct = _mean_sem(group["throughput"])
         r_mean, r_err, r_pct = _mean_sem(group["mean"])
-        rows.append({
-            "config": config,
-            "level": group["level"].iloc[0],
-            "probe": probe,
-            "unit": group["unit"].iloc[0],
-            "throughput_unit": _first(group["throughput_unit"]),
-            "n_runs": len(group),
-            "throughput_mean": t_mean,
-            "throughput_stderr": t_err,
-            "throughput_stderr_pct": t_pct,
-            "resp_mean": r_mean,
-            "resp_stderr": r_err,
-            "resp_stderr_pct": r_pct,
-            "p95": float(pd.to_numeric(group["p95"], errors="coerce").mean()),
-        })
+        rows.append(
+            {
+                "config": config,
+                "level": group["level"].iloc[0],
+                "probe": probe,
+                "unit": group["unit"].iloc[0],
+                "throughput_unit": _first(group["throughput_unit"]),
+                "n_runs": len(group),
+                "throughput_mean": t_mean,
+                "throughput_stderr": t_err,
+                "throughput_stderr_pct": t_pct,
+                "resp_mean": r_mean,
+                "resp_stderr": r_err,
+                "resp_stderr_pct": r_pct,
+                "p95": float(pd.to_numeric(group["p95"], errors="coerce").mean()),
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -232,6 +232,7 @@ def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
 
 
 QEMU_FIRMWARE = ("bios-256k.bin", "linuxboot_dma.bin", "linuxboot.bin", "kvmvapic.bin")
+FIRMWARE_DIRS = (Path("/usr/share/qemu"), Path("/usr/share/seabios"))
 
 
 def _shared_libraries(binary: Path) -> list[Path]:
@@ -281,9 +282,11 @@ def build_nested(agent: Path, depth: int, *, kernel: str | Path | None = None) -
         for lib in _shared_libraries(binary):
             files[str(lib).lstrip("/")] = (lib.resolve().read_bytes(), 0o755)
     for name in QEMU_FIRMWARE:
-        fw = Path("/usr/share/qemu") / name
-        if fw.exists():
-            files[f"usr/share/qemu/{name}"] = (fw.resolve().read_bytes(), 0o644)
+        # Debian keeps SeaBIOS in its own package directory; the guest gets one -L dir.
+        found = [d / name for d in FIRMWARE_DIRS if (d / name).exists()]
+        if not found:
+            raise VmtaxError(f"QEMU firmware {name} not found (install qemu-system-x86)")
+        files[f"usr/share/qemu/{name}"] = (found[0].resolve().read_bytes(), 0o644)
     files["guest/vmlinuz"] = (inner.kernel.read_bytes(), 0o644)
     files["guest/initrd.cpio"] = (inner.initrd.read_bytes(), 0o644)
     mods = module_closure(moddir, MINIMAL_MODULES)

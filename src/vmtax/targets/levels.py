@@ -98,28 +98,22 @@ def _check_levels(levels: list[str]) -> None:
         raise UsageError("a level is listed twice")
 
 
-def nesting_blocker(accel: str) -> str | None:
-    """Why a guest inside our L1 guest cannot be booted here, or None if it can."""
-    if accel == "kvm":
-        with open("/proc/cpuinfo") as fh:
-            flags = fh.read()
-        if " vmx" not in flags and " svm" not in flags:
-            return "the host CPU shows no vmx/svm flag, so an L1 guest cannot run KVM itself"
-        for mod in ("kvm_intel", "kvm_amd"):
-            try:
-                with open(f"/sys/module/{mod}/parameters/nested") as fh:
-                    if fh.read().strip() in ("Y", "1"):
-                        break
-            except OSError:
-                continue
-        else:
-            return "kvm nested=1 is not set (modprobe kvm_intel nested=1 or kvm_amd nested=1)"
-    # The minimal image has no hypervisor inside; nesting needs the full image.
-    return (
-        "L2/L3 need a guest that contains QEMU and a kernel for the next level (the full "
-        "image: debootstrap + linux-image + qemu-system), which this version cannot build "
-        "yet; run L0,L1 or use --targets with hosts that are themselves guests"
-    )
+def nested_kvm_blocker() -> str:
+    """Why KVM cannot run inside our guests on this host (vmtax nests with TCG inside)."""
+    with open("/proc/cpuinfo") as fh:
+        flags = fh.read()
+    if " vmx" not in flags and " svm" not in flags:
+        return "the host CPU shows no vmx/svm flag, so a guest cannot run KVM itself"
+    for mod in ("kvm_intel", "kvm_amd"):
+        try:
+            with open(f"/sys/module/{mod}/parameters/nested") as fh:
+                if fh.read().strip() in ("Y", "1"):
+                    break
+        except OSError:
+            continue
+    else:
+        return "kvm nested=1 is not set (modprobe kvm_intel nested=1 or kvm_amd nested=1)"
+    return "KVM inside vmtax's nested guests is not supported yet (they run TCG inside)"
 
 
 def level_targets(
@@ -138,16 +132,19 @@ def level_targets(
     _check_levels(levels)
     if image not in ("minimal", "full"):
         raise UsageError(f"unknown image mode {image!r} (choose minimal or full)")
-    sizing = size_levels(levels, preset) if any(lv != "L0" for lv in levels) else {}
-    chosen: str | None = None
-    if sizing:
+    guests = [lv for lv in levels if lv != "L0"]
+    depth = max((int(lv[1]) for lv in guests), default=0)
+    # Size every level down to the deepest, so that an L2 guest sits in an L1 of L1's size.
+    sizing = size_levels([f"L{n}" for n in range(1, depth + 1)], preset) if guests else {}
+    chosen = "tcg"
+    if guests:
         from vmtax.targets.accel import choose_accel
 
         chosen = choose_accel(accel)
-        if any(int(lv[1]) > 1 for lv in sizing):
-            raise VmtaxError(f"cannot nest guests here: {nesting_blocker(chosen)}")
-        if image == "full":
-            raise VmtaxError(f"image mode full: {nesting_blocker(chosen)}")
+        if depth > 1 and chosen == "kvm":
+            raise VmtaxError(
+                f"cannot nest under accel=kvm: {nested_kvm_blocker()}; use --accel tcg"
+            )
     out: list[Target] = []
     for lv in levels:
         if lv == "L0":
@@ -155,14 +152,29 @@ def level_targets(
 
             out.append(LocalTarget(level="L0"))
             continue
-        out.append(_qemu_target(lv, sizing[lv], chosen or "tcg", image, timeout))
+        out.append(_qemu_target(lv, sizing, chosen, image, timeout))
     return out
 
 
-def _qemu_target(level: str, size: Sizing, accel: str, image: str, timeout: float) -> Target:
+def _qemu_target(level: str, sizing: dict[str, Sizing], accel: str, image: str,
+                 timeout: float) -> Target:
     from vmtax.targets.qemu import GuestSpec, QemuTarget
 
-    spec = GuestSpec(vcpus=size.vcpus, memory_mb=size.memory_mb, accel=accel)
-    provenance: dict[str, Any] = {"sizing": asdict(size), "image_mode": image}
-    return QemuTarget(level, spec, boot_timeout=timeout, labels={"preset": size.preset},
-                      provenance=provenance)
+    n = int(level[1])
+    outer = sizing["L1"]
+    inner = [(sizing[f"L{k}"].vcpus, sizing[f"L{k}"].memory_mb) for k in range(2, n + 1)]
+    spec = GuestSpec(vcpus=outer.vcpus, memory_mb=outer.memory_mb, accel=accel)
+    size = sizing[level]
+    provenance: dict[str, Any] = {
+        "sizing": asdict(size),
+        "image_mode": "minimal" if n == 1 else f"nested{n}",
+    }
+    labels = {"preset": size.preset}
+    if n > 1:
+        # The labels describe the guest the agent runs in; the L1 under it is in provenance.
+        labels["vcpus"], labels["mem_mb"] = str(size.vcpus), str(size.memory_mb)
+        provenance["outer_guest"] = asdict(outer)
+    # L2/L3 are booted by a guest (TCG inside TCG) and need far longer to come up.
+    boot = timeout * (20 ** (n - 1))
+    return QemuTarget(level, spec, boot_timeout=boot, labels=labels, provenance=provenance,
+                      inner=inner)

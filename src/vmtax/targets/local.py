@@ -29,8 +29,9 @@ _EOF = object()
 class LocalTarget(Target):
     """The machine vmtax runs on (level L0 unless told otherwise)."""
 
-    def __init__(self, agent: str | Path | None = None, *, level: str = "L0",
-                 name: str = "local") -> None:
+    def __init__(
+        self, agent: str | Path | None = None, *, level: str = "L0", name: str = "local"
+    ) -> None:
         self._agent_arg = str(agent) if agent else None
         self._agent: Path | None = None
         self.level = level
@@ -85,7 +86,6 @@ class LocalTarget(Target):
         for r in readers:
             r.start()
         deadline = time.monotonic() + timeout
-        finished = False
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -102,15 +102,15 @@ class LocalTarget(Target):
                     break
                 yield str(item)
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            finished = True
         except subprocess.TimeoutExpired:
             raise AgentTimeout(
                 f"agent `{' '.join(args[:2])}` closed its output but did not exit "
                 f"within {timeout:g} s"
             ) from None
         finally:
-            if not finished:
-                _kill_group(proc)
+            # Also after a normal exit: a child the agent forked and left behind would
+            # otherwise keep running and disturb the next measurement.
+            _kill_group(proc)
             with self._live_lock:
                 self._live.discard(proc)
             for r in readers:

@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent
-from vmtax.targets.images import Image, build_minimal
+from vmtax.targets.images import Image, build_nested
 
 QEMU = "qemu-system-x86_64"
 #: How long a guest may take from power-on to the agent's ``serve_ready`` (TCG is slow).
@@ -303,7 +303,8 @@ def _frame(line: str) -> dict[str, Any] | None:
 
 
 class QemuTarget(Target):
-    """The agent as PID 1 of a QEMU guest booted from the minimal image."""
+    """The agent as PID 1 of a QEMU guest vmtax boots: at L1 from the minimal image; at
+    L2/L3 from a nested image whose guest boots the inner levels (``inner`` sizes) itself."""
 
     def __init__(
         self,
@@ -314,8 +315,14 @@ class QemuTarget(Target):
         boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
         labels: dict[str, str] | None = None,
         provenance: dict[str, Any] | None = None,
+        inner: list[tuple[int, int]] | None = None,
     ) -> None:
         self.level = level
+        #: (vCPUs, MiB) of each level inside this guest, outermost first.
+        self.inner = list(inner or [])
+        if self.inner:
+            sizes = ",".join(f"{c}x{m}" for c, m in self.inner)
+            spec = replace(spec, extra_append=(*spec.extra_append, f"vmtax_sizes={sizes}"))
         self.name = f"qemu-{level}"
         self.spec = spec
         self.image = image
@@ -331,7 +338,7 @@ class QemuTarget(Target):
             return
         self.close()
         if self.image is None:
-            self.image = build_minimal(find_agent())
+            self.image = build_nested(find_agent(), 1 + len(self.inner))
         guest = QemuGuest(self.image, self.spec)
         t0 = time.monotonic()
         guest.start()
@@ -396,6 +403,11 @@ class QemuTarget(Target):
         if self.guest is not None:
             out["qemu_argv"] = self.guest.argv
             out["vcpu_pinning"] = {str(k): v for k, v in self.guest.pinning.items()}
+        if self.inner:
+            out["inner_levels"] = [
+                {"vcpus": c, "memory_mb": m, "accel": "tcg", "pinned": False}
+                for c, m in self.inner
+            ]
         if self.boot_seconds is not None:
             out["boot_seconds"] = round(self.boot_seconds, 3)
         if self.agent_version:

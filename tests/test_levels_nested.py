@@ -1,0 +1,36 @@
+"""L2 under TCG inside TCG: a real guest boots QEMU, which boots the inner guest whose agent
+answers through both virtio-serial hops. Minutes long, so off by default:
+
+    VMTAX_SLOW=1 pytest tests/test_levels_nested.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from vmtax.contract import read_stream
+from vmtax.targets.levels import level_targets
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("VMTAX_SLOW") != "1",
+                       reason="boots L2 with TCG inside TCG (minutes); set VMTAX_SLOW=1"),
+]
+
+
+def test_l2_guest_in_an_l1_guest_streams_whole_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path / "cache"))
+    (target,) = level_targets(["L2"], accel="tcg", preset="seed-c")
+    try:
+        lines = list(target.run_agent(["run", "cpuid", "--runs", "2"], timeout=600))
+        stream = read_stream(lines)
+        assert stream.complete and len(stream.runs) == 2, stream.problem
+        assert stream.header is not None and "TCG" in (stream.header.env.hypervisor.vendor or "")
+        prov = target.provenance()
+        assert target.level == "L2" and prov["image_mode"] == "nested2"
+        assert len(prov["inner_levels"]) == 1 and prov["boot_seconds"] > 0
+        assert target.labels()["accel"] == "tcg"
+    finally:
+        target.close()

@@ -250,6 +250,10 @@ def test_run_on_postgresql(postgres_url, tiny, cli):
     assert show.returncode == 0, show.stderr
     assert table_rows(show.stdout) == table_rows(run.stdout)
     assert "pg-secret" not in run.stdout + run.stderr + show.stdout
+    with Store.open(postgres_url) as store:
+        command = store.experiment(exp)["command"]
+    assert command[:2] == ["vmtax", "run"]
+    assert "pg-secret" not in " ".join(command)  # the stored command line has no password
 
 
 def test_results_list_and_export(tmp_path, tiny, cli):

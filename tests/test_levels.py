@@ -129,3 +129,16 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     assert set(over) == {"cpu", "cpuid", "syscall"}
     assert all(v is not None and v > 0 for v in over.values())
     print(json.dumps(over), file=sys.stderr)
+
+
+def test_levels_on_one_machine_take_turns(tmp_path, monkeypatch):
+    # A guest booting or measuring must never run beside the level being measured.
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    l0, l1 = level_targets(["L0", "L1"], accel="tcg")
+    assert l0.lock is l1.lock and not l0.lock.locked()
+    it = l0.run_agent(["run", "syscall", "--runs", "2"], timeout=60)
+    first = next(it)
+    assert first.startswith("{") and l1.lock.locked()  # L1 would wait here
+    rest = list(it)
+    assert not l1.lock.locked() and rest[-1].startswith('{"type":"end"')
+    assert l0.provenance()["levels_run"] == "one at a time"

@@ -111,8 +111,8 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
     # Same layout, 10x the iterations: histograms and meshes are fixed-size, so the file
     # must not grow with the samples (the 10^6-sample case is the slow test below).
     sizes = []
-    for i, iterations in enumerate((500, 5_000)):
-        store = build_store(f"sqlite:///{tmp_path / f'{i}.db'}", runs=5, iterations=iterations,
+    for i, iterations in enumerate((300, 3_000)):
+        store = build_store(f"sqlite:///{tmp_path / f'{i}.db'}", runs=3, iterations=iterations,
                             probes=("cpuid",))
         model = analysis.build(inputs.load(store, ["exp=latest"], None), resamples=500)
         sizes.append(write_model(model, tmp_path / f"{i}.html").size)

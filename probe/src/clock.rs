@@ -97,7 +97,7 @@ fn find_tsc_freq() -> Option<TscFreq> {
     use crate::cpuid::cpuid;
     // Hypervisor timing leaf (KVM with tsc freq exposed, VMware): EAX = TSC kHz.
     let hv_max = cpuid(0x4000_0000, 0).eax;
-    if crate::cpuid::hypervisor_bit() && hv_max >= 0x4000_0010 && hv_max < 0x4000_1000 {
+    if crate::cpuid::hypervisor_bit() && (0x4000_0010..0x4000_1000).contains(&hv_max) {
         let khz = cpuid(0x4000_0010, 0).eax;
         if khz > 0 {
             return Some(TscFreq { hz: khz as f64 * 1e3, source: "cpuid 0x40000010".into() });

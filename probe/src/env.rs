@@ -82,10 +82,9 @@ pub fn parse_steal(text: &str, cpus: Option<&[usize]>) -> Option<u64> {
         let Some(name) = it.next() else { continue };
         let wanted = match cpus {
             None => name == "cpu",
-            Some(list) => name
-                .strip_prefix("cpu")
-                .and_then(|n| n.parse::<usize>().ok())
-                .is_some_and(|n| list.contains(&n)),
+            Some(list) => {
+                name.strip_prefix("cpu").and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| list.contains(&n))
+            }
         };
         if wanted {
             // user nice system idle iowait irq softirq steal
@@ -132,9 +131,7 @@ fn cpu() -> Cpu {
         }
         let invariant = (ext_max >= 0x8000_0007).then(|| cpuid(0x8000_0007, 0).edx & (1 << 8) != 0);
         Cpu {
-            model: cpuinfo_field(&info, "model name")
-                .or_else(crate::cpuid::brand)
-                .unwrap_or_else(|| "unknown".into()),
+            model: cpuinfo_field(&info, "model name").or_else(crate::cpuid::brand).unwrap_or_else(|| "unknown".into()),
             vendor: crate::cpuid::vendor(),
             logical_cpus: logical_cpus(),
             tsc_hz: crate::clock::tsc_hz(),
@@ -205,9 +202,7 @@ pub fn vendor_of_dmi(sys_vendor: &str, product: &str) -> Option<&'static str> {
         "Parallels"
     } else if p.contains("bhyve") || v.contains("bhyve") {
         "bhyve"
-    } else if v.contains("amazon ec2") {
-        "KVM"
-    } else if v.contains("google") {
+    } else if v.contains("amazon ec2") || v.contains("google") {
         "KVM"
     } else {
         return None;

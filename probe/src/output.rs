@@ -209,11 +209,7 @@ impl Record {
 /// The lines of one completed run: warm-up and measured samples in batches, then the summary.
 pub fn run_lines(run: u32, unit: &str, warm: &[f64], values: &[f64], summary: RunSummary) -> String {
     let mut out = String::new();
-    for (chunk, warmup) in warm
-        .chunks(BATCH)
-        .map(|c| (c, true))
-        .chain(values.chunks(BATCH).map(|c| (c, false)))
-    {
+    for (chunk, warmup) in warm.chunks(BATCH).map(|c| (c, true)).chain(values.chunks(BATCH).map(|c| (c, false))) {
         out.push_str(
             &Record::Samples(Samples { run, unit: unit.to_string(), warmup, values: chunk.to_vec() }).to_line(),
         );
@@ -267,8 +263,7 @@ mod tests {
             extra: BTreeMap::new(),
         };
         let text = run_lines(0, "ns", &[7.0], &vals, summary);
-        let lines: Vec<serde_json::Value> =
-            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[0]["type"], "samples");
         assert_eq!(lines[0]["warmup"], true);

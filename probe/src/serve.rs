@@ -115,7 +115,13 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
 
 /// Run one request as a child; stream its stdout to `out`; return (exit code, stderr tail).
 fn run_request(argv: &[String], out: &mut File) -> Result<(i32, String), String> {
-    let mut child = match Command::new(self_exe()).args(argv).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn() {
+    let mut child = match Command::new(self_exe())
+        .args(argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
         Ok(c) => c,
         Err(e) => return Ok((127, format!("vmtax-probe: error: cannot start the agent: {e}"))),
     };

@@ -30,10 +30,36 @@ fn agent(args: &[&str]) -> (i32, String, String) {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[allow(dead_code)]
 enum Rec {
-    Header { schema: String, probe: String, env: Value, params: Value, runs: u32, iterations: u64 },
-    Samples { run: u32, unit: String, values: Vec<f64> },
-    RunSummary { run: u32, n: u64, mean: f64, median: f64, stddev: f64, min: f64, max: f64, p95: f64, p99: f64, cpus: Vec<usize>, stopped_by: Stop },
-    End { status: Status, runs_completed: u32 },
+    Header {
+        schema: String,
+        probe: String,
+        env: Value,
+        params: Value,
+        runs: u32,
+        iterations: u64,
+    },
+    Samples {
+        run: u32,
+        unit: String,
+        values: Vec<f64>,
+    },
+    RunSummary {
+        run: u32,
+        n: u64,
+        mean: f64,
+        median: f64,
+        stddev: f64,
+        min: f64,
+        max: f64,
+        p95: f64,
+        p99: f64,
+        cpus: Vec<usize>,
+        stopped_by: Stop,
+    },
+    End {
+        status: Status,
+        runs_completed: u32,
+    },
 }
 
 #[derive(serde::Deserialize)]
@@ -85,7 +111,8 @@ fn cpuid_output_validates() {
     let (code, out, err) = agent(&["run", "cpuid", "--runs", "2", "--iterations", "100", "--cpus", "0"]);
     assert_eq!(code, 0, "{err}");
     check_stream(&out);
-    let summary: Value = out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|r| r["type"] == "run_summary").unwrap();
+    let summary: Value =
+        out.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).find(|r| r["type"] == "run_summary").unwrap();
     assert_eq!(summary["cpus"], serde_json::json!([0]));
     assert!(summary["extra"]["ns_mean"].as_f64().unwrap() > 0.0);
 }
@@ -97,7 +124,9 @@ fn list_and_env_match_schema_parts() {
     let list: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(out.trim().lines().count(), 1);
     let names: Vec<&str> = list.as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    for want in ["syscall", "write", "timer", "wakeup", "pingpong", "ctxswitch", "pagefault", "cpu", "threads", "memory", "io"] {
+    for want in
+        ["syscall", "write", "timer", "wakeup", "pingpong", "ctxswitch", "pagefault", "cpu", "threads", "memory", "io"]
+    {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let (code, out, _) = agent(&["env", "--format", "json"]);
@@ -181,11 +210,21 @@ fn pty() -> (std::fs::File, String) {
 fn serve_frames_requests_over_a_tty() {
     use std::io::{BufRead, BufReader, Write};
     let (master, slave) = pty();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vmtax-probe"))
+    let child = Command::new(env!("CARGO_BIN_EXE_vmtax-probe"))
         .args(["serve", "--device", &slave])
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Kill the server if an assertion fails before it is told to stop.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Reap(child);
     let mut host = master.try_clone().unwrap();
     let mut lines = BufReader::new(master);
     let mut next = || -> Value {
@@ -205,7 +244,8 @@ fn serve_frames_requests_over_a_tty() {
     };
     assert_eq!(done["exit_code"], 0, "{done}");
     let val = validator();
-    assert_eq!(records.len(), 1 + 2 * 2 + 1);
+    // header + 2 x (warm-up samples, samples, summary) + end
+    assert_eq!(records.len(), 8);
     for r in &records {
         assert!(val.is_valid(r), "{r}");
     }
@@ -216,5 +256,5 @@ fn serve_frames_requests_over_a_tty() {
     assert!(d["stderr_tail"].as_str().unwrap().contains("unknown probe"), "{d}");
     host.write_all(b"[\"poweroff\"]\n").unwrap();
     // Not PID 1: poweroff just ends serve.
-    assert!(child.wait().unwrap().success());
+    assert!(child.0.wait().unwrap().success());
 }

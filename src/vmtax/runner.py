@@ -262,6 +262,8 @@ class Runner:
     ) -> None:
         target = self.targets[slot]
         steps = [s for s in self.plan.steps_for(slot) if s.index not in done]
+        if not steps:  # resumed, and this target had finished: do not even boot it
+            return
         try:
             target.prepare()
             fp = self._fingerprints.get(slot) or fingerprint(target)
@@ -384,98 +386,6 @@ class Runner:
             outcome.failed += 1
         outcome.first_problem = outcome.first_problem or reason
         return status
-
-
-def make_targets(
-    specs: list[dict[str, Any]], *, accept_new_host_key: bool = False
-) -> tuple[list[Target], int | None]:
-    """Build the targets a plan names (also used by --resume); returns them and the fleet's
-    concurrency limit, if a fleet file set one. The level/ssh/fleet modules are imported only
-    when asked for, so local runs never depend on them."""
-    from vmtax.targets.local import LocalTarget
-
-    out: list[Target] = []
-    limit: int | None = None
-    i = 0
-    while i < len(specs):
-        spec = specs[i]
-        kind = spec.get("kind")
-        if kind == "local":
-            out.append(LocalTarget(level=spec.get("level", "L0")))
-            i += 1
-        elif kind == "level":
-            # Consecutive levels with the same options are provisioned by one call.
-            group = [spec]
-            while i + len(group) < len(specs) and _same_level_options(specs[i + len(group)], spec):
-                group.append(specs[i + len(group)])
-            level_targets = _optional("vmtax.targets.levels", "level_targets", "--levels")
-            made = list(
-                level_targets(
-                    [g["level"] for g in group],
-                    preset=spec["preset"],
-                    accel=spec["accel"],
-                )
-            )
-            if len(made) != len(group):
-                raise VmtaxError(f"asked for {len(group)} levels but got {len(made)} targets")
-            out.extend(made)
-            i += len(group)
-        elif kind == "ssh":
-            ssh_target = _optional("vmtax.targets.ssh", "SshTarget", "--target ssh://...")
-            out.append(ssh_target(spec["url"], accept_new_host_key=accept_new_host_key))
-            i += 1
-        elif kind == "fleet":
-            load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-            loaded = load_fleet(spec["path"])
-            fleet, limit = _fleet_parts(loaded)
-            count = sum(1 for s in specs if s.get("kind") == "fleet" and s["path"] == spec["path"])
-            if len(fleet) != count:
-                raise VmtaxError(
-                    f"{spec['path']} now lists {len(fleet)} hosts; the plan was made for {count}"
-                )
-            out.extend(fleet)
-            i += count
-        else:
-            raise VmtaxError(f"unknown target kind in plan: {kind!r}")
-    return out, limit
-
-
-def fleet_size(path: str) -> tuple[int, int | None]:
-    """How many hosts a fleet file lists, and its concurrency limit."""
-    load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-    fleet, limit = _fleet_parts(load_fleet(path))
-    for t in fleet:
-        with contextlib.suppress(Exception):
-            t.close()
-    return len(fleet), limit
-
-
-def _fleet_parts(loaded: Any) -> tuple[list[Target], int | None]:
-    # load_fleet may return the targets alone, (targets, limit), or an object with both.
-    if isinstance(loaded, tuple):
-        return list(loaded[0]), loaded[1]
-    if hasattr(loaded, "targets"):
-        return list(loaded.targets), getattr(loaded, "max_concurrency", None)
-    return list(loaded), None
-
-
-def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (
-        a.get("kind") == "level"
-        and a.get("preset") == b.get("preset")
-        and a.get("accel") == b.get("accel")
-    )
-
-
-def _optional(module: str, attr: str, option: str) -> Any:
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError):
-        raise VmtaxError(
-            f"{option} needs {module}.{attr}, which this installation of vmtax does not have"
-        ) from None
 
 
 def _one_line(text: str) -> str:

@@ -25,7 +25,7 @@ static SPEC: Spec = Spec {
     }],
     needs_root: false,
     arches: ALL_ARCHES,
-    defaults: Defaults { runs: 5, iterations: 500, duration_s: 0.4, warmup: 5 },
+    defaults: Defaults { runs: 5, iterations: 500, duration_s: 0.3, warmup: 5 },
 };
 
 /// One sysbench cpu event: the number of primes below `max_prime`.

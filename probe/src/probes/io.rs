@@ -26,14 +26,24 @@ static SPEC: Spec = Spec {
             help: "directory for the temporary file (empty: $TMPDIR, else /tmp); must support O_DIRECT",
             kind: Kind::Str,
         },
-        ParamSpec { name: "op", default: Default::Str("read"), help: "operation", kind: Kind::Choice(&["read", "write"]) },
+        ParamSpec {
+            name: "op",
+            default: Default::Str("read"),
+            help: "operation",
+            kind: Kind::Choice(&["read", "write"]),
+        },
         ParamSpec {
             name: "block_size",
             default: Default::Int(4096),
             help: "bytes per operation (a multiple of 512)",
             kind: Kind::Int { min: 512, max: 1 << 20 },
         },
-        ParamSpec { name: "file_mb", default: Default::Int(16), help: "file size in MiB", kind: Kind::Int { min: 1, max: 1 << 16 } },
+        ParamSpec {
+            name: "file_mb",
+            default: Default::Int(16),
+            help: "file size in MiB",
+            kind: Kind::Int { min: 1, max: 1 << 16 },
+        },
     ],
     needs_root: false,
     arches: ALL_ARCHES,
@@ -59,7 +69,7 @@ impl Probe for Io {
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         crate::affinity::pin(&[pool.first()])?;
         let block = params.int("block_size") as usize;
-        if block % 512 != 0 {
+        if !block.is_multiple_of(512) {
             return Err(format!("block_size must be a multiple of 512, got {block}"));
         }
         let size = params.int("file_mb") as usize * 1024 * 1024;
@@ -152,7 +162,11 @@ impl Session for IoSession {
         };
         let t1 = mono_ns();
         if n != self.block as isize {
-            return Err(format!("O_DIRECT {}: {}", if self.write { "write" } else { "read" }, std::io::Error::last_os_error()));
+            return Err(format!(
+                "O_DIRECT {}: {}",
+                if self.write { "write" } else { "read" },
+                std::io::Error::last_os_error()
+            ));
         }
         Ok((t1 - t0) as f64)
     }

@@ -25,7 +25,12 @@ static SPEC: Spec = Spec {
             help: "block size in KiB (a power of two)",
             kind: Kind::Int { min: 1, max: 1 << 20 },
         },
-        ParamSpec { name: "oper", default: Default::Str("write"), help: "operation", kind: Kind::Choice(&["read", "write"]) },
+        ParamSpec {
+            name: "oper",
+            default: Default::Str("write"),
+            help: "operation",
+            kind: Kind::Choice(&["read", "write"]),
+        },
         ParamSpec {
             name: "access",
             default: Default::Str("seq"),

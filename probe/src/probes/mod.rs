@@ -8,9 +8,9 @@ use crate::params::{ParamSpec, Params};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+pub mod cpu;
 #[cfg(target_arch = "x86_64")]
 pub mod cpuid;
-pub mod cpu;
 pub mod ctxswitch;
 pub mod io;
 pub mod memory;
@@ -211,7 +211,7 @@ impl Default for Stride {
 
 impl Stride {
     fn due(&self, i: u64) -> bool {
-        i % self.every == 0
+        i.is_multiple_of(self.every)
     }
 
     fn adapt(&mut self, now: u64) {

@@ -70,7 +70,14 @@ impl Session for PfSession {
         let len = self.size + HUGE;
         // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(format!("mmap: {}", std::io::Error::last_os_error()));

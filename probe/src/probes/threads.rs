@@ -21,13 +21,28 @@ static SPEC: Spec = Spec {
     better: Better::Lower,
     throughput_unit: Some("events/s"),
     params: &[
-        ParamSpec { name: "threads", default: Default::Int(2), help: "worker threads", kind: Kind::Int { min: 1, max: 1024 } },
-        ParamSpec { name: "yields", default: Default::Int(1000), help: "yields per event", kind: Kind::Int { min: 1, max: 1_000_000 } },
-        ParamSpec { name: "locks", default: Default::Int(8), help: "mutexes shared by the threads", kind: Kind::Int { min: 1, max: 4096 } },
+        ParamSpec {
+            name: "threads",
+            default: Default::Int(2),
+            help: "worker threads",
+            kind: Kind::Int { min: 1, max: 1024 },
+        },
+        ParamSpec {
+            name: "yields",
+            default: Default::Int(1000),
+            help: "yields per event",
+            kind: Kind::Int { min: 1, max: 1_000_000 },
+        },
+        ParamSpec {
+            name: "locks",
+            default: Default::Int(8),
+            help: "mutexes shared by the threads",
+            kind: Kind::Int { min: 1, max: 4096 },
+        },
     ],
     needs_root: false,
     arches: ALL_ARCHES,
-    defaults: Defaults { runs: 5, iterations: 400, duration_s: 0.4, warmup: 8 },
+    defaults: Defaults { runs: 5, iterations: 200, duration_s: 0.25, warmup: 4 },
 };
 
 struct ThreadsSession {

@@ -81,7 +81,9 @@ impl Session for TimerSession {
             None => loop {
                 let t = ts(target);
                 // SAFETY: t is a valid timespec; the remaining-time pointer may be null with ABSTIME.
-                let rc = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &t, std::ptr::null_mut()) };
+                let rc = unsafe {
+                    libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &t, std::ptr::null_mut())
+                };
                 match rc {
                     0 => break,
                     libc::EINTR => continue,
@@ -91,7 +93,9 @@ impl Session for TimerSession {
             Some(fd) => {
                 let spec = libc::itimerspec { it_interval: ts(0), it_value: ts(target) };
                 // SAFETY: fd is a valid timerfd; spec is a valid itimerspec; old value not wanted.
-                let rc = unsafe { libc::timerfd_settime(fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+                let rc = unsafe {
+                    libc::timerfd_settime(fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
+                };
                 if rc != 0 {
                     return Err(format!("timerfd_settime: {}", std::io::Error::last_os_error()));
                 }

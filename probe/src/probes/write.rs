@@ -35,7 +35,12 @@ static SPEC: Spec = Spec {
             help: "direct: one write() per line; buffered: flush when `buffer` bytes are full",
             kind: Kind::Choice(&["direct", "buffered"]),
         },
-        ParamSpec { name: "len", default: Default::Int(32), help: "line length in bytes", kind: Kind::Int { min: 1, max: 4096 } },
+        ParamSpec {
+            name: "len",
+            default: Default::Int(32),
+            help: "line length in bytes",
+            kind: Kind::Int { min: 1, max: 4096 },
+        },
         ParamSpec {
             name: "buffer",
             default: Default::Int(4096),

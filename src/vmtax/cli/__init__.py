@@ -3,7 +3,9 @@ into the packages below (plan, targets, store, stats, report)."""
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import ModuleType
 
 import typer
 from rich.console import Console
@@ -53,13 +55,38 @@ def _register_commands() -> None:
 _register_commands()
 
 
-def main() -> None:
-    """Entry point: every VmtaxError becomes one line on stderr and a non-zero exit."""
+def _click_exceptions() -> ModuleType:
+    # Newer typer releases vendor click as typer._click; older ones use click itself.
     try:
-        app(standalone_mode=True)
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def main() -> None:
+    """Entry point: every failure becomes one line on stderr and a non-zero exit."""
+    cx = _click_exceptions()
+    # Behave like other Unix tools in a pipeline: `vmtax ... | head` ends quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        app(standalone_mode=False)
     except VmtaxError as exc:
         _err.print(f"vmtax: error: {exc.message}", markup=False)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        _err.print("vmtax: interrupted", markup=False)
+    except cx.NoArgsIsHelpError:
+        # typer's rich formatter has already printed the help while raising this.
+        sys.exit(2)
+    except cx.UsageError as exc:
+        # click's usage text is several lines; keep the line that says what is wrong.
+        where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+        _err.print(f"vmtax: error: {exc.format_message()}{where}", markup=False)
+        sys.exit(2)
+    except cx.ClickException as exc:
+        _err.print(f"vmtax: error: {exc.format_message()}", markup=False)
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _err.print("vmtax: error: interrupted", markup=False)
         sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)

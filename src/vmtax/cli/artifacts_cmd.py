@@ -4,14 +4,16 @@ their evidence (indices, period, p-values)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
-import pandas as pd
 import typer
 
 from vmtax.errors import UsageError
 from vmtax.report import compare_format as fmt_mod
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 COLUMNS = ["config", "probe", "artifact", "found", "evidence"]
 
@@ -67,6 +69,8 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
 
 
 def _matrices(runs: pd.DataFrame, samples: dict[int, np.ndarray]) -> dict[tuple[str, str], Any]:
+    import numpy as np
+
     from vmtax.stats.artifacts import as_matrix
 
     out = {}
@@ -97,6 +101,8 @@ def artifacts_cmd(
 
     Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
     """
+    import pandas as pd
+
     from vmtax.cli.compare_cmd import emit
     from vmtax.stats.artifacts import as_matrix, detect
     from vmtax.store import Store

@@ -7,7 +7,6 @@ import json
 import sys
 from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 from rich.console import Console
 
@@ -15,6 +14,8 @@ from vmtax.errors import UsageError
 from vmtax.report import compare_format as fmt_mod
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from vmtax.stats.compare import Comparison
 
 
@@ -146,6 +147,8 @@ def measured(selectors: list[str], baseline: str, metric: list[str], test: str, 
 
 def reference_report(dataset: str, fmt: str) -> object:
     """The recomputed reference table in the requested format."""
+    import pandas as pd
+
     from vmtax.refs import datasets, recompute
 
     df = datasets.load_studya(dataset)

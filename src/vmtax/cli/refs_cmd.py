@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 
 from vmtax.errors import UsageError
@@ -41,6 +40,8 @@ def list_cmd(
     from vmtax.refs import datasets
 
     _check_format(fmt)
+    import pandas as pd
+
     frame = pd.DataFrame([vars(d) for d in datasets.datasets()],
                          columns=["name", "source", "rows", "studya", "description", "path"])
     emit(fmt_mod.render_frame(frame, fmt, "reference datasets"))

@@ -96,6 +96,7 @@ def run(
     from vmtax import runner as rn
     from vmtax.plan.plan import build_plan
     from vmtax.plan.suite import load_suite
+    from vmtax.plan.targets import make_targets
 
     if runs is not None and runs < 1:
         raise UsageError(f"--runs must be a positive integer, got {runs}")
@@ -137,13 +138,13 @@ def run(
         duration=duration,
     )
     rn.check_probes(plan, available)
-    built, limit = rn.make_targets(specs, accept_new_host_key=accept_new_host_key)
+    built, limit = make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {
         "controller": rn.controller_identity(),
         "options": {"level": level, "labels": labels},
     }
     exp_id = store.create_experiment(
-        command=["vmtax", *sys.argv[1:]],
+        command=_command_line(sys.argv[1:], store.url_display),
         suite=plan.suite,
         seed=plan.seed,
         plan=plan_dict,
@@ -166,9 +167,9 @@ def run(
 
 
 def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
-    from vmtax import runner as rn
     from vmtax.cli.results_cmd import experiment_id, reconcile
     from vmtax.plan.plan import Plan
+    from vmtax.plan.targets import make_targets
 
     store = _open_store(db)
     exp_id = experiment_id(store, ref)
@@ -189,7 +190,7 @@ def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
         _finish(store, exp_id, status="ok")
         return
     options = plan_data.get("options") or {}
-    built, limit = rn.make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
+    built, limit = make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
     store.reopen_experiment(exp_id)
     _execute(
         store,
@@ -253,6 +254,24 @@ def _finish(store: Any, exp_id: int, *, status: str) -> None:
     del status
 
 
+def _command_line(argv: list[str], db_display: str) -> list[str]:
+    """The command as typed, with the --db URL replaced by its password-free form."""
+    out = ["vmtax"]
+    skip = False
+    for arg in argv:
+        if skip:
+            out.append(db_display)
+            skip = False
+        elif arg == "--db":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--db="):
+            out.append(f"--db={db_display}")
+        else:
+            out.append(arg)
+    return out
+
+
 def parse_labels(items: list[str]) -> dict[str, str]:
     """``key=value`` strings to a dict; bad syntax or a reserved key is a UsageError."""
     out: dict[str, str] = {}
@@ -292,7 +311,7 @@ def target_specs(
     if fleet:
         if not Path(fleet).is_file():
             raise UsageError(f"fleet file not found: {fleet}")
-        from vmtax.runner import fleet_size
+        from vmtax.plan.targets import fleet_size
 
         count, _ = fleet_size(fleet)
         specs += [

@@ -1,5 +1,7 @@
 """From a ReportInput to a ReportModel: calls vmtax.stats for every number and prepares the
-figures. Nothing statistical is computed here; this module only selects, orders and shapes."""
+figures. This module selects, orders and shapes; the one number it derives is the Student t
+interval around describe's mean and standard error (``_with_ci``), which describe does not
+provide yet."""
 
 from __future__ import annotations
 
@@ -132,6 +134,37 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
             figure=figures.overhead_bars(per_probe, colors)))
     matrices = _matrices(ok, data.samples, order)
     results = _detect_all(matrices, baseline_configs, detect, as_matrix, seed)
+    sample_figs, findings = _sample_figures(probes, described, matrices, results, colors)
+    figs.extend(sample_figs)
+    sweep = _sweep(described, ok)
+    if sweep is not None:
+        figs.append(sweep)
+    figs.extend(_reference_figures())
+
+    return ReportModel(
+        title="vmtax report: " + (", ".join(data.selectors) or "all results"),
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        baseline=baseline,
+        baseline_configs=baseline_configs,
+        summary=words.summary(rows),
+        overhead_table=_overhead_table(rows, order),
+        studya_tables=_studya_tables(described, all_rows),
+        figures=figs,
+        artifacts=findings,
+        environment=_environment(data.configurations, order),
+        config_provenance=_config_provenance(data.configurations, order),
+        experiments=[_experiment(e) for e in data.experiments],
+        report_command=shlex.join(data.command) if data.command else "",
+        warnings=warnings,
+    )
+
+
+def _sample_figures(probes: Sequence[str], described: pd.DataFrame,
+                    matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
+                    results: Mapping[tuple[str, str], Any],
+                    colors: Mapping[str, str]) -> tuple[list[FigureSpec], list[words.Finding]]:
+    """Per probe: the latency distribution, the run x iteration mesh and the artifacts."""
+    figs: list[FigureSpec] = []
     findings: list[words.Finding] = []
     for probe in probes:
         unit = str(described.loc[described["probe"] == probe, "unit"].iloc[0])
@@ -168,27 +201,7 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
                         "in nearly every run; beside a reduced mesh, the first "
                         f"{figures.ZOOM} iterations are shown cell by cell.",
                 figure=figures.heatmap(probe, unit, panels)))
-    sweep = _sweep(described, ok)
-    if sweep is not None:
-        figs.append(sweep)
-    figs.extend(_reference_figures())
-
-    return ReportModel(
-        title="vmtax report: " + (", ".join(data.selectors) or "all results"),
-        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
-        baseline=baseline,
-        baseline_configs=baseline_configs,
-        summary=words.summary(rows),
-        overhead_table=_overhead_table(rows, order),
-        studya_tables=_studya_tables(described, all_rows),
-        figures=figs,
-        artifacts=findings,
-        environment=_environment(data.configurations, order),
-        config_provenance=_config_provenance(data.configurations, order),
-        experiments=[_experiment(e) for e in data.experiments],
-        report_command=shlex.join(data.command) if data.command else "",
-        warnings=warnings,
-    )
+    return figs, findings
 
 
 def _display_keys(ok: pd.DataFrame) -> pd.Series:

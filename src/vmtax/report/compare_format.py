@@ -9,10 +9,12 @@ from __future__ import annotations
 import io
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -58,6 +60,8 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
             "ci": ci, "p_value": _p(rec["p_value"]), "p_adjusted": _p(rec["p_adjusted"]),
             "verdict": rec["verdict"],
         })
+    import pandas as pd
+
     return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
 
 

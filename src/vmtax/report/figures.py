@@ -268,6 +268,27 @@ def _marks(ax: Any, marks: np.ndarray, top: float, lo: float, hi: float) -> None
                 markersize=5, markeredgewidth=0.5, color=MARK_COLOR, clip_on=False, zorder=5)
 
 
+def _norm(values: np.ndarray) -> Normalize:
+    """Colour limits at the 0.5th and 99.9th percentiles: one burst saturates (the colour
+    bar's arrow says so) instead of washing out the 2x lines; log when spanning a decade."""
+    if values.size == 0:
+        return Normalize(0, 1)
+    lo, hi = (float(v) for v in np.quantile(values, [0.005, 0.999]))
+    hi = hi if hi > lo else lo + max(abs(lo) * 0.01, 1e-9)
+    norm = LogNorm(lo, hi) if lo > 0 and hi / lo >= 10 else Normalize(lo, hi)
+    return norm
+
+
+def _colorbar(fig: Figure, image: Any, ax: Any, unit: str | None) -> None:  # noqa: ANN401
+    data = image.get_array()
+    over = np.nanmax(data) > image.norm.vmax if np.isfinite(data).any() else False
+    cbar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.05, aspect=10,
+                        extend="max" if over else "neither")
+    if unit:
+        cbar.set_label(unit, fontsize=7.5)
+    cbar.ax.tick_params(labelsize=6.5)
+
+
 @_styled
 def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     """Run x iteration mesh per configuration (study D), periodic indices marked on top.
@@ -290,12 +311,7 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
             for a in row:
                 a.set_axis_off()
             continue
-        # Colour limits from the raw values' 0.5th and 99.9th percentiles: a single burst
-        # saturates (the colour bar says so) instead of washing out the 2x lines.
-        raw = panel.matrix[np.isfinite(panel.matrix)]
-        lo, hi = (float(v) for v in np.quantile(raw, [0.005, 0.999]))
-        hi = hi if hi > lo else lo + max(abs(lo) * 0.01, 1e-9)
-        norm = LogNorm(lo, hi) if lo > 0 and hi / lo >= 10 else Normalize(lo, hi)
+        norm = _norm(finite)
         rows, cols = panel.matrix.shape
         image = ax.imshow(reduced, aspect="auto", cmap="magma", norm=norm, origin="lower",
                           extent=(0, cols, -0.5, rows - 0.5), interpolation="nearest")
@@ -311,25 +327,23 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
             period = f" (period {panel.period:g})" if panel.period else ""
             ax.set_title(f"▼ {marks.size} periodic{period}", loc="right",
                          fontsize=7.5, color="#0077AA", fontweight="normal")
-        axes = [ax]
         if zoom:
             zax = row[1]
             width = min(cols, ZOOM)
-            zax.imshow(panel.matrix[:, :width], aspect="auto", cmap="magma", norm=norm,
-                       origin="lower", extent=(0, width, -0.5, rows - 0.5),
-                       interpolation="nearest")
+            cells = panel.matrix[:, :width]
+            zimage = zax.imshow(cells, aspect="auto", cmap="magma",
+                                norm=_norm(cells[np.isfinite(cells)]), origin="lower",
+                                extent=(0, width, -0.5, rows - 0.5), interpolation="nearest")
             _marks(zax, marks, rows - 0.5, 0, width)
             zax.set_title(f"first {width} iterations", loc="left", fontsize=7.5,
                           fontweight="normal")
             zax.tick_params(labelleft=False)
-            axes.append(zax)
-        for a in axes:
-            a.grid(False)
-            a.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
-        cbar = fig.colorbar(image, ax=axes, pad=0.01, fraction=0.04, aspect=12,
-                            extend="max" if finite.max() > hi else "neither")
-        cbar.set_label(unit, fontsize=7.5)
-        cbar.ax.tick_params(labelsize=7)
+            zax.grid(False)
+            zax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+            _colorbar(fig, zimage, zax, None)
+        ax.grid(False)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+        _colorbar(fig, image, ax, unit)
     for a in grid[-1]:
         a.set_xlabel("iteration")
     detail = shapes[0] if len(set(shapes)) == 1 else "; ".join(dict.fromkeys(shapes))

@@ -30,7 +30,7 @@ COLUMNS = [
 
 
 def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (config, probe) over the ``status == "ok"`` runs, in first-seen order."""
+    """One row per (config, probe) over the ``status == "ok"`` runs."""
     if runs_df.empty:
         return pd.DataFrame(columns=COLUMNS)
     ok = runs_df[runs_df["status"] == "ok"]
@@ -55,7 +55,11 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
                 "p95": float(pd.to_numeric(group["p95"], errors="coerce").mean()),
             }
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    # Configurations in the order they ran, probes alphabetically within each.
+    order = {c: i for i, c in enumerate(dict.fromkeys(out["config"]))}
+    out["_c"] = out["config"].map(order)
+    return out.sort_values(["_c", "probe"], kind="stable").drop(columns="_c").reset_index(drop=True)
 
 
 def _mean_sem(values: pd.Series) -> tuple[float, float, float]:

@@ -13,6 +13,8 @@ provenance (``sizing``) so a result always says how its guest was built.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -153,7 +155,47 @@ def level_targets(
             out.append(LocalTarget(level="L0"))
             continue
         out.append(_qemu_target(lv, sizing, chosen, image, timeout))
-    return out
+    if len(out) == 1:
+        return out
+    # All levels share this machine's CPUs: one boot or run at a time, so that a guest
+    # booting or measuring never runs beside the level being measured. The runner's
+    # per-target threads then take turns, which interleaves the levels.
+    lock = threading.Lock()
+    return [OneAtATime(t, lock) for t in out]
+
+
+class OneAtATime(Target):
+    """A target whose prepare and runs hold a lock shared with the other levels."""
+
+    def __init__(self, target: Target, lock: threading.Lock) -> None:
+        self.target = target
+        self.lock = lock
+        self.name = target.name
+        self.level = target.level
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.__dict__["target"], attr)
+
+    @property
+    def last_stderr(self) -> str:  # type: ignore[override]
+        return self.target.last_stderr
+
+    def prepare(self) -> None:
+        with self.lock:
+            self.target.prepare()
+
+    def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
+        with self.lock:
+            yield from self.target.run_agent(args, timeout)
+
+    def labels(self) -> dict[str, str]:
+        return self.target.labels()
+
+    def provenance(self) -> dict[str, Any]:
+        return {**self.target.provenance(), "levels_run": "one at a time"}
+
+    def close(self) -> None:
+        self.target.close()
 
 
 def _qemu_target(level: str, sizing: dict[str, Sizing], accel: str, image: str,

@@ -120,6 +120,8 @@ class QemuGuest:
     argv: list[str] = field(default_factory=list)
     pinning: dict[int, int] = field(default_factory=dict)
     channel: socket.socket | None = None
+    #: The console's last lines, kept when stop() removes the directory.
+    console_snapshot: str = ""
     _buf: bytes = b""
 
     # -- life cycle -------------------------------------------------------------------------
@@ -134,13 +136,14 @@ class QemuGuest:
         with _live_lock:
             _live.add(self)
         try:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=(self.workdir / "qemu.stderr").open("wb"),
-                start_new_session=True,  # its own process group: one killpg stops it all
-            )
+            with (self.workdir / "qemu.stderr").open("wb") as err:
+                self.proc = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,  # its own process group: one killpg stops it all
+                )
             qmp = self._monitor()
             try:
                 if self.spec.pin:
@@ -214,8 +217,6 @@ class QemuGuest:
             self.workdir = None
         with _live_lock:
             _live.discard(self)
-
-    console_snapshot: str = ""
 
     def wait_exit(self, timeout: float) -> int:
         """Wait for the guest to power off; kill it at ``timeout``."""

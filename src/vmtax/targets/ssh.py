@@ -278,6 +278,7 @@ class SshTarget(Target):
     async def _stream(self, command: str, lines: queue.Queue[object],
                       done: threading.Event) -> None:
         proc = None
+        err_task: asyncio.Future[str] | None = None
         try:
             assert self._conn is not None
             proc = await self._conn.create_process(command, encoding="utf-8", errors="replace")
@@ -302,6 +303,10 @@ class SshTarget(Target):
             reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             lines.put(TargetError(f"{self.name}: connection lost: {reason}"))
         finally:
+            if err_task is not None and not err_task.done():
+                err_task.cancel()
+            elif err_task is not None and not err_task.cancelled():
+                err_task.exception()  # retrieved, so asyncio does not warn about it
             done.set()
 
     # -- description --------------------------------------------------------------------------

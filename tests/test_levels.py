@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vmtax.errors import UsageError, VmtaxError
+from vmtax.errors import UsageError
 from vmtax.targets.levels import level_targets, size_levels
 
 TINY_SUITE = """

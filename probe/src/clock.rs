@@ -24,6 +24,7 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use std::arch::x86_64::{__rdtscp, _mm_lfence, _rdtsc};
+    use std::sync::atomic::{AtomicU8, Ordering};
 
     #[inline(always)]
     pub fn ticks_start() -> u64 {
@@ -36,10 +37,31 @@ mod imp {
         }
     }
 
+    /// RDTSCP is missing on some emulated CPUs (QEMU's default qemu64 model): fall back to
+    /// LFENCE; RDTSC, which also waits for earlier instructions to finish.
+    static RDTSCP: AtomicU8 = AtomicU8::new(0);
+
+    fn has_rdtscp() -> bool {
+        match RDTSCP.load(Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => {
+                let ext = crate::cpuid::cpuid(0x8000_0000, 0).eax;
+                let yes = ext >= 0x8000_0001 && crate::cpuid::cpuid(0x8000_0001, 0).edx & (1 << 27) != 0;
+                RDTSCP.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+                yes
+            }
+        }
+    }
+
     #[inline(always)]
     pub fn ticks_stop() -> u64 {
+        if !has_rdtscp() {
+            return ticks_start();
+        }
         let mut aux = 0u32;
-        // SAFETY: RDTSCP writes only `aux`, a valid local; LFENCE touches no memory.
+        // SAFETY: RDTSCP (present, checked above) writes only `aux`, a valid local; LFENCE
+        // touches no memory.
         unsafe {
             let t = __rdtscp(&mut aux);
             _mm_lfence();

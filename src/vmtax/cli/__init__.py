@@ -71,6 +71,7 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         app(standalone_mode=False)
+        sys.exit(0)
     except VmtaxError as exc:
         _err.print(f"vmtax: error: {exc.message}", markup=False)
         sys.exit(exc.exit_code)

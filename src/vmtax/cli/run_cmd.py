@@ -167,6 +167,7 @@ def run(
 
 
 def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
+    from vmtax import runner as rn
     from vmtax.cli.results_cmd import experiment_id, reconcile
     from vmtax.plan.plan import Plan
     from vmtax.plan.targets import make_targets
@@ -191,7 +192,7 @@ def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
         return
     options = plan_data.get("options") or {}
     built, limit = make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
-    store.reopen_experiment(exp_id)
+    store.reopen_experiment(exp_id, controller=rn.controller_identity())
     _execute(
         store,
         plan,

@@ -109,10 +109,8 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     described = _sorted(describe(ok), order)
     described = _with_ci(described)
     baseline_configs = list(dict.fromkeys(rows.loc[rows["is_baseline"].astype(bool), "config"]))
-    warnings = list(dict.fromkeys(
-        [*(w for w in comparison.warnings if "metric throughput is missing" not in w),
-         *(f"{r.probe}, {r.config}: {w}" for r in rows.itertuples(index=False)
-           if r.probe != "geomean" for w in str(r.warnings or "").split("; ") if w)]))
+    warnings = [w for w in comparison.warnings if "metric throughput is missing" not in w]
+    warnings += _grouped_warnings(rows)
 
     figs: list[FigureSpec] = []
     probes = list(dict.fromkeys(described["probe"]))
@@ -202,6 +200,19 @@ def _sample_figures(probes: Sequence[str], described: pd.DataFrame,
                         f"{figures.ZOOM} iterations are shown cell by cell.",
                 figure=figures.heatmap(probe, unit, panels)))
     return figs, findings
+
+
+def _grouped_warnings(rows: pd.DataFrame) -> list[str]:
+    """compare's per-row warnings, one line per (configuration, message) listing the probes."""
+    probes: dict[tuple[str, str], list[str]] = {}
+    for r in rows.itertuples(index=False):
+        if r.probe == "geomean":
+            continue
+        for w in str(r.warnings or "").split("; "):
+            if w:
+                probes.setdefault((str(r.config), w), []).append(str(r.probe))
+    return [f"{config}: {message} ({', '.join(names)})"
+            for (config, message), names in probes.items()]
 
 
 def _display_keys(ok: pd.DataFrame) -> pd.Series:

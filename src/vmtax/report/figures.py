@@ -153,14 +153,20 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
         ax.bar(x, height, bottom=base, width=width * 0.92, color=colors.get(config),
                label=_short(config, 60), yerr=err,
                error_kw={"ecolor": "#333333", "capsize": 2, "elinewidth": 0.9})
-        for xi, m, is_base in zip(x, mean, sub["is_baseline"], strict=True):
-            if np.isfinite(m) and not bool(is_base):
-                ax.annotate(f"{m:.3g}×", (xi, m), xytext=(0, 3), textcoords="offset points",
+        tops = np.fmax(mean.to_numpy(), sub["ci_high"].astype(float).to_numpy())
+        for xi, m, top in zip(x, mean, tops, strict=True):
+            if np.isfinite(m):  # above the whisker, so the two never cross
+                ax.annotate(f"{m:.3g}×", (xi, top), xytext=(0, 3), textcoords="offset points",
                             ha="center", va="bottom", fontsize=6.5, color="#333333")
     ax.axhline(1.0, color="#222222", linewidth=1.1, linestyle="--", zorder=3)
     if log:
         ax.set_yscale("log")
-    ax.set_xticks(np.arange(len(probes)), [_short(p, 18) for p in probes])
+        # Leave room under the 1.0 line so it shows, and bars below 1 (cheaper) fit.
+        ax.set_ylim(min(0.7, float(positive.min()) * 0.8), float(positive.max()) * 2.5)
+    crowded = len(probes) * n_cfg > 8
+    ax.set_xticks(np.arange(len(probes)), [_short(p, 18) for p in probes],
+                  rotation=30 if crowded else 0, ha="right" if crowded else "center",
+                  rotation_mode="anchor")
     ax.grid(axis="x", visible=False)
     ax.set_ylabel("overhead, × baseline" + (" (log scale)" if log else ""))
     ax.set_title("Overhead vs baseline (dashed line 1.0 = baseline), whiskers = 95% CI",
@@ -170,14 +176,6 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
     return fig
 
 
-def _skewed(pooled: np.ndarray) -> bool:
-    """Log-x when values are positive and the bulk spans a decade or more."""
-    if pooled.size == 0 or pooled.min() <= 0:
-        return False
-    lo, hi = np.quantile(pooled, [0.001, 0.999])
-    return bool(hi / lo >= 10.0 or pooled.max() / np.median(pooled) >= 20.0)
-
-
 @_styled
 def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
                  colors: Mapping[str, str]) -> Figure:
@@ -185,7 +183,7 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
 
     Fixed ``HIST_BINS`` bins (log-spaced when the values are skewed); heights are the
     fraction of that configuration's iterations, so configurations with different sample
-    counts compare. On a linear axis the top 0.1% is left out of the range and counted.
+    counts compare. The top 0.1% is left out of the range and counted.
     """
     fig = Figure(figsize=(WIDTH, 2.8), layout="constrained")
     ax = fig.subplots()
@@ -195,17 +193,16 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
         return fig
-    log = _skewed(pooled)
-    if log:
-        edges = np.geomspace(pooled.min(), pooled.max() * 1.0001, HIST_BINS + 1)
-        clipped_note = ""
-    else:
-        lo, hi = pooled.min(), np.quantile(pooled, 0.999)
-        if hi <= lo:
-            hi = lo + max(abs(lo) * 0.01, 1e-9)
-        edges = np.linspace(lo, hi, HIST_BINS + 1)
-        beyond = int((pooled > hi).sum())
-        clipped_note = f"; {beyond:,} values above {hi:.4g} not shown" if beyond else ""
+    # The top 0.1% is left out of the range (a few huge outliers would squeeze the bulk into
+    # one bin) and counted under the axis instead. Log-x when the range spans a decade.
+    lo, hi = float(pooled.min()), float(np.quantile(pooled, 0.999))
+    if hi <= lo:
+        hi = lo + max(abs(lo) * 0.01, 1e-9)
+    log = lo > 0 and hi / lo >= 10.0
+    edges = np.geomspace(lo, hi, HIST_BINS + 1) if log else np.linspace(lo, hi, HIST_BINS + 1)
+    beyond = int((pooled > hi).sum())
+    clipped_note = (f"; {beyond:,} values above {hi:.4g} not shown (max {pooled.max():.4g})"
+                    if beyond else "")
     for config, values in series.items():
         values = values[np.isfinite(values)]
         if values.size == 0:
@@ -218,9 +215,9 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
                   label=f"{_short(config, 40)} (n={values.size:,})")
     if log:
         ax.set_xscale("log")
-    ax.set_xlabel(unit + (" (log scale)" if log else ""))
+    ax.set_xlabel(unit + (" (log scale)" if log else "") + clipped_note)
     ax.set_ylabel("fraction of iterations")
-    ax.set_title(f"{probe}: distribution of per-iteration values{clipped_note}", loc="left")
+    ax.set_title(f"{probe}: distribution of per-iteration values", loc="left")
     ax.legend(loc="upper right")
     return fig
 

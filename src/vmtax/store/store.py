@@ -173,9 +173,32 @@ class Store:
             raise ValueError(f"experiment status must be ok, failed or interrupted, not {status!r}")
         self._set_status(experiment_id, status, _now())
 
-    def reopen_experiment(self, experiment_id: int) -> None:
-        """Mark an experiment ``running`` again (``vmtax run --resume``)."""
-        self._set_status(experiment_id, "running", None)
+    def reopen_experiment(
+        self, experiment_id: int, controller: dict[str, Any] | None = None
+    ) -> None:
+        """Mark an experiment ``running`` again (``vmtax run --resume``).
+
+        ``controller`` identifies the resuming process, so a dead-controller check looks at
+        it and not at the first one; every resume is also kept in ``plan["resumed_by"]``.
+        """
+        if controller is None:
+            self._set_status(experiment_id, "running", None)
+            return
+        t = Experiment.__table__
+        with self._guard(), self._engine.begin() as connection:
+            plan = connection.execute(select(t.c.plan).where(t.c.id == experiment_id)).scalar()
+            if plan is None:
+                raise VmtaxError(f"no experiment {experiment_id} in {self.url_display}")
+            plan = {
+                **plan,
+                "controller": controller,
+                "resumed_by": [*plan.get("resumed_by", []), controller],
+            }
+            connection.execute(
+                update(Experiment)
+                .where(Experiment.id == experiment_id)
+                .values(status="running", ended_at=None, plan=plan)
+            )
 
     def _set_status(self, experiment_id: int, status: str, ended: datetime | None) -> None:
         stmt = (

@@ -131,3 +131,51 @@ def test_urls_are_parsed_and_passwords_refused():
     with pytest.raises(Exception, match="passwords in ssh URLs"):
         SshTarget("ssh://bench:hunter2@node1")
     assert "hunter2" not in redact("ssh://bench:hunter2@node1")
+
+
+def test_through_the_runner_a_host_that_goes_away_keeps_its_completed_runs(sshd, tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    from vmtax.store import Store
+
+    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(
+        f'[[hosts]]\nurl = "{sshd.url}"\nname = "gone"\nidentity = "{sshd.client_key}"\n'
+        f'known_hosts = "{sshd.known_hosts}"\nremote_dir = "{sshd.remote_dir}"\n'
+    )
+    db = f"sqlite:///{tmp_path / 'gone.db'}"
+    proc = subprocess.Popen(
+        [vmtax, "run", "--targets", str(hosts), "--probe", "cpu", "--runs", "30", "--db", db],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 90
+        ok = 0
+        while ok < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.3)
+            if (tmp_path / "gone.db").exists():
+                try:
+                    with Store.open(db, read_only=True) as store:
+                        ok = int((store.runs()["status"] == "ok").sum())
+                except Exception:  # the schema may still be being created
+                    ok = 0
+        assert ok >= 2, "no completed runs before the host went away"
+        sessions = sshd.session_children()
+        sshd.stop()  # the host goes away: listener and live sessions
+        for pid in sessions:
+            os.kill(pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "gone" in err
+    with Store.open(db, read_only=True) as store:
+        runs = store.runs()
+        ok_runs = runs[runs["status"] == "ok"]
+        samples = store.samples(ok_runs["run_id"])
+    assert len(ok_runs) >= 2 and (runs["status"] != "ok").any()
+    assert all(len(samples[r.run_id]) == r.n for r in ok_runs.itertuples())

@@ -107,7 +107,8 @@ fn main() {
                     for i in infos {
                         println!("{:<10} {:<7} {}", i.name, i.unit, i.summary);
                         for p in i.params {
-                            println!("{:<10}   --param {}={:?}  {}", "", p.name, p.default, p.help);
+                            let default = serde_json::to_string(&p.default).unwrap_or_default();
+                            println!("{:<10}   --param {}={}  {}", "", p.name, default.trim_matches('"'), p.help);
                         }
                     }
                 }

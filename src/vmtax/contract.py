@@ -55,6 +55,7 @@ class Cpu(_Model):
     vendor: str
     logical_cpus: int
     tsc_hz: float | None = None
+    tsc_source: str | None = None
     tsc_invariant: bool | None = None
     virt_flags: list[str] = Field(default_factory=list)
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import fft as sfft
 from scipy import stats
 
 ALPHA = 0.01  # artifacts are reported only with strong evidence: they are hints, not verdicts
@@ -49,6 +50,8 @@ MVALUE_BIMODAL = 3.2
 MIN_SHAPE_DISTANCE = 0.1  # with thousands of samples AD flags tiny differences: need a visible one
 SHAPE_MAX_SAMPLES = 2000  # per side, for the AD permutation test and the KDE
 MAX_REPORTED_INDICES = 200
+PERIODIC_MAX_ITERATIONS = 65_536  # per run, for the period search (see periodic())
+TIE = 1e-9  # correlations this close to the observed one count as ties (as large)
 
 
 @dataclass
@@ -171,21 +174,27 @@ def tukey(matrix: np.ndarray, k: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
     return matrix > q3 + k * iqr, matrix < q1 - k * iqr
 
 
-def _acf(ind: np.ndarray) -> np.ndarray:
-    """Autocorrelation of each row (demeaned), lags 0..n-1, via FFT; rows of zeros give 0.
+def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -> np.ndarray:
+    """Weighted sum over runs of each run's autocorrelation at lags 0..max_lag.
 
-    Works on (..., runs, n) arrays and averages over runs, so a stack of shuffles is one call.
+    ``ind``: a (..., runs, n) 0/1 indicator, demeaned here by ``mean`` (runs,); ``weights``:
+    (runs,). Zero padding to n + max_lag (not 2n) is enough for a linear autocorrelation up to
+    max_lag, and summing the runs' power spectra before the inverse FFT needs one inverse per
+    stack instead of one per run. Lags are unbiased for the shrinking overlap, so a lag near n
+    is not penalised for length alone.
     """
-    n = ind.shape[-1]
-    x = ind - ind.mean(axis=-1, keepdims=True)
-    f = np.fft.rfft(x, n=2 * n, axis=-1)
-    ac = np.fft.irfft(f * np.conj(f), n=2 * n, axis=-1)[..., :n]
-    var = ac[..., :1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ac = np.where(var > 0, ac / var, 0.0)
-    # Unbiased for the shrinking overlap, so a lag near n is not penalised for length alone.
-    ac = ac * (n / np.maximum(n - np.arange(n), 1))
-    return ac.mean(axis=-2)
+    *lead, runs, n = ind.shape
+    size = sfft.next_fast_len(n + max_lag, real=True)
+    x = np.zeros((*lead, runs, size))
+    np.subtract(ind, mean[:, None], out=x[..., :n])
+    f = sfft.rfft(x, axis=-1, overwrite_x=True)
+    parts = f.view(np.float64)  # re, im interleaved: square in place, no temporaries
+    np.square(parts, out=parts)
+    parts *= weights[:, None]
+    power = parts.sum(axis=-2)
+    power = power.reshape(*power.shape[:-1], -1, 2).sum(axis=-1)
+    ac = sfft.irfft(power, n=size, axis=-1)[..., : max_lag + 1]
+    return ac * (n / (n - np.arange(max_lag + 1)))
 
 
 def _first_peak(acf: np.ndarray, max_lag: int) -> tuple[int | None, float]:
@@ -204,41 +213,80 @@ def _first_peak(acf: np.ndarray, max_lag: int) -> tuple[int | None, float]:
     return None, top
 
 
+def _shuffles(ind: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` within-run shuffles of a boolean (runs, n) indicator, shape (b, runs, n).
+
+    A shuffle of a 0/1 row is a uniformly random set of positions for its ones, so only those
+    positions are drawn (or those of the zeros, whichever are fewer): draw the missing count
+    with replacement, keep the distinct ones, repeat. That is sampling without replacement,
+    and it costs the number of spikes, not a full Fisher-Yates pass over every iteration.
+    """
+    runs, n = ind.shape
+    ones = ind.sum(axis=1)
+    flip = ones > n // 2  # draw the zeros instead
+    target = np.where(flip, n - ones, ones)
+    hits = np.zeros((b, runs, n), dtype=bool)
+    need = np.broadcast_to(target, (b, runs)).copy()
+    while need.any():
+        bi, ri = np.nonzero(need)
+        reps = need[bi, ri]
+        hits[np.repeat(bi, reps), np.repeat(ri, reps), rng.integers(0, n, reps.sum())] = True
+        need = target - hits.sum(axis=-1)
+    return hits ^ flip[None, :, None]
+
+
 def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Periodic:
     """Period of the spikes and the indices slow in every run (see module docstring)."""
     runs, n = slow.shape
     rate = float(slow.mean()) if slow.size else 0.0
-    if n < 16 or slow.sum() < 3:
-        return Periodic(False, None, None, None, [], rate)
-    ind = slow.astype(np.float64)
-    max_lag = n // 4
-    acf = _acf(ind)
-    lag, peak = _first_peak(acf, max_lag)
-    stat = float(acf[2: max_lag + 1].max())
-    rng = np.random.default_rng(seed)
-    exceed = 0
-    chunk = max(1, int(4e7 // max(1, runs * n * 4)))
-    done = 0
-    while done < resamples:
-        b = min(chunk, resamples - done)
-        shuffled = rng.permuted(np.broadcast_to(ind, (b, runs, n)).copy(), axis=-1)
-        null = _acf(shuffled)[:, 2: max_lag + 1].max(axis=-1)
-        exceed += int((null >= stat).sum())
-        done += b
-    p = (exceed + 1) / (resamples + 1)
-    found = lag is not None and p < ALPHA and peak >= MIN_ACF
     counts = slow.sum(axis=0)
     indices: list[int] = []
     if runs >= 3 and rate > 0:
         col_p = stats.binom.sf(counts - 1, runs, rate)
         hot = np.flatnonzero((col_p < ALPHA / n) & (counts >= max(2, math.ceil(0.5 * runs))))
         indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
+    # The period search and its permutation test read the first PERIODIC_MAX_ITERATIONS only:
+    # that bounds the cost, and still holds four repetitions of any period up to a quarter of it.
+    ind = slow[:, :PERIODIC_MAX_ITERATIONS].astype(bool)
+    n = ind.shape[1]
+    if n < 16 or ind.sum() < 3:
+        return Periodic(False, None, None, None, indices, rate)
+    max_lag = n // 4
+    mean = ind.mean(axis=1)
+    energy = ind.sum(axis=1) * (1.0 - mean)  # sum of squares of the demeaned 0/1 row
+    # Each run's autocorrelation is normalised by its lag-0 value (a run without spikes counts
+    # as 0) and averaged over runs. A shuffle keeps every run's spike count, so the weights
+    # hold for the whole null distribution.
+    weights = np.divide(1.0, runs * energy, out=np.zeros(runs), where=energy > 0)
+    acf = _acf(ind, mean, weights, max_lag)
+    lag, peak = _first_peak(acf, max_lag)
+    stat = float(acf[2:].max())
+    rng = np.random.default_rng(seed)
+    exceed, done = 0, 0
+    # About 16 MiB of FFT input per batch: enough to amortise the calls; bigger batches were
+    # slower (memory traffic).
+    chunk = max(1, int(2**21 // max(1, runs * (n + max_lag))))
+    while done < resamples:
+        b = min(chunk, resamples - done)
+        shuffled = _shuffles(ind, b, rng)
+        null = _acf(shuffled, mean, weights, max_lag)[:, 2:].max(axis=-1)
+        # FFT rounding must not break ties between equal arrangements in the data's favour.
+        exceed += int((null >= stat - TIE).sum())
+        done += b
+    p = (exceed + 1) / (resamples + 1)
+    found = lag is not None and p < ALPHA and peak >= MIN_ACF
     return Periodic(found, int(lag) if found and lag else None, peak if lag else None, p,
                     indices, rate)
 
 
 def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> CrossRun:
-    """Correlation of spike positions between consecutive runs, the lag it peaks at, a p."""
+    """Correlation of spike positions between consecutive runs, the lag it peaks at, a p.
+
+    The correlation is circular (run b is read from index d on, wrapping around), the same
+    convention as the null, which shifts each run circularly. Shifting run a by s_a and run b
+    by s_b moves their circular correlation by s_b - s_a, so every resample is a re-indexing
+    of the observed correlations: one FFT in all, however many resamples.
+    """
     runs, n = slow.shape
     ind = slow.astype(np.float64)
     usable = ind.std(axis=1) > 0
@@ -246,34 +294,27 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
     if runs < 2 or pairs.size == 0 or n < 16:
         return CrossRun(False, None, None, None, int(pairs.size))
     max_lag = min(n // 4, 2000)
-
-    def profile(x: np.ndarray) -> np.ndarray:
-        # x: (..., runs, n) -> mean over consecutive pairs of the correlation at lags
-        # -max_lag..max_lag, shape (..., 2*max_lag+1).
-        z = x - x.mean(axis=-1, keepdims=True)
-        z = z / np.maximum(z.std(axis=-1, keepdims=True), 1e-300)
-        f = np.fft.rfft(z, n=2 * n, axis=-1)
-        a, b = f[..., pairs, :], f[..., pairs + 1, :]
-        cc = np.fft.irfft(np.conj(a) * b, n=2 * n, axis=-1)  # cc[d]: a[t] with b[t + d]
-        cc = np.concatenate([cc[..., -max_lag:], cc[..., : max_lag + 1]], axis=-1)
-        overlap = n - np.abs(np.arange(-max_lag, max_lag + 1))
-        return (cc / overlap).mean(axis=-2)
-
-    prof = profile(ind)
+    z = ind - ind.mean(axis=-1, keepdims=True)
+    z = z / np.maximum(z.std(axis=-1, keepdims=True), 1e-300)
+    f = sfft.rfft(z, axis=-1)
+    # cc[p, d]: mean over t of run a[t] times run b[(t + d) mod n], for a, b = pairs[p], +1.
+    cc = sfft.irfft(np.conj(f[pairs]) * f[pairs + 1], n=n, axis=-1) / n
+    lags = np.arange(-max_lag, max_lag + 1)
+    prof = cc[:, lags % n].mean(axis=0)
     stat = float(prof.max())
     # A periodic pattern peaks at every multiple of its period: report the smallest shift.
-    lags = np.arange(-max_lag, max_lag + 1)
     near_top = np.flatnonzero(prof >= stat - 0.02 * abs(stat))
     best = int(near_top[np.argmin(np.abs(lags[near_top]))])
     rng = np.random.default_rng(seed)
     exceed, done = 0, 0
-    chunk = max(1, int(2e7 // max(1, runs * n * 4)))
+    chunk = max(1, int(2**22 // (pairs.size * lags.size)))
     while done < resamples:
         b = min(chunk, resamples - done)
         shifts = rng.integers(0, n, size=(b, runs))
-        idx = (np.arange(n)[None, None, :] + shifts[:, :, None]) % n
-        rolled = np.take_along_axis(np.broadcast_to(ind, (b, runs, n)), idx, axis=-1)
-        exceed += int((profile(rolled).max(axis=-1) >= stat).sum())
+        moved = shifts[:, pairs + 1] - shifts[:, pairs]  # (b, pairs)
+        idx = (lags[None, None, :] + moved[:, :, None]) % n
+        null = np.take_along_axis(cc[None], idx, axis=-1).mean(axis=1).max(axis=-1)
+        exceed += int((null >= stat - TIE).sum())
         done += b
     p = (exceed + 1) / (resamples + 1)
     return CrossRun(p < ALPHA, stat, best - max_lag, p, int(pairs.size))

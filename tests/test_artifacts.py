@@ -9,9 +9,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from vmtax.contract import read_stream
-from vmtax.stats.artifacts import as_matrix, detect, mvalue
+from vmtax.stats.artifacts import (
+    PERIODIC_MAX_ITERATIONS,
+    _shuffles,
+    as_matrix,
+    cross_run,
+    detect,
+    mvalue,
+    periodic,
+)
 from vmtax.targets.base import find_agent
 
 RNG = np.random.default_rng(42)
@@ -74,8 +83,9 @@ def test_shape_change_and_bimodality():
 def test_mvalue_scale():
     rng = np.random.default_rng(0)
     assert mvalue(rng.normal(0, 1, 5000)) == pytest.approx(2.0, abs=0.2)
-    assert mvalue(np.r_[rng.normal(0, 1, 2500), rng.normal(8, 1, 2500)]) == \
-        pytest.approx(4.0, abs=0.3)
+    assert mvalue(np.r_[rng.normal(0, 1, 2500), rng.normal(8, 1, 2500)]) == pytest.approx(
+        4.0, abs=0.3
+    )
 
 
 def test_to_dict_is_json():
@@ -84,13 +94,66 @@ def test_to_dict_is_json():
     assert set(json.loads(text)) >= {"periodic", "cross_run", "warmup", "shape", "outliers"}
 
 
+def test_shuffles_keep_each_runs_spike_count_and_place_them_uniformly():
+    rng = np.random.default_rng(8)
+    ind = np.zeros((3, 40), dtype=bool)
+    ind[0, :4] = True  # sparse: positions of the ones are drawn
+    ind[1, :30] = True  # dense: positions of the zeros are drawn
+    shuffled = _shuffles(ind, 4000, rng)
+    assert shuffled.shape == (4000, 3, 40)
+    assert (shuffled.sum(axis=-1) == ind.sum(axis=-1)).all()
+    for r in (0, 1):
+        freq = shuffled[:, r, :].sum(axis=0)  # each position equally likely
+        assert stats.chisquare(freq).pvalue > 1e-3
+        assert freq[:4].sum() < 0.5 * freq.sum()  # not left where they were
+    assert not shuffled[:, 2, :].any()
+
+
+def test_periodic_acf_matches_direct_autocorrelation():
+    rng = np.random.default_rng(9)
+    slow = rng.random((4, 600)) < 0.03
+    slow[:, 9::10] |= rng.random((4, 60)) < 0.8  # a noisy period of 10
+    res = periodic(slow)
+    assert res.found and res.period == 10
+    n = slow.shape[1]
+    direct = []
+    for row in slow.astype(float):
+        x = row - row.mean()
+        ac = np.correlate(x, x, mode="full")[n - 1 :]
+        direct.append(ac[10] / ac[0] * n / (n - 10))
+    assert res.acf == pytest.approx(np.mean(direct), rel=1e-9)
+
+
+def test_periodic_reads_only_the_first_iterations_of_long_runs():
+    slow = np.zeros((3, PERIODIC_MAX_ITERATIONS + 3000), dtype=bool)
+    slow[:, 39::40] = True
+    slow[:, PERIODIC_MAX_ITERATIONS:] = np.random.default_rng(10).random((3, 3000)) < 0.2
+    long_, cut = periodic(slow), periodic(slow[:, :PERIODIC_MAX_ITERATIONS])
+    assert long_.found and long_.period == 40
+    assert (long_.acf, long_.p_value) == (cut.acf, cut.p_value)
+    assert long_.spike_rate > cut.spike_rate  # the rate and indices still use every iteration
+
+
+def test_cross_run_correlation_matches_direct_circular_correlation():
+    rng = np.random.default_rng(11)
+    slow = rng.random((4, 200)) < 0.05
+    for r in range(1, 4):
+        slow[r] |= np.roll(slow[r - 1], 3) & (rng.random(200) < 0.7)  # drift 3 per run
+    res = cross_run(slow)
+    z = slow - slow.mean(axis=1, keepdims=True)
+    z = z / z.std(axis=1, keepdims=True)
+    lags = range(-50, 51)  # n // 4
+    prof = [np.mean([np.mean(z[r] * np.roll(z[r + 1], -d)) for r in range(3)]) for d in lags]
+    assert res.correlation == pytest.approx(max(prof), rel=1e-9)
+    assert res.drift == 3 and res.found
+
+
 # -- real agent streams ------------------------------------------------------------------
 
 
 def _agent_matrix(*args: str) -> tuple[np.ndarray, dict]:
     agent = find_agent()
-    res = subprocess.run([str(agent), "run", *args], capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run([str(agent), "run", *args], capture_output=True, text=True, timeout=120)
     stream = read_stream(res.stdout.splitlines())
     assert stream.complete, (stream.problem, res.stderr)
     return as_matrix([r.values for r in stream.runs]), stream.runs[0].summary.extra
@@ -98,9 +161,19 @@ def _agent_matrix(*args: str) -> tuple[np.ndarray, dict]:
 
 @pytest.mark.parametrize("buffer, length, period", [(512, 32, 16), (1600, 32, 50)])
 def test_real_buffered_write_flushes_every_k_iterations(buffer, length, period):
-    m, extra = _agent_matrix("write", "--runs", "5", "--iterations", "4000", "--param",
-                             "mode=buffered", "--param", f"buffer={buffer}", "--param",
-                             f"len={length}")
+    m, extra = _agent_matrix(
+        "write",
+        "--runs",
+        "5",
+        "--iterations",
+        "4000",
+        "--param",
+        "mode=buffered",
+        "--param",
+        f"buffer={buffer}",
+        "--param",
+        f"len={length}",
+    )
     assert extra["flush_period"] == period  # the agent's own account of the planted effect
     a = detect(m)
     assert a.periodic.found, a.periodic
@@ -129,13 +202,27 @@ def _store_stream(store, exp, level, labels, lines):
     stream = read_stream(lines)
     assert stream.complete
     header = stream.header.model_dump(by_alias=True)
-    cfg = store.configuration(experiment_id=exp, level=level, labels=labels,
-                              fingerprint=header["env"], target="local", provenance={})
+    cfg = store.configuration(
+        experiment_id=exp,
+        level=level,
+        labels=labels,
+        fingerprint=header["env"],
+        target="local",
+        provenance={},
+    )
     for run in stream.runs:
-        store.add_run(experiment_id=exp, configuration_id=cfg, probe=header["probe"],
-                      plan_index=0, run_index=run.summary.run, header=header,
-                      summary=run.summary.model_dump(), values=run.values,
-                      warmup_values=run.warmup_values, status="ok")
+        store.add_run(
+            experiment_id=exp,
+            configuration_id=cfg,
+            probe=header["probe"],
+            plan_index=0,
+            run_index=run.summary.run,
+            header=header,
+            summary=run.summary.model_dump(),
+            values=run.values,
+            warmup_values=run.warmup_values,
+            status="ok",
+        )
 
 
 def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
@@ -145,14 +232,19 @@ def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
     url = f"sqlite:///{tmp_path / 'v.db'}"
     agent = str(find_agent())
     store = Store.open(url)
-    exp = store.create_experiment(command=["test"], suite="t", seed=0, plan={},
-                                  vmtax_version="0", agent_version=None)
+    exp = store.create_experiment(
+        command=["test"], suite="t", seed=0, plan={}, vmtax_version="0", agent_version=None
+    )
     for level, labels, args in (
         ("L0", {}, ["--param", "mode=direct"]),
         ("L1", {"buf": "512"}, ["--param", "mode=buffered", "--param", "buffer=512"]),
     ):
-        out = subprocess.run([agent, "run", "write", "--runs", "4", "--iterations", "3000",
-                              *args], capture_output=True, text=True, timeout=120).stdout
+        out = subprocess.run(
+            [agent, "run", "write", "--runs", "4", "--iterations", "3000", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
         _store_stream(store, exp, level, labels, out.splitlines())
     store.finish_experiment(exp, "ok")
     store.close()
@@ -172,8 +264,11 @@ def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
     (found,) = json.loads(res.stdout)
     assert found["config"] == "L1 buf=512" and found["periodic"]["period"] == 16
     assert found["shape"]["p_value"] is not None
-    for fmt, needle in (("table", "period 16 iterations"), ("markdown", "| periodic | yes |"),
-                        ("csv", "periodic,yes,\"period 16 iterations")):
+    for fmt, needle in (
+        ("table", "period 16 iterations"),
+        ("markdown", "| periodic | yes |"),
+        ("csv", 'periodic,yes,"period 16 iterations'),
+    ):
         res = run("artifacts", "level=L1", "--db", url, "--format", fmt)
         assert res.returncode == 0, res.stderr
         assert needle in res.stdout

@@ -7,10 +7,11 @@
   run's spike indicator. A spike train with period k has its first strong autocorrelation peak
   at lag k (its periodogram has equal peaks at every harmonic, which is why the lag domain is
   used to name the period). The p-value is a permutation test: the indicator is shuffled
-  within each run, which keeps the spike rate and destroys any order. The iteration indices
+  within each run, which keeps the spike rate and destroys any order (the search and its test
+  read at most the first ``PERIODIC_MAX_ITERATIONS`` of each run). The iteration indices
   slow in (almost) every run are those whose spike count across runs is improbable under the
   overall spike rate (binomial test, Bonferroni over the indices).
-- **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the
+- **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the circular
   correlation of their spike indicators at every lag; averaged over the pairs. A consistent
   peak at lag d means spike positions are remembered from run to run and move by d per run
   (d = 0: the same indices every run). The p-value shifts each run by an independent random
@@ -275,8 +276,9 @@ def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Period
         done += b
     p = (exceed + 1) / (resamples + 1)
     found = lag is not None and p < ALPHA and peak >= MIN_ACF
-    return Periodic(found, int(lag) if found and lag else None, peak if lag else None, p,
-                    indices, rate)
+    return Periodic(
+        found, int(lag) if found and lag else None, peak if lag else None, p, indices, rate
+    )
 
 
 def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> CrossRun:
@@ -325,12 +327,12 @@ def warmup(matrix: np.ndarray) -> Warmup:
     runs, n = matrix.shape
     if n < 20:
         return Warmup(False, 0, None, None)
-    steady = matrix[:, n // 2:]
+    steady = matrix[:, n // 2 :]
     level = float(np.median(steady))
     quantum = float(np.median(resolution(matrix)))
     profile = np.median(matrix, axis=0)  # the typical run, iteration by iteration
     smooth = np.convolve(profile, np.ones(5) / 5, mode="same")
-    tail = smooth[n // 2:]
+    tail = smooth[n // 2 :]
     spread = max(1.4826 * float(np.median(np.abs(tail - np.median(tail)))), quantum / 2)
     above = smooth[: n // 2] > level + 3 * spread + quantum
     n_slow = int(np.argmin(above)) if not above.all() else n // 2
@@ -342,8 +344,11 @@ def warmup(matrix: np.ndarray) -> Warmup:
         diff = first - rest
         p = float(stats.wilcoxon(diff, alternative="greater").pvalue) if np.any(diff) else 1.0
     else:
-        p = float(stats.mannwhitneyu(matrix[:, :window].ravel(), steady.ravel(),
-                                     alternative="greater").pvalue)
+        p = float(
+            stats.mannwhitneyu(
+                matrix[:, :window].ravel(), steady.ravel(), alternative="greater"
+            ).pvalue
+        )
     found = n_slow > 0 and p < ALPHA
     return Warmup(found, n_slow if found else 0, slowdown, p)
 
@@ -392,8 +397,9 @@ def _modality(m: float) -> str:
     return "bimodal" if m >= MVALUE_BIMODAL else "unimodal"
 
 
-def shape(matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 199,
-          seed: int = 0) -> Shape:
+def shape(
+    matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 199, seed: int = 0
+) -> Shape:
     """Shape change against the baseline (AD on standardised samples) and modality."""
     rng = np.random.default_rng(seed)
     x = _subsample(matrix.ravel(), rng)
@@ -407,7 +413,8 @@ def shape(matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 1
     mb = mvalue(y, quantum=qy)
     sx, sy = _standardise(x, qx), _standardise(y, qy)
     res = stats.anderson_ksamp(
-        [sx, sy], variant="midrank",
+        [sx, sy],
+        variant="midrank",
         method=stats.PermutationMethod(n_resamples=resamples, rng=rng),
     )
     p = float(res.pvalue)
@@ -416,8 +423,9 @@ def shape(matrix: np.ndarray, baseline: np.ndarray | None, *, resamples: int = 1
     return Shape(float(res.statistic), p, changed, m, _modality(m), mb, _modality(mb), distance)
 
 
-def detect(matrix: np.ndarray, baseline: np.ndarray | None = None, *, resamples: int = 199,
-           seed: int = 0) -> Artifacts:
+def detect(
+    matrix: np.ndarray, baseline: np.ndarray | None = None, *, resamples: int = 199, seed: int = 0
+) -> Artifacts:
     """Run every detector on a runs x iterations matrix (and a baseline matrix for shape)."""
     matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
     runs, n = matrix.shape
@@ -427,11 +435,13 @@ def detect(matrix: np.ndarray, baseline: np.ndarray | None = None, *, resamples:
     outliers = Outliers(
         count=int(where.shape[0]),
         fraction=float(where.shape[0] / matrix.size) if matrix.size else 0.0,
-        high=int(slow.sum()), low=int(fast.sum()),
+        high=int(slow.sum()),
+        low=int(fast.sum()),
         indices=[(int(r), int(i)) for r, i in where[:MAX_REPORTED_INDICES]],
     )
     return Artifacts(
-        runs=runs, iterations=n,
+        runs=runs,
+        iterations=n,
         periodic=periodic(spikes, resamples=resamples, seed=seed),
         cross_run=cross_run(spikes, resamples=resamples, seed=seed),
         warmup=warmup(matrix),

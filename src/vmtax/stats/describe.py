@@ -1,6 +1,7 @@
 """Study A's description of a set of runs: per configuration and probe, the mean throughput
-and the mean response time, each with the standard error of the mean over runs and that error
-as a percentage of the mean, plus the mean of the runs' p95.
+and the mean response time, each with the standard error of the mean over runs, that error
+as a percentage of the mean and the 95% Student t interval of the mean (n_runs - 1 degrees of
+freedom; NaN with fewer than 2 runs), plus the mean of the runs' p95.
 
 Runs are the independent unit, so every statistic is taken over run-level values (each run's
 mean, throughput and p95), never over the pooled iterations.
@@ -12,6 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+CONFIDENCE = 0.95
+
 COLUMNS = [
     "config",
     "level",
@@ -22,9 +25,13 @@ COLUMNS = [
     "throughput_mean",
     "throughput_stderr",
     "throughput_stderr_pct",
+    "throughput_ci_low",
+    "throughput_ci_high",
     "resp_mean",
     "resp_stderr",
     "resp_stderr_pct",
+    "resp_ci_low",
+    "resp_ci_high",
     "p95",
 ]
 
@@ -36,8 +43,8 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
     ok = runs_df[runs_df["status"] == "ok"]
     rows = []
     for (config, probe), group in ok.groupby(["config", "probe"], sort=False):
-        t_mean, t_err, t_pct = _mean_sem(group["throughput"])
-        r_mean, r_err, r_pct = _mean_sem(group["mean"])
+        t_mean, t_err, t_pct, t_low, t_high = _mean_sem(group["throughput"])
+        r_mean, r_err, r_pct, r_low, r_high = _mean_sem(group["mean"])
         rows.append(
             {
                 "config": config,
@@ -49,9 +56,13 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
                 "throughput_mean": t_mean,
                 "throughput_stderr": t_err,
                 "throughput_stderr_pct": t_pct,
+                "throughput_ci_low": t_low,
+                "throughput_ci_high": t_high,
                 "resp_mean": r_mean,
                 "resp_stderr": r_err,
                 "resp_stderr_pct": r_pct,
+                "resp_ci_low": r_low,
+                "resp_ci_high": r_high,
                 "p95": float(pd.to_numeric(group["p95"], errors="coerce").mean()),
             }
         )
@@ -62,14 +73,21 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["_c", "probe"], kind="stable").drop(columns="_c").reset_index(drop=True)
 
 
-def _mean_sem(values: pd.Series) -> tuple[float, float, float]:
+def _mean_sem(values: pd.Series) -> tuple[float, float, float, float, float]:
+    """Mean, standard error, error as % of the mean, and the t interval's two ends."""
     x = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=np.float64)
     if x.size == 0:
-        return (np.nan, np.nan, np.nan)
+        return (np.nan,) * 5
     mean = float(x.mean())
-    sem = float(stats.sem(x)) if x.size > 1 else np.nan
-    pct = 100.0 * sem / abs(mean) if mean != 0 and np.isfinite(sem) else np.nan
-    return (mean, sem, pct)
+    if x.size < 2:
+        return (mean, np.nan, np.nan, np.nan, np.nan)
+    sem = float(stats.sem(x))
+    pct = 100.0 * sem / abs(mean) if mean != 0 else np.nan
+    if sem > 0:
+        low, high = stats.t.interval(CONFIDENCE, x.size - 1, loc=mean, scale=sem)
+    else:  # identical runs: scipy would return NaN for a zero scale
+        low = high = mean
+    return (mean, sem, pct, float(low), float(high))
 
 
 def _first(values: pd.Series) -> str | None:

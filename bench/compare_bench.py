@@ -25,10 +25,14 @@ from vmtax.stats.synthetic import Config, runs_frame
 
 
 def main() -> None:
-    configs = [Config("L0"), Config("L1", {"accel": "kvm"}, 1.05),
-               Config("L2", {"accel": "kvm"}, 1.20)]
-    runs, samples = runs_frame(configs, probes=("syscall", "cpuid"), runs=20,
-                               iterations=83_334, seed=1)
+    configs = [
+        Config("L0"),
+        Config("L1", {"accel": "kvm"}, 1.05),
+        Config("L2", {"accel": "kvm"}, 1.20),
+    ]
+    runs, samples = runs_frame(
+        configs, probes=("syscall", "cpuid"), runs=20, iterations=83_334, seed=1
+    )
     total = sum(v.size for v in samples.values())
 
     t0 = time.perf_counter()
@@ -47,20 +51,36 @@ def main() -> None:
         base = runs[(runs.probe == probe) & (runs.level == "L0")]["mean"].to_numpy()
         for level in ("L1", "L2"):
             cfg = runs[(runs.probe == probe) & (runs.level == level)]["mean"].to_numpy()
-            stats.bootstrap((cfg, base), lambda c, b, axis: c.mean(axis) / b.mean(axis),
-                            n_resamples=10_000, vectorized=True, method="percentile", rng=rng)
-            stats.permutation_test((cfg, base), lambda c, b, axis: c.mean(axis) - b.mean(axis),
-                                   n_resamples=10_000, vectorized=True, rng=rng)
+            stats.bootstrap(
+                (cfg, base),
+                lambda c, b, axis: c.mean(axis) / b.mean(axis),
+                n_resamples=10_000,
+                vectorized=True,
+                method="percentile",
+                rng=rng,
+            )
+            stats.permutation_test(
+                (cfg, base),
+                lambda c, b, axis: c.mean(axis) - b.mean(axis),
+                n_resamples=10_000,
+                vectorized=True,
+                rng=rng,
+            )
     t_scipy = time.perf_counter() - t0
 
     tested = comp.rows[comp.rows.verdict != "baseline"]
     print(f"samples: {total:,}  resamples: 10,000  rows: {len(comp.rows)}")
     print(f"compare: {t_compare:.2f} s (target <= 10 s)")
     print(f"peer one pass over the samples: {t_pass:.2f} s  ratio {t_compare / t_pass:.1f}x")
-    print(f"peer scipy run-level bootstrap+permutation: {t_scipy:.2f} s  "
-          f"ratio {t_compare / t_scipy:.1f}x")
-    print(tested[["probe", "config", "overhead", "ci_low", "ci_high", "p_adjusted",
-                  "verdict"]].to_string(index=False))
+    print(
+        f"peer scipy run-level bootstrap+permutation: {t_scipy:.2f} s  "
+        f"ratio {t_compare / t_scipy:.1f}x"
+    )
+    print(
+        tested[
+            ["probe", "config", "overhead", "ci_low", "ci_high", "p_adjusted", "verdict"]
+        ].to_string(index=False)
+    )
 
 
 if __name__ == "__main__":

@@ -23,16 +23,25 @@ from vmtax.report.synthetic import populate
 from vmtax.store import Store
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def load_times(paths: list[Path], repeats: int = 3) -> dict[Path, float]:
     """Best-of-N seconds from navigation start to the load event, per page."""
     out: dict[Path, float] = {}
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM,
-                                                    headless=True, args=ARGS)
+        ctx = pw.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=ARGS
+        )
         page = ctx.new_page()
         for path in paths:
             best = float("inf")
@@ -58,8 +67,13 @@ def main() -> None:
     db.unlink(missing_ok=True)
     store = Store.open(f"sqlite:///{db}")
     t0 = time.perf_counter()
-    populate(store, levels=("L0", "L1", "L2"), probes=("cpuid", "syscall"), runs=opts.runs,
-             iterations=opts.iterations)
+    populate(
+        store,
+        levels=("L0", "L1", "L2"),
+        probes=("cpuid", "syscall"),
+        runs=opts.runs,
+        iterations=opts.iterations,
+    )
     t1 = time.perf_counter()
     data = inputs.load(store, ["exp=latest"], None)
     n_samples = sum(v.size for v in data.samples.values())
@@ -75,10 +89,14 @@ def main() -> None:
     loads = load_times([report, peer])
     print(f"samples behind the report: {n_samples:,}")
     print(f"report size: {written.size / 1e6:.2f} MB ({written.figures} figures)")
-    print(f"store build {t1 - t0:.1f} s; load from store {t2 - t1:.1f} s; statistics and "
-          f"figures {t3 - t2:.1f} s; SVG + HTML rendering {t4 - t3:.1f} s")
-    print(f"page load: report {loads[report]:.3f} s, same-size plain page {loads[peer]:.3f} s, "
-          f"ratio {loads[report] / loads[peer]:.1f}x")
+    print(
+        f"store build {t1 - t0:.1f} s; load from store {t2 - t1:.1f} s; statistics and "
+        f"figures {t3 - t2:.1f} s; SVG + HTML rendering {t4 - t3:.1f} s"
+    )
+    print(
+        f"page load: report {loads[report]:.3f} s, same-size plain page {loads[peer]:.3f} s, "
+        f"ratio {loads[report] / loads[peer]:.1f}x"
+    )
     print(f"files in {work}")
 
 

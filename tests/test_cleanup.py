@@ -61,8 +61,9 @@ def _wait(pred, timeout: float) -> bool:
 
 def test_a_guest_that_fails_to_start_leaves_nothing(image):
     before = vmtax_temp()
-    target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg",
-                                        cpu="no-such-cpu-model"), image=image)
+    target = QemuTarget(
+        "L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg", cpu="no-such-cpu-model"), image=image
+    )
     with pytest.raises(TargetError, match="QEMU failed to start"):
         target.prepare()
     assert target.guest is None and vmtax_temp() == before
@@ -75,7 +76,9 @@ def _script(tmp_path: Path, body: str) -> Path:
 
 
 def test_ctrl_c_during_a_run_kills_qemu_and_removes_its_files(image, tmp_path):
-    script = _script(tmp_path, f"""
+    script = _script(
+        tmp_path,
+        f"""
         import sys
         from vmtax.targets.images import Image
         from vmtax.targets.qemu import GuestSpec, QemuTarget
@@ -90,7 +93,8 @@ def test_ctrl_c_during_a_run_kills_qemu_and_removes_its_files(image, tmp_path):
                 pass
         finally:
             t.close()
-        """)
+        """,
+    )
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         import json
@@ -110,7 +114,9 @@ def test_ctrl_c_during_a_run_kills_qemu_and_removes_its_files(image, tmp_path):
 
 
 def test_exiting_without_close_still_kills_qemu_at_exit(image, tmp_path):
-    script = _script(tmp_path, f"""
+    script = _script(
+        tmp_path,
+        f"""
         import json
         from pathlib import Path
         from vmtax.targets.images import Image
@@ -120,11 +126,11 @@ def test_exiting_without_close_still_kills_qemu_at_exit(image, tmp_path):
         g.start()
         print(json.dumps([g.proc.pid, str(g.workdir)]), flush=True)
         raise SystemExit(3)  # no stop(): the atexit hook must do it
-        """)
+        """,
+    )
     import json
 
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 3, out.stderr
     pid, workdir = json.loads(out.stdout.splitlines()[0])
     assert _wait(lambda: pid not in qemu_pids(), 10)
@@ -136,9 +142,24 @@ def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
     before = qemu_pids()
     env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
     child = subprocess.Popen(
-        [vmtax, "run", "--levels", "L1", "--accel", "tcg", "--probe", "cpu", "--runs", "50",
-         "--db", f"sqlite:///{tmp_path / 'c.db'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+        [
+            vmtax,
+            "run",
+            "--levels",
+            "L1",
+            "--accel",
+            "tcg",
+            "--probe",
+            "cpu",
+            "--runs",
+            "50",
+            "--db",
+            f"sqlite:///{tmp_path / 'c.db'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert _wait(lambda: qemu_pids() - before, 60), "no QEMU started"

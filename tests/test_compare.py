@@ -29,8 +29,9 @@ def _row(comp, level, probe="syscall", metric="mean"):
 
 
 def test_planted_ten_percent_slowdown_is_slower():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"accel": "kvm"}, 1.10)], runs=10,
-                               iterations=1000, seed=3)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"accel": "kvm"}, 1.10)], runs=10, iterations=1000, seed=3
+    )
     comp = compare(runs, samples, "level=L0")
     row = _row(comp, "L1")
     assert row.verdict == "slower"
@@ -40,8 +41,9 @@ def test_planted_ten_percent_slowdown_is_slower():
 
 
 def test_faster_is_found_and_throughput_is_inverted():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"accel": "kvm"}, 0.8)], runs=10,
-                               iterations=500, seed=4)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"accel": "kvm"}, 0.8)], runs=10, iterations=500, seed=4
+    )
     comp = compare(runs, samples, "level=L0", metric=["mean", "ops_per_sec"], resamples=2000)
     for metric in ("mean", "ops_per_sec"):
         row = _row(comp, "L1", metric=metric)
@@ -55,8 +57,12 @@ def test_aa_comparisons_are_mostly_not_significant():
     calls = 0
     same = 0
     for seed in range(200):
-        runs, samples = runs_frame([Config("L0", {"copy": "a"}), Config("L0", {"copy": "b"})],
-                                   runs=10, iterations=1000, seed=1000 + seed)
+        runs, samples = runs_frame(
+            [Config("L0", {"copy": "a"}), Config("L0", {"copy": "b"})],
+            runs=10,
+            iterations=1000,
+            seed=1000 + seed,
+        )
         comp = compare(runs, samples, "copy=a", resamples=999, seed=seed)
         same += _row_cfg(comp, "L0 copy=b").verdict == "~"
         calls += 1
@@ -84,8 +90,13 @@ def test_study_a_columns_and_chain_deltas():
 
 
 def test_geomean_row_across_probes():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"a": "b"}, 1.1)],
-                               probes=("syscall", "cpuid"), runs=6, iterations=300, seed=6)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"a": "b"}, 1.1)],
+        probes=("syscall", "cpuid"),
+        runs=6,
+        iterations=300,
+        seed=6,
+    )
     comp = compare(runs, samples, "level=L0", resamples=1000)
     geo = comp.rows[comp.rows.probe == "geomean"]
     assert len(geo) == 1
@@ -96,8 +107,9 @@ def test_geomean_row_across_probes():
 
 
 def test_few_runs_warn_and_cannot_reach_significance():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"a": "b"}, 1.5)], runs=3,
-                               iterations=200, seed=7)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"a": "b"}, 1.5)], runs=3, iterations=200, seed=7
+    )
     comp = compare(runs, samples, "level=L0", resamples=1000)
     row = _row(comp, "L1")
     assert "few runs (3 vs 3)" in row.warnings
@@ -107,8 +119,13 @@ def test_few_runs_warn_and_cannot_reach_significance():
 
 
 def test_holm_counts_the_whole_family():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"a": "b"}, 1.02)],
-                               probes=("a", "b", "c", "d"), runs=5, iterations=200, seed=8)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"a": "b"}, 1.02)],
+        probes=("a", "b", "c", "d"),
+        runs=5,
+        iterations=200,
+        seed=8,
+    )
     holm = compare(runs, samples, "level=L0", resamples=1000)
     none = compare(runs, samples, "level=L0", adjust="none", resamples=1000)
     tested = ~holm.rows.is_baseline & (holm.rows.probe != "geomean")
@@ -135,8 +152,7 @@ def _schema() -> dict:
 
 @pytest.fixture(scope="module")
 def chain_comparison():
-    runs, samples = runs_frame(CHAIN, probes=("syscall", "cpuid"), runs=4, iterations=200,
-                               seed=10)
+    runs, samples = runs_frame(CHAIN, probes=("syscall", "cpuid"), runs=4, iterations=200, seed=10)
     return compare(runs, samples, "level=L0", resamples=500)
 
 
@@ -158,7 +174,8 @@ def test_csv_format_round_trips(chain_comparison):
     assert rows[0].keys() >= {"overhead", "ci_low", "ci_high", "delta_prev_pct", "verdict"}
     l2 = [r for r in rows if r["level"] == "L2" and r["probe"] == "syscall"][0]
     assert float(l2["overhead"]) == pytest.approx(
-        chain_comparison.rows.query("level == 'L2' and probe == 'syscall'").overhead.iloc[0])
+        chain_comparison.rows.query("level == 'L2' and probe == 'syscall'").overhead.iloc[0]
+    )
 
 
 def test_markdown_and_table_formats(chain_comparison):
@@ -179,8 +196,9 @@ def test_markdown_and_table_formats(chain_comparison):
 
 def test_chain_across_experiments_and_ties():
     l0, s0 = runs_frame([Config("L0")], runs=5, iterations=100, seed=11, experiment_id=1)
-    l1, s1 = runs_frame([Config("L1", {"accel": "kvm"}, 1.2)], runs=5, iterations=100,
-                        seed=12, experiment_id=2)
+    l1, s1 = runs_frame(
+        [Config("L1", {"accel": "kvm"}, 1.2)], runs=5, iterations=100, seed=12, experiment_id=2
+    )
     l1["run_id"] += 100
     s1 = {k + 100: v for k, v in s1.items()}
     import pandas as pd
@@ -192,16 +210,18 @@ def test_chain_across_experiments_and_ties():
     l0b, s0b = runs_frame([Config("L0")], runs=5, iterations=100, seed=13, experiment_id=3)
     l0b["run_id"] += 200
     runs = pd.concat([runs, l0b], ignore_index=True)
-    comp = compare(runs, {**s0, **s1, **{k + 200: v for k, v in s0b.items()}},
-                   "exp=1", resamples=500)
+    comp = compare(
+        runs, {**s0, **s1, **{k + 200: v for k, v in s0b.items()}}, "exp=1", resamples=500
+    )
     assert set(comp.rows.config) >= {"#1 L0", "#3 L0", "L1 accel=kvm"}
     row = comp.rows[comp.rows.config == "L1 accel=kvm"].iloc[0]
     assert np.isnan(row.delta_prev_pct)
 
 
 def test_single_probe_family_and_types():
-    runs, samples = runs_frame([Config("L0"), Config("L1", {"a": "b"}, 1.1)], runs=5,
-                               iterations=100, seed=14)
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"a": "b"}, 1.1)], runs=5, iterations=100, seed=14
+    )
     comp = compare(runs, samples, "level=L0", resamples=500)
     assert comp.rows.is_baseline.dtype == bool
     assert comp.family_size == 1

@@ -26,20 +26,53 @@ def db(tmp_path_factory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('cmp') / 'v.db'}"
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"accel": "tcg"}, 1.10), Config("L2", {"accel": "tcg"}, 1.21)],
-        probes=("syscall", "cpuid"), runs=6, iterations=500, seed=21)
+        probes=("syscall", "cpuid"),
+        runs=6,
+        iterations=500,
+        seed=21,
+    )
     store = Store.open(url)
-    exp = store.create_experiment(command=["test"], suite="t", seed=0, plan={},
-                                  vmtax_version="0", agent_version=None)
+    exp = store.create_experiment(
+        command=["test"], suite="t", seed=0, plan={}, vmtax_version="0", agent_version=None
+    )
     for rec in runs.to_dict(orient="records"):
-        cfg = store.configuration(experiment_id=exp, level=rec["level"], labels=rec["labels"],
-                                  fingerprint={}, target="local", provenance={})
+        cfg = store.configuration(
+            experiment_id=exp,
+            level=rec["level"],
+            labels=rec["labels"],
+            fingerprint={},
+            target="local",
+            provenance={},
+        )
         v = samples[rec["run_id"]]
-        summary = {k: rec[k] for k in ("n", "mean", "median", "stddev", "min", "max", "p95",
-                                       "p99", "wall_s", "ops_per_sec", "steal_ticks")}
-        store.add_run(experiment_id=exp, configuration_id=cfg, probe=rec["probe"],
-                      plan_index=0, run_index=rec["run_index"],
-                      header={"unit": "ns", "better": "lower"}, summary=summary, values=v,
-                      warmup_values=np.empty(0), status="ok")
+        summary = {
+            k: rec[k]
+            for k in (
+                "n",
+                "mean",
+                "median",
+                "stddev",
+                "min",
+                "max",
+                "p95",
+                "p99",
+                "wall_s",
+                "ops_per_sec",
+                "steal_ticks",
+            )
+        }
+        store.add_run(
+            experiment_id=exp,
+            configuration_id=cfg,
+            probe=rec["probe"],
+            plan_index=0,
+            run_index=rec["run_index"],
+            header={"unit": "ns", "better": "lower"},
+            summary=summary,
+            values=v,
+            warmup_values=np.empty(0),
+            status="ok",
+        )
     store.finish_experiment(exp, "ok")
     store.close()
     return url
@@ -68,8 +101,18 @@ def _schema() -> dict:
 
 
 def test_json(cli, db):
-    code, out, err = cli("compare", "exp=latest", "--baseline", "level=L0", "--db", db,
-                         "--format", "json", "--resamples", "2000")
+    code, out, err = cli(
+        "compare",
+        "exp=latest",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--format",
+        "json",
+        "--resamples",
+        "2000",
+    )
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc, _schema())
@@ -82,55 +125,113 @@ def test_json(cli, db):
 
 
 def test_csv_markdown_table(cli, db):
-    code, out, err = cli("compare", "exp=1", "--baseline", "level=L0", "--db", db,
-                         "--format", "csv", "--test", "welch", "--adjust", "bh",
-                         "--resamples", "1000")
+    code, out, err = cli(
+        "compare",
+        "exp=1",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--format",
+        "csv",
+        "--test",
+        "welch",
+        "--adjust",
+        "bh",
+        "--resamples",
+        "1000",
+    )
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 8 and {r["verdict"] for r in rows} == {"baseline", "slower"}
-    code, out, _ = cli("compare", "--baseline", "level=L0", "--db", db, "--format", "markdown",
-                       "--metric", "ops_per_sec", "--resamples", "1000")
+    code, out, _ = cli(
+        "compare",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--format",
+        "markdown",
+        "--metric",
+        "ops_per_sec",
+        "--resamples",
+        "1000",
+    )
     assert code == 0
     assert "| syscall | ops_per_sec | L1 accel=tcg | 6 |" in out
-    code, out, _ = cli("compare", "--baseline", "level=L0", "--db", db, "--noise", "0.5",
-                       "--resamples", "1000")
+    code, out, _ = cli(
+        "compare", "--baseline", "level=L0", "--db", db, "--noise", "0.5", "--resamples", "1000"
+    )
     assert code == 0
     assert "noise ±50%" in out and "slower" not in out  # a 21% slowdown inside a ±50% band
 
 
 def test_beside_reference_rows(cli, db):
-    code, out, err = cli("compare", "exp=1", "--baseline", "level=L0", "--db", db,
-                         "--dataset", "fitzgerald2014", "--ref-where",
-                         "arch=x86_64,overcommitted=yes,test=threads", "--format", "json",
-                         "--resamples", "1000")
+    code, out, err = cli(
+        "compare",
+        "exp=1",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--dataset",
+        "fitzgerald2014",
+        "--ref-where",
+        "arch=x86_64,overcommitted=yes,test=threads",
+        "--format",
+        "json",
+        "--resamples",
+        "1000",
+    )
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc["comparison"], _schema())
     ref = [r for r in doc["beside"] if r["source"] == "fitzgerald2014"]
-    assert [r["delta_prev_pct"] for r in ref if r["series"].endswith("tpsec")] == \
-        [None, -26.0, -58.67]
+    assert [r["delta_prev_pct"] for r in ref if r["series"].endswith("tpsec")] == [
+        None,
+        -26.0,
+        -58.67,
+    ]
     measured = [r for r in doc["beside"] if r["source"] == "measured"]
     assert {r["level"] for r in measured} == {"L0", "L1 accel=tcg", "L2 accel=tcg"}
-    code, out, _ = cli("compare", "exp=1", "--baseline", "level=L0", "--db", db,
-                       "--dataset", "fitzgerald2014", "--ref-where", "arch=x86_64,test=cpu",
-                       "--format", "markdown", "--resamples", "1000")
+    code, out, _ = cli(
+        "compare",
+        "exp=1",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--dataset",
+        "fitzgerald2014",
+        "--ref-where",
+        "arch=x86_64,test=cpu",
+        "--format",
+        "markdown",
+        "--resamples",
+        "1000",
+    )
     assert code == 0 and "measured beside fitzgerald2014" in out and "| fitzgerald2014 |" in out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["exp=1"], "--baseline is required"),
-    (["--baseline", "level=L3"], "baseline 'level=L3' matches no completed run"),
-    (["--baseline", "accel=tcg"], "matches 2 configurations for probe cpuid"),
-    (["--baseline", "level=L0", "--format", "xml"], "unknown format 'xml'"),
-    (["--baseline", "level=L0", "--test", "ttest"], "unknown test 'ttest'"),
-    (["--baseline", "level=L0", "--adjust", "bonferroni"], "unknown adjustment"),
-    (["--baseline", "level=L0", "--metric", "speed"], "unknown metric 'speed'"),
-    (["--baseline", "level=L0", "--noise", "2"], "noise must be a fraction"),
-    (["--baseline", "lvl"], "malformed selector"),
-    (["exp=9", "--baseline", "level=L0"], "no completed runs match"),
-    (["--baseline", "level=L0", "--dataset", "fitzgerald2014", "--ref-where", "arch"],
-     "--ref-where: 'arch' is not key=value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["exp=1"], "--baseline is required"),
+        (["--baseline", "level=L3"], "baseline 'level=L3' matches no completed run"),
+        (["--baseline", "accel=tcg"], "matches 2 configurations for probe cpuid"),
+        (["--baseline", "level=L0", "--format", "xml"], "unknown format 'xml'"),
+        (["--baseline", "level=L0", "--test", "ttest"], "unknown test 'ttest'"),
+        (["--baseline", "level=L0", "--adjust", "bonferroni"], "unknown adjustment"),
+        (["--baseline", "level=L0", "--metric", "speed"], "unknown metric 'speed'"),
+        (["--baseline", "level=L0", "--noise", "2"], "noise must be a fraction"),
+        (["--baseline", "lvl"], "malformed selector"),
+        (["exp=9", "--baseline", "level=L0"], "no completed runs match"),
+        (
+            ["--baseline", "level=L0", "--dataset", "fitzgerald2014", "--ref-where", "arch"],
+            "--ref-where: 'arch' is not key=value",
+        ),
+    ],
+)
 def test_errors_are_one_line(cli, db, args, message):
     code, out, err = cli("compare", *args, "--db", db)
     assert code == 2
@@ -139,11 +240,31 @@ def test_errors_are_one_line(cli, db, args, message):
 
 
 def test_beside_csv_is_one_table(cli, db):
-    code, out, err = cli("compare", "exp=1", "--baseline", "level=L0", "--db", db,
-                         "--dataset", "fitzgerald2014", "--ref-where", "arch=x86_64,table=7",
-                         "--format", "csv", "--resamples", "1000")
+    code, out, err = cli(
+        "compare",
+        "exp=1",
+        "--baseline",
+        "level=L0",
+        "--db",
+        db,
+        "--dataset",
+        "fitzgerald2014",
+        "--ref-where",
+        "arch=x86_64,table=7",
+        "--format",
+        "csv",
+        "--resamples",
+        "1000",
+    )
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert set(rows[0]) == {"source", "series", "level", "mean", "unit", "delta_prev_pct",
-                            "stderr_pct"}
+    assert set(rows[0]) == {
+        "source",
+        "series",
+        "level",
+        "mean",
+        "unit",
+        "delta_prev_pct",
+        "stderr_pct",
+    }
     assert len(rows) == 6 + 6  # 2 probes x 3 levels measured, 3 levels x 2 metrics published

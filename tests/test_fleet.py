@@ -67,7 +67,10 @@ def three_hosts(tmp_path):
 def test_fan_out_on_three_hosts_with_one_down_gives_two_ok_and_one_failed(three_hosts):
     fleet = load_fleet(three_hosts)
     assert fleet.max_concurrency == 2 and [t.name for t in fleet.targets] == [
-        "node0", "node1", "node2"]
+        "node0",
+        "node1",
+        "node2",
+    ]
 
     def one(target):
         return read_stream(target.run_agent(["run", "cpuid", "--runs", "1"], timeout=60))
@@ -90,7 +93,10 @@ def test_vmtax_run_on_a_fleet_stores_the_hosts_that_worked_and_reports_the_one_d
     db = f"sqlite:///{tmp_path / 'fleet.db'}"
     proc = subprocess.run(
         [vmtax, "run", "--targets", str(three_hosts), "--suite", str(suite), "--db", db],
-        capture_output=True, text=True, timeout=180, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=dict(os.environ),
     )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "node1" in proc.stderr and "cannot connect" in proc.stderr
@@ -105,7 +111,7 @@ def test_a_malformed_fleet_file_is_one_usage_error(tmp_path):
     bad.write_text('[[hosts]]\nurl = "ssh://a"\nport = 22\n')
     with pytest.raises(UsageError, match="unknown key 'port'"):
         load_fleet(bad)
-    bad.write_text("max_concurrency = 0\n[[hosts]]\nurl = \"ssh://a\"\n")
+    bad.write_text('max_concurrency = 0\n[[hosts]]\nurl = "ssh://a"\n')
     with pytest.raises(UsageError, match="max_concurrency"):
         load_fleet(bad)
     bad.write_text('[[hosts]]\nurl = "ssh://a"\n[[hosts]]\nurl = "ssh://a"\n')

@@ -102,7 +102,10 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run(
         [vmtax, "run", "--levels", "L0,L1", "--suite", str(suite), "--db", db],
-        capture_output=True, text=True, env=env, timeout=240,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = Store.open(db).runs()
@@ -120,12 +123,16 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
 
     cmp = subprocess.run(
         [vmtax, "compare", "--baseline", "level=L0", "--db", db, "--format", "json"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert cmp.returncode == 0, cmp.stderr[-2000:]
     rows = json.loads(cmp.stdout)["rows"]
-    over = {r["probe"]: r["overhead"] for r in rows
-            if r["level"] == "L1" and r["probe"] != "geomean"}
+    over = {
+        r["probe"]: r["overhead"] for r in rows if r["level"] == "L1" and r["probe"] != "geomean"
+    }
     assert set(over) == {"cpu", "cpuid", "syscall"}
     assert all(v is not None and v > 0 for v in over.values())
     print(json.dumps(over), file=sys.stderr)

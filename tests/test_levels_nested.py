@@ -15,8 +15,10 @@ from vmtax.targets.levels import level_targets
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("VMTAX_SLOW") != "1",
-                       reason="boots L2 with TCG inside TCG (minutes); set VMTAX_SLOW=1"),
+    pytest.mark.skipif(
+        os.environ.get("VMTAX_SLOW") != "1",
+        reason="boots L2 with TCG inside TCG (minutes); set VMTAX_SLOW=1",
+    ),
 ]
 
 

@@ -22,9 +22,7 @@ def test_a_tcg_test_guest_boots_to_its_marker(fresh_cache):
     assert verdict.seconds is not None and verdict.seconds > 0
 
 
-def test_kvm_is_chosen_only_after_a_test_guest_boots_and_the_verdict_is_cached(
-    fresh_cache, capsys
-):
+def test_kvm_is_chosen_only_after_a_test_guest_boots_and_the_verdict_is_cached(fresh_cache, capsys):
     verdict = accel.kvm_verdict(refresh=True)
     cached = fresh_cache / f"accel-{accel.boot_id()}.json"
     assert cached.is_file() or not os.access("/dev/kvm", os.R_OK | os.W_OK)

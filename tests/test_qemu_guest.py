@@ -35,7 +35,8 @@ def test_agent_is_pid1_and_its_one_shot_stream_comes_back_whole(image):
     # Kernel words after `--` reach /init, which execs the agent as PID 1 with them.
     spec = GuestSpec(vcpus=1, memory_mb=512, accel="tcg", scratch_mb=0)
     lines, console = run_oneshot(
-        image, spec, ["run", "cpuid", "--runs", "2", "--iterations", "2000"], timeout=120)
+        image, spec, ["run", "cpuid", "--runs", "2", "--iterations", "2000"], timeout=120
+    )
     stream = read_stream(lines)
     assert stream.complete, stream.problem
     assert [r.summary.run for r in stream.runs] == [0, 1]
@@ -103,12 +104,16 @@ def test_a_dynamically_linked_agent_is_refused():
 def test_cpio_archive_is_readable_by_gnu_cpio(tmp_path):
     archive = tmp_path / "a.cpio"
     with archive.open("wb") as fh:
-        cpio.write_newc(fh, [cpio.directory("etc"), cpio.regular("etc/x", b"hello\n"),
-                             cpio.symlink("etc/y", "x")])
-    listing = subprocess.run(["cpio", "-t", "-F", str(archive)], capture_output=True, text=True,
-                             check=True).stdout.split()
+        cpio.write_newc(
+            fh,
+            [cpio.directory("etc"), cpio.regular("etc/x", b"hello\n"), cpio.symlink("etc/y", "x")],
+        )
+    listing = subprocess.run(
+        ["cpio", "-t", "-F", str(archive)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert listing == ["etc", "etc/x", "etc/y"]
-    subprocess.run(["cpio", "-i", "-d", "-F", str(archive)], cwd=tmp_path, check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["cpio", "-i", "-d", "-F", str(archive)], cwd=tmp_path, check=True, capture_output=True
+    )
     assert (tmp_path / "etc" / "x").read_text() == "hello\n"
     assert os.readlink(tmp_path / "etc" / "y") == "x"

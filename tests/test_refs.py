@@ -58,8 +58,9 @@ def xdg(tmp_path, monkeypatch):
 
 
 def test_console_script_prints_one_line_errors():
-    res = subprocess.run(["vmtax", "refs", "show", "nope"], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        ["vmtax", "refs", "show", "nope"], capture_output=True, text=True, timeout=60
+    )
     assert res.returncode == 2
     assert res.stderr.startswith("vmtax: error: unknown dataset 'nope'")
     assert len(res.stderr.strip().splitlines()) == 1
@@ -69,15 +70,22 @@ def test_fitzgerald2014_reproduces_except_the_misprints():
     checked = recompute.check(datasets.load_studya("fitzgerald2014"))
     assert len(checked) == 140  # 42 rows x 2 StdErr% + 28 non-L0 rows x 2 ΔL(n−1)
     flagged = checked[checked.status == "misprint"]
-    found = {(r.table, r.test, r.arch, r.level, r.column, r.published) for r in
-             flagged.itertuples()}
+    found = {
+        (r.table, r.test, r.arch, r.level, r.column, r.published) for r in flagged.itertuples()
+    }
     assert found == {m[:6] for m in MISPRINTS}
     for m in MISPRINTS:
-        row = flagged[(flagged.table == m[0]) & (flagged.column == m[4])
-                      & (flagged.level == m[3]) & (flagged.arch == m[2])].iloc[0]
+        row = flagged[
+            (flagged.table == m[0])
+            & (flagged.column == m[4])
+            & (flagged.level == m[3])
+            & (flagged.arch == m[2])
+        ].iloc[0]
         assert row.recomputed == pytest.approx(m[6], abs=1e-4)
-    truncated = {(r.table, r.test, r.arch, r.level, r.column, r.published) for r in
-                 checked[checked.status == "truncated"].itertuples()}
+    truncated = {
+        (r.table, r.test, r.arch, r.level, r.column, r.published)
+        for r in checked[checked.status == "truncated"].itertuples()
+    }
     assert truncated == TRUNCATED
     assert (checked.status == "ok").sum() == 140 - len(MISPRINTS) - len(TRUNCATED)
 
@@ -106,8 +114,10 @@ def test_compare_dataset_csv_flags_exactly_the_misprints(cli):
             if r[f"{col}_check"] == "ok":
                 # reproduced to the published precision
                 dec = recompute.decimals(r[col])
-                assert abs(float(r[f"{col}_recomputed"]) - float(r[col])) <= \
-                    0.5 * 10**-dec + 0.01 * abs(float(r[col])) + 1e-12
+                assert (
+                    abs(float(r[f"{col}_recomputed"]) - float(r[col]))
+                    <= 0.5 * 10**-dec + 0.01 * abs(float(r[col])) + 1e-12
+                )
     assert flagged == {m[:6] for m in MISPRINTS}
 
 
@@ -131,8 +141,7 @@ def test_refs_list_and_show(cli, xdg):
     names = [r["name"] for r in csv.DictReader(io.StringIO(res.stdout))]
     assert names == ["dvh2020_micro", "fitzgerald2014", "matthews2009_table1", "virtage_table2"]
     res = cli("refs", "show", "dvh2020_micro", "--format", "json")
-    assert json.loads(res.stdout)[0] == {"benchmark": "Hypercall", "config": "VM",
-                                         "cycles": "1575"}
+    assert json.loads(res.stdout)[0] == {"benchmark": "Hypercall", "config": "VM", "cycles": "1575"}
     res = cli("refs", "show", "matthews2009_table1", "--format", "markdown")
     assert "| VM2 | 81.85 | 30.82 | 74 | 2036 |" in res.stdout
     res = cli("refs", "show", "virtage_table2")
@@ -159,17 +168,22 @@ def test_import_then_recompute(cli, tmp_path, xdg):
     assert res.returncode == 2 and "exists; pass --replace" in res.stderr
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda t: t.replace("tpsec_stderr_pct", "tpsec_se_pct"),
-     "line 1: missing tpsec_stderr_pct; unexpected tpsec_se_pct"),
-    (lambda t: t.replace("1041.3", "1,041.3"), "line 3: 14 fields, expected 13"),
-    (lambda t: t.replace("1041.3", "abc"), "line 3: tpsec is not a plain decimal number"),
-    (lambda t: t.replace("s390x,L1", "s390x,L0"), "line 3: duplicate of line 2"),
-    (lambda t: t.replace("s390x,L1", "s390x,level1"), "line 3: level must be L0"),
-    (lambda t: t.replace("5,cpu,yes", "5,cpu,maybe", 1), "line 2: overcommitted must be"),
-    (lambda t: t.splitlines()[0] + "\n", "no data rows"),
-    (lambda t: "", "empty file"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda t: t.replace("tpsec_stderr_pct", "tpsec_se_pct"),
+            "line 1: missing tpsec_stderr_pct; unexpected tpsec_se_pct",
+        ),
+        (lambda t: t.replace("1041.3", "1,041.3"), "line 3: 14 fields, expected 13"),
+        (lambda t: t.replace("1041.3", "abc"), "line 3: tpsec is not a plain decimal number"),
+        (lambda t: t.replace("s390x,L1", "s390x,L0"), "line 3: duplicate of line 2"),
+        (lambda t: t.replace("s390x,L1", "s390x,level1"), "line 3: level must be L0"),
+        (lambda t: t.replace("5,cpu,yes", "5,cpu,maybe", 1), "line 2: overcommitted must be"),
+        (lambda t: t.splitlines()[0] + "\n", "no data rows"),
+        (lambda t: "", "empty file"),
+    ],
+)
 def test_import_errors_are_one_line(cli, tmp_path, xdg, mutate, message):
     text = datasets.load("fitzgerald2014").head(3).to_csv(index=False)
     src = tmp_path / "bad.csv"

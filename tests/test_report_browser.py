@@ -14,8 +14,16 @@ from vmtax.report.synthetic import populate
 from vmtax.store import Store
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 LABEL = "<script>alert(1)</script>"
 HOST = 'evil" onload="alert(1)'
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -36,8 +44,12 @@ def page_report(tmp_path_factory):
     events = {"console": [], "requests": [], "dialogs": [], "errors": []}
     with sync_api.sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            str(tmp / "profile"), executable_path=CHROMIUM, headless=True, args=ARGS,
-            viewport={"width": 1100, "height": 900})
+            str(tmp / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1100, "height": 900},
+        )
         page = ctx.new_page()
         page.on("console", lambda m: events["console"].append((m.type, m.text)))
         page.on("request", lambda r: events["requests"].append(r.url))
@@ -71,8 +83,16 @@ def page_report(tmp_path_factory):
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
         ctx.close()
-    return {"url": path.as_uri(), "model": model, "events": events, "figs": figs, "dom": dom,
-            "label_visible": label_visible, "host_visible": host_visible, "shot": shot}
+    return {
+        "url": path.as_uri(),
+        "model": model,
+        "events": events,
+        "figs": figs,
+        "dom": dom,
+        "label_visible": label_visible,
+        "host_visible": host_visible,
+        "shot": shot,
+    }
 
 
 def test_page_loads_without_console_errors(page_report):

@@ -16,14 +16,16 @@ EVIL = '<script>alert(1)</script> & "quoted"'
 
 
 def _overhead_rows(values):
-    return pd.DataFrame({
-        "probe": ["cpuid"] * len(values) + ["syscall"] * len(values),
-        "config": [f"L{i + 1} accel=tcg" for i in range(len(values))] * 2,
-        "overhead": list(values) * 2,
-        "ci_low": [v * 0.95 for v in values] * 2,
-        "ci_high": [v * 1.05 for v in values] * 2,
-        "is_baseline": [False] * (2 * len(values)),
-    })
+    return pd.DataFrame(
+        {
+            "probe": ["cpuid"] * len(values) + ["syscall"] * len(values),
+            "config": [f"L{i + 1} accel=tcg" for i in range(len(values))] * 2,
+            "overhead": list(values) * 2,
+            "ci_low": [v * 0.95 for v in values] * 2,
+            "ci_high": [v * 1.05 for v in values] * 2,
+            "is_baseline": [False] * (2 * len(values)),
+        }
+    )
 
 
 def test_reduce_max_caps_the_cell_count_and_keeps_a_single_spike():
@@ -100,8 +102,10 @@ def test_svg_is_inline_ready_and_escapes_text():
     root = svg.split(">", 1)[0]
     assert "viewBox" in root and " width=" not in root and " height=" not in root
     assert "<script" not in svg
-    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quoted&quot;" in svg \
-        or "&lt;script&gt;alert(1)&lt;/script&gt; &amp; \"quoted\"" in svg
+    assert (
+        "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &quot;quoted&quot;" in svg
+        or '&lt;script&gt;alert(1)&lt;/script&gt; &amp; "quoted"' in svg
+    )
     urls = set(re.findall(r"https?://[^\"'\s)]+", svg))
     assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 

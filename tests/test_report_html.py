@@ -37,14 +37,22 @@ def report(tmp_path_factory):
     html = write_model(model, tmp / "report.html")
     md = write_model(model, tmp / "report.md", fmt="markdown")
     store.close()
-    return {"url": url, "model": model, "html": html, "md": md, "dir": tmp,
-            "text": html.path.read_text()}
+    return {
+        "url": url,
+        "model": model,
+        "html": html,
+        "md": md,
+        "dir": tmp,
+        "text": html.path.read_text(),
+    }
 
 
 def test_sections_in_order(report):
     text = report["text"]
-    positions = [text.index(f'<section id="{s}">') for s in
-                 ("summary", "study-a", "figures", "artifacts", "environment")]
+    positions = [
+        text.index(f'<section id="{s}">')
+        for s in ("summary", "study-a", "figures", "artifacts", "environment")
+    ]
     assert positions == sorted(positions)
     assert text.count('<figure class="fig') == len(report["model"].figures)
 
@@ -52,16 +60,18 @@ def test_sections_in_order(report):
 def test_every_figure_kind_is_present(report):
     sections = {f.section for f in report["model"].figures}
     assert sections >= {"levels", "overhead", "distribution", "mesh", "exits", "scaling"}
-    assert {f.key for f in report["model"].figures if f.reference} == {"ref-exits",
-                                                                         "ref-scaling"}
+    assert {f.key for f in report["model"].figures if f.reference} == {"ref-exits", "ref-scaling"}
 
 
 def test_summary_states_overhead_ci_and_verdict_per_level(report):
     summary = report["model"].summary
     assert len(summary) == 2  # L1 and L2 against the L0 baseline
     for line in summary:
-        assert re.search(r": [\d.]+× the baseline's cost \(geometric mean over 2 probes, "
-                         r"95% CI [\d.]+–[\d.]+×\): costlier than the baseline\.", line), line
+        assert re.search(
+            r": [\d.]+× the baseline's cost \(geometric mean over 2 probes, "
+            r"95% CI [\d.]+–[\d.]+×\): costlier than the baseline\.",
+            line,
+        ), line
 
 
 def test_study_a_tables_and_artifacts_come_from_the_statistics(report):
@@ -69,8 +79,7 @@ def test_study_a_tables_and_artifacts_come_from_the_statistics(report):
     assert [t.title for t in model.studya_tables] == ["cpuid", "syscall"]
     assert all(len(t.rows) == 3 for t in model.studya_tables)
     # populate() slows every 97th iteration: the detector must find it at every level
-    periodic = [a for a in model.artifacts if any("Periodic spikes every 97" in s
-                                                  for s in a.found)]
+    periodic = [a for a in model.artifacts if any("Periodic spikes every 97" in s for s in a.found)]
     assert len(periodic) == 6
 
 
@@ -96,8 +105,13 @@ def test_user_text_is_escaped(report):
 def test_markdown_has_the_same_sections_and_png_figures(report):
     md = report["md"]
     text = md.path.read_text()
-    for heading in ("## 1. Summary", "## 2. Study-A tables", "## 3. Figures",
-                    "## 4. Timing artifacts", "## 5. Environment and provenance"):
+    for heading in (
+        "## 1. Summary",
+        "## 2. Study-A tables",
+        "## 3. Figures",
+        "## 4. Timing artifacts",
+        "## 5. Environment and provenance",
+    ):
         assert heading in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == len(report["model"].figures)
@@ -112,8 +126,9 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
     # must not grow with the samples (the 10^6-sample case is the slow test below).
     sizes = []
     for i, iterations in enumerate((300, 3_000)):
-        store = build_store(f"sqlite:///{tmp_path / f'{i}.db'}", runs=3, iterations=iterations,
-                            probes=("cpuid",))
+        store = build_store(
+            f"sqlite:///{tmp_path / f'{i}.db'}", runs=3, iterations=iterations, probes=("cpuid",)
+        )
         model = analysis.build(inputs.load(store, ["exp=latest"], None), resamples=500)
         sizes.append(write_model(model, tmp_path / f"{i}.html").size)
         store.close()
@@ -141,30 +156,47 @@ def small_url(tmp_path_factory):
 
 
 def _vmtax(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_writes_html_and_markdown(small_url, tmp_path):
     out = tmp_path / "cli.html"
-    res = _vmtax("report", "exp=latest", "--db", small_url, "-o", str(out),
-                 "--resamples", "500")
+    res = _vmtax("report", "exp=latest", "--db", small_url, "-o", str(out), "--resamples", "500")
     assert res.returncode == 0, res.stderr
     assert "wrote" in res.stdout and out.stat().st_size > 10_000
     assert "vmtax report exp=latest" in out.read_text()  # the command line is in provenance
     md = tmp_path / "cli.md"
-    res = _vmtax("report", "--db", small_url, "-o", str(md), "--format", "markdown",
-                 "--baseline", "level=L1", "--resamples", "500")
+    res = _vmtax(
+        "report",
+        "--db",
+        small_url,
+        "-o",
+        str(md),
+        "--format",
+        "markdown",
+        "--baseline",
+        "level=L1",
+        "--resamples",
+        "500",
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "cli_figures").is_dir()
     assert "Baseline: `level=L1`" in md.read_text()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--format", "pdf"], "unknown format 'pdf'"),
-    (["probe=nosuch"], "no completed runs match"),
-    (["--baseline", "level=L9"], "matches no completed run"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "pdf"], "unknown format 'pdf'"),
+        (["probe=nosuch"], "no completed runs match"),
+        (["--baseline", "level=L9"], "matches no completed run"),
+    ],
+)
 def test_cli_errors_are_one_line(small_url, tmp_path, args, message):
     res = _vmtax("report", "--db", small_url, "-o", str(tmp_path / "x.html"), *args)
     assert res.returncode != 0
@@ -175,8 +207,9 @@ def test_cli_errors_are_one_line(small_url, tmp_path, args, message):
 
 
 def test_two_experiments_side_by_side(tmp_path):
-    store = build_store(f"sqlite:///{tmp_path / 'two.db'}", runs=5, iterations=150,
-                        probes=("cpuid",), seed=1)
+    store = build_store(
+        f"sqlite:///{tmp_path / 'two.db'}", runs=5, iterations=150, probes=("cpuid",), seed=1
+    )
     populate(store, runs=5, iterations=150, probes=("cpuid",), seed=2)
     data = inputs.load(store, ["exp=1", "exp=2"], "exp=1,level=L0")
     model = analysis.build(data, resamples=500)

@@ -45,28 +45,28 @@ class Sshd:
         keygen(self.host_key)
         if not self.client_key.exists():
             keygen(self.client_key)
-        (self.root / "authorized_keys").write_text(
-            (self.root / "client_ed25519.pub").read_text()
-        )
+        (self.root / "authorized_keys").write_text((self.root / "client_ed25519.pub").read_text())
         user = os.environ.get("USER") or "root"
         self.url = f"ssh://{user}@127.0.0.1:{self.port}"
         (self.root / "sshd_config").write_text(
-            "\n".join([
-                f"Port {self.port}",
-                "ListenAddress 127.0.0.1",
-                f"HostKey {self.host_key}",
-                f"PidFile {self.root / 'sshd.pid'}",
-                f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "UsePAM no",
-                "PermitRootLogin prohibit-password",
-                "StrictModes no",
-                "Subsystem sftp internal-sftp",
-                "LogLevel ERROR",
-                "",
-            ])
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {self.host_key}",
+                    f"PidFile {self.root / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "UsePAM no",
+                    "PermitRootLogin prohibit-password",
+                    "StrictModes no",
+                    "Subsystem sftp internal-sftp",
+                    "LogLevel ERROR",
+                    "",
+                ]
+            )
         )
 
     def trust(self) -> None:
@@ -78,7 +78,8 @@ class Sshd:
         Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
         self.proc = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")],
-            stdout=subprocess.DEVNULL, stderr=(self.root / "sshd.log").open("wb"),
+            stdout=subprocess.DEVNULL,
+            stderr=(self.root / "sshd.log").open("wb"),
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -75,8 +75,11 @@ def test_arguments_reach_the_agent_quoted_never_through_a_shell(sshd, tmp_path):
     canary = tmp_path / "injected"
     target = sshd.target()
     try:
-        lines = list(target.run_agent(
-            ["run", "cpuid", "--param", f"leaf=0; touch {canary}", "--runs", "1"], timeout=60))
+        lines = list(
+            target.run_agent(
+                ["run", "cpuid", "--param", f"leaf=0; touch {canary}", "--runs", "1"], timeout=60
+            )
+        )
     finally:
         target.close()
     assert not canary.exists()
@@ -107,8 +110,9 @@ def test_a_run_past_its_timeout_is_stopped(sshd):
     try:
         t0 = time.monotonic()
         with pytest.raises(AgentTimeout):
-            for _ in target.run_agent(["run", "cpu", "--runs", "100", "--duration", "0.5"],
-                                      timeout=3):
+            for _ in target.run_agent(
+                ["run", "cpu", "--runs", "100", "--duration", "0.5"], timeout=3
+            ):
                 pass
         assert time.monotonic() - t0 < 20
         # The connection survives: the next run works.
@@ -150,7 +154,10 @@ def test_through_the_runner_a_host_that_goes_away_keeps_its_completed_runs(sshd,
     db = f"sqlite:///{tmp_path / 'gone.db'}"
     proc = subprocess.Popen(
         [vmtax, "run", "--targets", str(hosts), "--probe", "cpu", "--runs", "30", "--db", db],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
     )
     try:
         deadline = time.monotonic() + 90

@@ -32,8 +32,11 @@ def test_mannwhitney_matches_scipy(two_sides):
 def test_permutation_matches_scipy(two_sides):
     a, b = two_sides
     direct = stats.permutation_test(
-        (a, b), lambda x, y, axis: x.mean(axis) - y.mean(axis), vectorized=True,
-        n_resamples=5000, rng=np.random.default_rng(3),
+        (a, b),
+        lambda x, y, axis: x.mean(axis) - y.mean(axis),
+        vectorized=True,
+        n_resamples=5000,
+        rng=np.random.default_rng(3),
     ).pvalue
     assert significance.pvalue(a, b, "permutation", resamples=5000, seed=3) == direct
 
@@ -64,8 +67,12 @@ def test_run_bootstrap_matches_scipy(two_sides):
     a, b = two_sides
     res = bootstrap.run_bootstrap(a, b, "lower", resamples=10_000, seed=11)
     direct = stats.bootstrap(
-        (a, b), lambda x, y, axis: x.mean(axis) / y.mean(axis), vectorized=True,
-        n_resamples=10_000, method="percentile", rng=np.random.default_rng(11),
+        (a, b),
+        lambda x, y, axis: x.mean(axis) / y.mean(axis),
+        vectorized=True,
+        n_resamples=10_000,
+        method="percentile",
+        rng=np.random.default_rng(11),
     ).confidence_interval
     assert (res.low, res.high) == (direct.low, direct.high)
     assert res.estimate == pytest.approx(a.mean() / b.mean())
@@ -96,8 +103,9 @@ def test_hierarchical_clt_path_matches_exact_resampling():
 
 
 def test_compare_uses_the_same_scipy_numbers():
-    runs, _ = runs_frame([Config("L0"), Config("L1", {"accel": "tcg"}, 1.03)], runs=8,
-                         iterations=200, seed=2)
+    runs, _ = runs_frame(
+        [Config("L0"), Config("L1", {"accel": "tcg"}, 1.03)], runs=8, iterations=200, seed=2
+    )
     base = runs[runs.level == "L0"]["mean"].to_numpy()
     cfg = runs[runs.level == "L1"]["mean"].to_numpy()
     for test, direct in (
@@ -109,7 +117,12 @@ def test_compare_uses_the_same_scipy_numbers():
         assert row.p_value == pytest.approx(direct)
     comp = compare(runs, None, "level=L0", resamples=2000, seed=4)
     row = comp.rows[comp.rows.level == "L1"].iloc[0]
-    ci = stats.bootstrap((cfg, base), lambda x, y, axis: x.mean(axis) / y.mean(axis),
-                         vectorized=True, n_resamples=2000, method="percentile",
-                         rng=np.random.default_rng(4)).confidence_interval
+    ci = stats.bootstrap(
+        (cfg, base),
+        lambda x, y, axis: x.mean(axis) / y.mean(axis),
+        vectorized=True,
+        n_resamples=2000,
+        method="percentile",
+        rng=np.random.default_rng(4),
+    ).confidence_interval
     assert (row.ci_low, row.ci_high) == (ci.low, ci.high)

@@ -37,8 +37,9 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
     per, cross, warm, shp, out = art.periodic, art.cross_run, art.warmup, art.shape, art.outliers
     rows = []
     if per.found:
-        text = (f"period {per.period} iterations (autocorrelation {per.acf:.2f}, "
-                f"p={_p(per.p_value)})")
+        text = (
+            f"period {per.period} iterations (autocorrelation {per.acf:.2f}, p={_p(per.p_value)})"
+        )
     else:
         text = f"no period (p={_p(per.p_value)}, spike rate {per.spike_rate:.2%})"
     if per.indices:
@@ -47,24 +48,38 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
     if cross.correlation is None:
         text = "too few spikes to compare runs"
     else:
-        text = (f"spike positions correlate {cross.correlation:.2f} between consecutive runs "
-                f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value)}, "
-                f"{cross.pairs} pairs)")
+        text = (
+            f"spike positions correlate {cross.correlation:.2f} between consecutive runs "
+            f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value)}, "
+            f"{cross.pairs} pairs)"
+        )
     rows.append(("cross_run", "yes" if cross.found else "no", text))
     slow = "n/a" if warm.slowdown is None else f"{warm.slowdown:.2f}x"
-    rows.append(("warmup", "yes" if warm.found else "no",
-                 f"first {warm.n_slow} iterations slow; first window/steady {slow} "
-                 f"(p={_p(warm.p_value)})"))
+    rows.append(
+        (
+            "warmup",
+            "yes" if warm.found else "no",
+            f"first {warm.n_slow} iterations slow; first window/steady {slow} "
+            f"(p={_p(warm.p_value)})",
+        )
+    )
     text = f"mvalue {shp.mvalue:.2f} ({shp.modality})"
     if shp.ad_stat is not None:
-        text = (f"Anderson-Darling {shp.ad_stat:.3g} (p={_p(shp.p_value)}), ECDF distance "
-                f"{shp.distance:.2f} vs baseline; "
-                f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})")
+        text = (
+            f"Anderson-Darling {shp.ad_stat:.3g} (p={_p(shp.p_value)}), ECDF distance "
+            f"{shp.distance:.2f} vs baseline; "
+            f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})"
+        )
     rows.append(("shape", "changed" if shp.changed else shp.modality, text))
     first = ", ".join(f"run {r} it {i}" for r, i in out.indices[:6])
-    rows.append(("outliers", str(out.count),
-                 f"{out.fraction:.2%} beyond Tukey fences ({out.high} slow, {out.low} fast; "
-                 f"kept){'; first: ' + first if first else ''}"))
+    rows.append(
+        (
+            "outliers",
+            str(out.count),
+            f"{out.fraction:.2%} beyond Tukey fences ({out.high} slow, {out.low} fast; "
+            f"kept){'; first: ' + first if first else ''}",
+        )
+    )
     return [dict(zip(COLUMNS, (config, probe, *r), strict=True)) for r in rows]
 
 
@@ -84,14 +99,15 @@ def _matrices(runs: pd.DataFrame, samples: dict[int, np.ndarray]) -> dict[tuple[
 
 def artifacts_cmd(
     selector: Annotated[str, typer.Argument(help="Selector of the runs, e.g. exp=3,level=L1.")],
-    baseline: Annotated[str | None, typer.Option(
-        help="Selector of the baseline for the shape test, e.g. level=L0.")] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Selector of the baseline for the shape test, e.g. level=L0.")
+    ] = None,
     resamples: Annotated[int, typer.Option(help="Permutations per test.")] = 199,
     seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
-    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
-        = "table",
-    db: Annotated[str | None, typer.Option(
-        help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
 ) -> None:
     """Find timing artifacts in raw samples, with their evidence.
 
@@ -132,12 +148,18 @@ def artifacts_cmd(
     for (config, probe), matrix in found.items():
         ref = [m for (c, p), m in base.items() if p == probe and c != config]
         ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
-        results.append((config, probe, detect(matrix, ref_matrix, resamples=resamples,
-                                               seed=seed)))
+        results.append((config, probe, detect(matrix, ref_matrix, resamples=resamples, seed=seed)))
     if fmt == "json":
-        emit(json.dumps([{"config": c, "probe": p, **a.to_dict()} for c, p, a in results],
-                        indent=2, allow_nan=False) + "\n")
+        emit(
+            json.dumps(
+                [{"config": c, "probe": p, **a.to_dict()} for c, p, a in results],
+                indent=2,
+                allow_nan=False,
+            )
+            + "\n"
+        )
         return
-    frame = pd.DataFrame([r for c, p, a in results for r in evidence_rows(c, p, a)],
-                         columns=COLUMNS)
+    frame = pd.DataFrame(
+        [r for c, p, a in results for r in evidence_rows(c, p, a)], columns=COLUMNS
+    )
     emit(fmt_mod.render_frame(frame, fmt, f"timing artifacts in {selector}"))

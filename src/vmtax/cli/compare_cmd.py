@@ -44,38 +44,58 @@ def _where(text: str | None) -> dict[str, str]:
             continue
         key, eq, value = part.partition("=")
         if not eq or not key.strip() or not value.strip():
-            raise UsageError(f"--ref-where: {part.strip()!r} is not key=value "
-                             "(e.g. arch=x86_64,overcommitted=yes)")
+            raise UsageError(
+                f"--ref-where: {part.strip()!r} is not key=value "
+                "(e.g. arch=x86_64,overcommitted=yes)"
+            )
         out[key.strip()] = value.strip()
     return out
 
 
 def compare_cmd(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Selectors of the runs to compare (key=value[,key=value]; several = OR).")] = None,
-    baseline: Annotated[str | None, typer.Option(
-        help="Selector of the baseline configuration, e.g. level=L0.")] = None,
-    metric: Annotated[list[str] | None, typer.Option(
-        help="auto (the iteration mean) | mean | median | p95 | p99 | min | max | throughput | "
-             "ops_per_sec | wall_s; repeat for several.")] = None,
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Selectors of the runs to compare (key=value[,key=value]; several = OR)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None, typer.Option(help="Selector of the baseline configuration, e.g. level=L0.")
+    ] = None,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="auto (the iteration mean) | mean | median | p95 | p99 | min | max | throughput | "
+            "ops_per_sec | wall_s; repeat for several."
+        ),
+    ] = None,
     test: Annotated[str, typer.Option(help="permutation | welch | mannwhitney")] = "permutation",
-    adjust: Annotated[str, typer.Option(help="holm | bh | none (across the whole command)")]
-        = "holm",
-    noise: Annotated[float, typer.Option(help="Noise band: overheads within 1±noise are ~.")]
-        = 0.02,
-    resamples: Annotated[int, typer.Option(help="Bootstrap and permutation resamples.")]
-        = 10_000,
+    adjust: Annotated[
+        str, typer.Option(help="holm | bh | none (across the whole command)")
+    ] = "holm",
+    noise: Annotated[
+        float, typer.Option(help="Noise band: overheads within 1±noise are ~.")
+    ] = 0.02,
+    resamples: Annotated[int, typer.Option(help="Bootstrap and permutation resamples.")] = 10_000,
     seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
-    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
-        = "table",
-    dataset: Annotated[str | None, typer.Option(
-        help="A reference dataset (see vmtax refs list): recompute it, or show it beside the "
-             "measured configurations.")] = None,
-    ref_where: Annotated[str | None, typer.Option(
-        help="With --dataset and selectors: which reference rows, e.g. "
-             "arch=x86_64,overcommitted=yes,test=threads.")] = None,
-    db: Annotated[str | None, typer.Option(
-        help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            help="A reference dataset (see vmtax refs list): recompute it, or show it beside the "
+            "measured configurations."
+        ),
+    ] = None,
+    ref_where: Annotated[
+        str | None,
+        typer.Option(
+            help="With --dataset and selectors: which reference rows, e.g. "
+            "arch=x86_64,overcommitted=yes,test=threads."
+        ),
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
 ) -> None:
     """Compare configurations with a baseline: overhead, 95% CI, study-A columns, verdict.
 
@@ -98,17 +118,26 @@ def compare_cmd(
         emit(reference_report(dataset, fmt))
         return
     if not baseline:
-        raise UsageError("--baseline is required, e.g. --baseline level=L0 "
-                         "(or use --dataset NAME alone to recompute a reference table)")
-    comp = measured(selectors, baseline, metric or ["auto"], test, adjust, noise, resamples,
-                    seed, db)
+        raise UsageError(
+            "--baseline is required, e.g. --baseline level=L0 "
+            "(or use --dataset NAME alone to recompute a reference table)"
+        )
+    comp = measured(
+        selectors, baseline, metric or ["auto"], test, adjust, noise, resamples, seed, db
+    )
     if dataset:
         from vmtax.refs import beside
 
         frame = beside.beside(comp.rows, dataset, _where(ref_where))
         if fmt == "json":
-            emit(json.dumps({"comparison": comp.to_json(), "beside": _records(frame)},
-                            indent=2, allow_nan=False) + "\n")
+            emit(
+                json.dumps(
+                    {"comparison": comp.to_json(), "beside": _records(frame)},
+                    indent=2,
+                    allow_nan=False,
+                )
+                + "\n"
+            )
         elif fmt == "csv":  # one table per CSV stream: the side-by-side one
             emit(fmt_mod.render_frame(frame, fmt))
         else:
@@ -119,12 +148,22 @@ def compare_cmd(
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
-    return [{k: fmt_mod.json_safe(v) for k, v in r.items()}
-            for r in frame.to_dict(orient="records")]
+    return [
+        {k: fmt_mod.json_safe(v) for k, v in r.items()} for r in frame.to_dict(orient="records")
+    ]
 
 
-def measured(selectors: list[str], baseline: str, metric: list[str], test: str, adjust: str,
-             noise: float, resamples: int, seed: int, db: str | None) -> Comparison:
+def measured(
+    selectors: list[str],
+    baseline: str,
+    metric: list[str],
+    test: str,
+    adjust: str,
+    noise: float,
+    resamples: int,
+    seed: int,
+    db: str | None,
+) -> Comparison:
     """Load runs (selectors OR baseline) and samples from the store and compare them."""
     from vmtax.stats.compare import compare
     from vmtax.store import Store
@@ -134,15 +173,26 @@ def measured(selectors: list[str], baseline: str, metric: list[str], test: str, 
     store = Store.open(db)
     chosen = store.runs(selectors)
     if (chosen["status"] != "ok").all():
-        raise UsageError(f"no completed runs match {' '.join(selectors) or 'the store'} "
-                         f"in {store.url_display}")
+        raise UsageError(
+            f"no completed runs match {' '.join(selectors) or 'the store'} in {store.url_display}"
+        )
     runs = store.runs([*selectors, baseline]) if selectors else chosen
     ok = runs[runs["status"] == "ok"]
-    wants_mean = any(m.strip().lower() in ("auto", "mean") for part in metric
-                     for m in part.split(","))
+    wants_mean = any(
+        m.strip().lower() in ("auto", "mean") for part in metric for m in part.split(",")
+    )
     samples = store.samples([int(i) for i in ok["run_id"]]) if wants_mean else None
-    return compare(runs, samples, baseline, metric=metric, test=test, adjust=adjust,
-                   noise=noise, resamples=resamples, seed=seed)
+    return compare(
+        runs,
+        samples,
+        baseline,
+        metric=metric,
+        test=test,
+        adjust=adjust,
+        noise=noise,
+        resamples=resamples,
+        seed=seed,
+    )
 
 
 def reference_report(dataset: str, fmt: str) -> object:
@@ -161,14 +211,18 @@ def reference_report(dataset: str, fmt: str) -> object:
     for col in [c for c in view.columns if c.endswith("_recomputed")]:
         view[col] = view[col].map(lambda v: "" if pd.isna(v) else f"{v:.4g}")
     rendered = fmt_mod.render_frame(view, fmt, f"{dataset}: published vs recomputed")
-    lines = [f"{len(checked)} derived cells checked; "
-             f"{int((checked['status'] == 'misprint').sum())} misprint(s), "
-             f"{int((checked['status'] == 'truncated').sum())} truncated instead of rounded"]
+    lines = [
+        f"{len(checked)} derived cells checked; "
+        f"{int((checked['status'] == 'misprint').sum())} misprint(s), "
+        f"{int((checked['status'] == 'truncated').sum())} truncated instead of rounded"
+    ]
     for rec in flagged.to_dict(orient="records"):
-        lines.append(f"{rec['status']}: table {rec['table']} {rec['test']} {rec['arch']} "
-                     f"{rec['level']} {rec['column']}: published {rec['published']}, "
-                     f"recomputed {rec['recomputed']:.4f} "
-                     f"(inputs allow {rec['low']:.4f}..{rec['high']:.4f})")
+        lines.append(
+            f"{rec['status']}: table {rec['table']} {rec['test']} {rec['arch']} "
+            f"{rec['level']} {rec['column']}: published {rec['published']}, "
+            f"recomputed {rec['recomputed']:.4f} "
+            f"(inputs allow {rec['low']:.4f}..{rec['high']:.4f})"
+        )
     if fmt == "markdown":
         return str(rendered) + "\n" + "\n".join(f"- {x}" for x in lines) + "\n"
     emit(rendered)

@@ -20,16 +20,22 @@ image_app = typer.Typer(
 
 @image_app.command("build")
 def build(
-    mode: Annotated[str, typer.Option(
-        help="minimal (busybox initramfs, agent as PID 1; for L1) or full (also QEMU, a "
-        "kernel and the inner image, so the guest hosts the next level).")] = "minimal",
-    depth: Annotated[int, typer.Option(
-        help="For --mode full: how many levels the image holds (2 = L2, 3 = L3).")] = 2,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="minimal (busybox initramfs, agent as PID 1; for L1) or full (also QEMU, a "
+            "kernel and the inner image, so the guest hosts the next level)."
+        ),
+    ] = "minimal",
+    depth: Annotated[
+        int, typer.Option(help="For --mode full: how many levels the image holds (2 = L2, 3 = L3).")
+    ] = 2,
     kernel: Annotated[
         str | None, typer.Option(help="Guest kernel (default: newest /boot/vmlinuz-*).")
     ] = None,
-    agent: Annotated[str | None, typer.Option(help="Static vmtax-probe binary to put inside.")]
-    = None,
+    agent: Annotated[
+        str | None, typer.Option(help="Static vmtax-probe binary to put inside.")
+    ] = None,
 ) -> None:
     """Build (or find in the cache) a bootable guest image.
 
@@ -49,7 +55,8 @@ def build(
     Console().print(
         f"image {image.kind}-{image.digest}: {image.directory} "
         f"(initrd {size:.1f} MiB, kernel {image.manifest.get('kernel')}, {took:.1f} s)",
-        markup=False, highlight=False,
+        markup=False,
+        highlight=False,
     )
 
 
@@ -64,15 +71,21 @@ def list_cmd() -> None:
     images = list_images()
     console = Console()
     if not images:
-        console.print(f"no images in {cache_dir()}; build one with: vmtax image build",
-                      markup=False)
+        console.print(
+            f"no images in {cache_dir()}; build one with: vmtax image build", markup=False
+        )
         return
     table = Table("image", "hash", "kernel", "agent sha256", "initrd MiB", "path")
     for im in images:
         size = im.initrd.stat().st_size / 2**20 if im.initrd.is_file() else 0.0
-        table.add_row(im.kind, im.digest, str(im.manifest.get("kernel", "")),
-                      str(im.manifest.get("agent_sha256", ""))[:12], f"{size:.1f}",
-                      str(im.directory))
+        table.add_row(
+            im.kind,
+            im.digest,
+            str(im.manifest.get("kernel", "")),
+            str(im.manifest.get("agent_sha256", ""))[:12],
+            f"{size:.1f}",
+            str(im.directory),
+        )
     console.print(table)
 
 

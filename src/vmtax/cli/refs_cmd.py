@@ -29,8 +29,7 @@ def _check_format(fmt: str) -> None:
 
 @refs_app.command("list")
 def list_cmd(
-    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
-        = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
 ) -> None:
     """List the reference datasets: built-in ones and those you imported.
 
@@ -42,16 +41,17 @@ def list_cmd(
     _check_format(fmt)
     import pandas as pd
 
-    frame = pd.DataFrame([vars(d) for d in datasets.datasets()],
-                         columns=["name", "source", "rows", "studya", "description", "path"])
+    frame = pd.DataFrame(
+        [vars(d) for d in datasets.datasets()],
+        columns=["name", "source", "rows", "studya", "description", "path"],
+    )
     emit(fmt_mod.render_frame(frame, fmt, "reference datasets"))
 
 
 @refs_app.command("show")
 def show_cmd(
     name: Annotated[str, typer.Argument(help="Dataset name (see vmtax refs list).")],
-    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")]
-        = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
 ) -> None:
     """Print one reference dataset exactly as published.
 

@@ -19,17 +19,27 @@ def register(app: typer.Typer) -> None:
 
 
 def report(
-    selectors: Annotated[list[str] | None, typer.Argument(
-        help="Which runs: key=value[,key=value] (AND); several selectors are OR'ed. "
-             "Default: exp=latest.")] = None,
-    baseline: Annotated[str | None, typer.Option(
-        help="Selector of the baseline configuration; default: the lowest level present.")
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Which runs: key=value[,key=value] (AND); several selectors are OR'ed. "
+            "Default: exp=latest."
+        ),
     ] = None,
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="File to write; default report.html or report.md.")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="Selector of the baseline configuration; default: the lowest level present."
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="File to write; default report.html or report.md."),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="html | markdown")] = "html",
-    db: Annotated[str | None, typer.Option(
-        help="Store URL; default $VMTAX_DB or the user data dir.")] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples for the CIs.")] = 10_000,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap and permutations.")] = 0,
 ) -> None:
@@ -54,10 +64,20 @@ def report(
         raise VmtaxError(f"cannot write {out}: directory {out.parent} does not exist")
     store = Store.open(db)
     try:
-        result = write_report(store, list(selectors or ["exp=latest"]), out, fmt=fmt,
-                              baseline=baseline, command=["vmtax", *sys.argv[1:]],
-                              resamples=resamples, seed=seed)
+        result = write_report(
+            store,
+            list(selectors or ["exp=latest"]),
+            out,
+            fmt=fmt,
+            baseline=baseline,
+            command=["vmtax", *sys.argv[1:]],
+            resamples=resamples,
+            seed=seed,
+        )
     finally:
         store.close()
-    typer.echo(f"wrote {result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
-               + (f", PNGs in {result.extra}" if result.extra else "") + ")")
+    typer.echo(
+        f"wrote {result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
+        + (f", PNGs in {result.extra}" if result.extra else "")
+        + ")"
+    )

@@ -16,26 +16,43 @@ def beside(rows: pd.DataFrame, dataset: str, where: dict[str, str]) -> pd.DataFr
     ref = datasets.load_studya(dataset)
     for key, value in where.items():
         if key not in ref.columns:
-            raise UsageError(f"--ref-where: {dataset} has no column {key!r} "
-                             f"(columns: {', '.join(datasets.KEY_COLUMNS)})")
+            raise UsageError(
+                f"--ref-where: {dataset} has no column {key!r} "
+                f"(columns: {', '.join(datasets.KEY_COLUMNS)})"
+            )
         ref = ref[ref[key].str.casefold() == value.casefold()]
     if ref.empty:
         raise UsageError(f"--ref-where selects no row of {dataset}")
     out = []
     measured = rows[rows["probe"] != "geomean"]
     for rec in measured.to_dict(orient="records"):
-        out.append({"source": "measured", "series": f"{rec['probe']} {rec['metric']}",
-                    "level": rec["config"], "mean": rec["mean"], "unit": rec["unit"],
-                    "delta_prev_pct": rec["delta_prev_pct"], "stderr_pct": rec["stderr_pct"]})
+        out.append(
+            {
+                "source": "measured",
+                "series": f"{rec['probe']} {rec['metric']}",
+                "level": rec["config"],
+                "mean": rec["mean"],
+                "unit": rec["unit"],
+                "delta_prev_pct": rec["delta_prev_pct"],
+                "stderr_pct": rec["stderr_pct"],
+            }
+        )
     for rec in ref.to_dict(orient="records"):
-        series = f"table {rec['table']} {rec['test']} {rec['arch']} " \
-                 f"overcommitted={rec['overcommitted']}"
-        for metric, mean_col, unit in (("tpsec", "tpsec", "events/s"),
-                                       ("resp", "resp_ms", "ms")):
-            out.append({"source": dataset, "series": f"{series} {metric}",
-                        "level": rec["level"], "mean": _f(rec[mean_col]), "unit": unit,
-                        "delta_prev_pct": _f(rec[f"{metric}_delta_pct"]),
-                        "stderr_pct": _f(rec[f"{metric}_stderr_pct"])})
+        series = (
+            f"table {rec['table']} {rec['test']} {rec['arch']} overcommitted={rec['overcommitted']}"
+        )
+        for metric, mean_col, unit in (("tpsec", "tpsec", "events/s"), ("resp", "resp_ms", "ms")):
+            out.append(
+                {
+                    "source": dataset,
+                    "series": f"{series} {metric}",
+                    "level": rec["level"],
+                    "mean": _f(rec[mean_col]),
+                    "unit": unit,
+                    "delta_prev_pct": _f(rec[f"{metric}_delta_pct"]),
+                    "stderr_pct": _f(rec[f"{metric}_stderr_pct"]),
+                }
+            )
     return pd.DataFrame(out, columns=COLUMNS)
 
 

@@ -22,13 +22,29 @@ import platformdirs
 from vmtax.errors import UsageError, VmtaxError
 
 STUDYA_COLUMNS = [
-    "table", "test", "overcommitted", "arch", "level",
-    "tpsec", "tpsec_delta_pct", "tpsec_stderr", "tpsec_stderr_pct",
-    "resp_ms", "resp_delta_pct", "resp_stderr", "resp_stderr_pct",
+    "table",
+    "test",
+    "overcommitted",
+    "arch",
+    "level",
+    "tpsec",
+    "tpsec_delta_pct",
+    "tpsec_stderr",
+    "tpsec_stderr_pct",
+    "resp_ms",
+    "resp_delta_pct",
+    "resp_stderr",
+    "resp_stderr_pct",
 ]
 KEY_COLUMNS = ["table", "test", "overcommitted", "arch", "level"]
-REQUIRED_NUMBERS = ["tpsec", "tpsec_stderr", "tpsec_stderr_pct", "resp_ms", "resp_stderr",
-                    "resp_stderr_pct"]
+REQUIRED_NUMBERS = [
+    "tpsec",
+    "tpsec_stderr",
+    "tpsec_stderr_pct",
+    "resp_ms",
+    "resp_stderr",
+    "resp_stderr_pct",
+]
 OPTIONAL_NUMBERS = ["tpsec_delta_pct", "resp_delta_pct"]  # empty at the first level of a chain
 
 DESCRIPTIONS = {
@@ -58,8 +74,11 @@ def user_dir() -> Path:
 
 def _builtin() -> dict[str, str]:
     root = resources.files("vmtax.refs") / "data"
-    return {p.name[:-4]: p.read_text(encoding="utf-8") for p in root.iterdir()
-            if p.name.endswith(".csv")}
+    return {
+        p.name[:-4]: p.read_text(encoding="utf-8")
+        for p in root.iterdir()
+        if p.name.endswith(".csv")
+    }
 
 
 def _user() -> dict[str, Path]:
@@ -78,12 +97,28 @@ def datasets() -> list[Dataset]:
     out = []
     for name, text in sorted(_builtin().items()):
         df = _frame(text)
-        out.append(Dataset(name, "builtin", f"vmtax/refs/data/{name}.csv", len(df),
-                           list(df.columns) == STUDYA_COLUMNS, DESCRIPTIONS.get(name, "")))
+        out.append(
+            Dataset(
+                name,
+                "builtin",
+                f"vmtax/refs/data/{name}.csv",
+                len(df),
+                list(df.columns) == STUDYA_COLUMNS,
+                DESCRIPTIONS.get(name, ""),
+            )
+        )
     for name, path in _user().items():
         df = _frame(path.read_text(encoding="utf-8"))
-        out.append(Dataset(name, "user", str(path), len(df), list(df.columns) == STUDYA_COLUMNS,
-                           "imported study-A table"))
+        out.append(
+            Dataset(
+                name,
+                "user",
+                str(path),
+                len(df),
+                list(df.columns) == STUDYA_COLUMNS,
+                "imported study-A table",
+            )
+        )
     return out
 
 
@@ -103,8 +138,10 @@ def load_studya(name: str) -> pd.DataFrame:
     """A dataset that must have the study-A columns (for ``compare --dataset``)."""
     df = load(name)
     if list(df.columns) != STUDYA_COLUMNS:
-        raise UsageError(f"dataset {name!r} is not a study-A table (columns "
-                         f"{', '.join(STUDYA_COLUMNS)}); it cannot be recomputed")
+        raise UsageError(
+            f"dataset {name!r} is not a study-A table (columns "
+            f"{', '.join(STUDYA_COLUMNS)}); it cannot be recomputed"
+        )
     return df
 
 
@@ -112,8 +149,9 @@ def validate(text: str, where: str) -> pd.DataFrame:
     """Parse and check a study-A CSV; any problem is a one-line UsageError naming the line."""
     rows = list(csv.reader(io.StringIO(text)))
     if not rows or not any(cell.strip() for cell in rows[0]):
-        raise UsageError(f"{where}: empty file; expected a header with the columns "
-                         f"{','.join(STUDYA_COLUMNS)}")
+        raise UsageError(
+            f"{where}: empty file; expected a header with the columns {','.join(STUDYA_COLUMNS)}"
+        )
     header = [c.strip() for c in rows[0]]
     missing = [c for c in STUDYA_COLUMNS if c not in header]
     extra = [c for c in header if c not in STUDYA_COLUMNS]
@@ -125,8 +163,9 @@ def validate(text: str, where: str) -> pd.DataFrame:
             parts.append(f"unexpected {', '.join(extra)}")
         if not parts:
             parts.append("duplicated column")
-        raise UsageError(f"{where} line 1: {'; '.join(parts)} (columns must be "
-                         f"{','.join(STUDYA_COLUMNS)})")
+        raise UsageError(
+            f"{where} line 1: {'; '.join(parts)} (columns must be {','.join(STUDYA_COLUMNS)})"
+        )
     seen: dict[tuple[str, ...], int] = {}
     clean = []
     for lineno, row in enumerate(rows[1:], start=2):
@@ -139,22 +178,27 @@ def validate(text: str, where: str) -> pd.DataFrame:
             if not rec[col]:
                 raise UsageError(f"{where} line {lineno}: {col} is empty")
         if rec["overcommitted"].lower() not in ("yes", "no"):
-            raise UsageError(f"{where} line {lineno}: overcommitted must be yes or no, "
-                             f"not {rec['overcommitted']!r}")
+            raise UsageError(
+                f"{where} line {lineno}: overcommitted must be yes or no, "
+                f"not {rec['overcommitted']!r}"
+            )
         if not re.fullmatch(r"L\d+", rec["level"]):
-            raise UsageError(f"{where} line {lineno}: level must be L0, L1, ... "
-                             f"not {rec['level']!r}")
+            raise UsageError(
+                f"{where} line {lineno}: level must be L0, L1, ... not {rec['level']!r}"
+            )
         for col in REQUIRED_NUMBERS + OPTIONAL_NUMBERS:
             value = rec[col]
             if not value and col in OPTIONAL_NUMBERS:
                 continue
             if not _NUMBER.fullmatch(value):
-                raise UsageError(f"{where} line {lineno}: {col} is not a plain decimal number: "
-                                 f"{value!r}")
+                raise UsageError(
+                    f"{where} line {lineno}: {col} is not a plain decimal number: {value!r}"
+                )
         key = tuple(rec[c] for c in KEY_COLUMNS)
         if key in seen:
-            raise UsageError(f"{where} line {lineno}: duplicate of line {seen[key]} "
-                             f"({', '.join(key)})")
+            raise UsageError(
+                f"{where} line {lineno}: duplicate of line {seen[key]} ({', '.join(key)})"
+            )
         seen[key] = lineno
         clean.append(rec)
     if not clean:

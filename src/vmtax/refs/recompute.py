@@ -99,14 +99,30 @@ def check(df: pd.DataFrame) -> pd.DataFrame:
                 for column, (exact, possible) in cells:
                     published = str(row[column]).strip()
                     rec = {k: row[k] for k in KEY_COLUMNS}
-                    rec.update(column=column, published=published, recomputed=exact,
-                               low=possible[0], high=possible[1],
-                               decimals=decimals(published) if published else None,
-                               status=_status(published, possible) if published else "missing")
+                    rec.update(
+                        column=column,
+                        published=published,
+                        recomputed=exact,
+                        low=possible[0],
+                        high=possible[1],
+                        decimals=decimals(published) if published else None,
+                        status=_status(published, possible) if published else "missing",
+                    )
                     out.append(rec)
             prev = row
-    return pd.DataFrame(out, columns=[*KEY_COLUMNS, "column", "published", "recomputed", "low",
-                                      "high", "decimals", "status"])
+    return pd.DataFrame(
+        out,
+        columns=[
+            *KEY_COLUMNS,
+            "column",
+            "published",
+            "recomputed",
+            "low",
+            "high",
+            "decimals",
+            "status",
+        ],
+    )
 
 
 def misprints(df: pd.DataFrame) -> pd.DataFrame:

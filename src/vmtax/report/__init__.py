@@ -27,10 +27,17 @@ class Written:
     extra: Path | None = None
 
 
-def write_report(store: Any, selectors: Sequence[str], output: Path, *,  # noqa: ANN401
-                 fmt: str = "html", baseline: str | None = None,
-                 command: Sequence[str] = (), resamples: int = 10_000,
-                 seed: int = 0) -> Written:
+def write_report(
+    store: Any,
+    selectors: Sequence[str],
+    output: Path,
+    *,  # noqa: ANN401
+    fmt: str = "html",
+    baseline: str | None = None,
+    command: Sequence[str] = (),
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> Written:
     """Build the report of the runs ``selectors`` pick and write it to ``output``."""
     from vmtax.report import analysis, inputs
 
@@ -54,8 +61,7 @@ def write_model(model: Any, output: Path, *, fmt: str = "html") -> Written:  # n
         _atomic_write(output, text)
     except OSError as exc:
         raise VmtaxError(f"cannot write {output}: {exc.strerror or exc}") from None
-    return Written(path=output, size=output.stat().st_size, figures=len(model.figures),
-                   extra=extra)
+    return Written(path=output, size=output.stat().st_size, figures=len(model.figures), extra=extra)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -1,7 +1,5 @@
 """From a ReportInput to a ReportModel: calls vmtax.stats for every number and prepares the
-figures. This module selects, orders and shapes; the one number it derives is the Student t
-interval around describe's mean and standard error (``_with_ci``), which describe does not
-provide yet."""
+figures. This module selects, orders and shapes; it computes no statistic itself."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from scipy.stats import t as t_dist
 
 from vmtax.errors import UsageError
 from vmtax.report import figures, refdata, words
@@ -70,8 +67,10 @@ class ReportModel:
 
 def _config_order(runs: pd.DataFrame) -> list[str]:
     first = runs.drop_duplicates("config")
-    keyed = sorted(first.itertuples(index=False),
-                   key=lambda r: (LEVEL_ORDER.get(str(r.level).upper(), 9), str(r.config)))
+    keyed = sorted(
+        first.itertuples(index=False),
+        key=lambda r: (LEVEL_ORDER.get(str(r.level).upper(), 9), str(r.config)),
+    )
     return [str(r.config) for r in keyed]
 
 
@@ -83,8 +82,9 @@ def default_baseline(runs: pd.DataFrame) -> str:
     return f"level={levels[0]}"
 
 
-def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
-          seed: int = 0) -> ReportModel:
+def build(
+    data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000, seed: int = 0
+) -> ReportModel:
     """Run the statistics on ``data`` and lay out every section of the report."""
     from vmtax.stats.artifacts import as_matrix, detect
     from vmtax.stats.compare import compare
@@ -100,14 +100,20 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     ok = raw.assign(config=_display_keys(raw))
     order = _config_order(ok)
     colors = figures.palette(order)
-    comparison = compare(raw, data.samples, baseline, metric=_metrics(ok), noise=noise,
-                         resamples=resamples, seed=seed)
+    comparison = compare(
+        raw,
+        data.samples,
+        baseline,
+        metric=_metrics(ok),
+        noise=noise,
+        resamples=resamples,
+        seed=seed,
+    )
     all_rows = _sorted(comparison.rows, order)
     # The headline metric is the per-iteration mean (response time); throughput rows only
     # feed the ΔL(n−1) column of the study-A tables.
     rows = all_rows[all_rows["metric"] == "mean"].reset_index(drop=True)
     described = _sorted(describe(ok), order)
-    described = _with_ci(described)
     baseline_configs = list(dict.fromkeys(rows.loc[rows["is_baseline"].astype(bool), "config"]))
     warnings = [w for w in comparison.warnings if "metric throughput is missing" not in w]
     warnings += _grouped_warnings(rows)
@@ -116,20 +122,29 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     probes = list(dict.fromkeys(described["probe"]))
     for probe in probes:
         sub = described[described["probe"] == probe]
-        figs.append(FigureSpec(
-            key=f"levels-{_slug(probe)}", section="levels",
-            title=f"{probe}: throughput and response time by configuration",
-            caption="Bars are means over runs; error bars are 95% confidence intervals of "
-                    "the mean (runs are the independent unit).",
-            figure=figures.level_bars(sub, probe, colors)))
+        figs.append(
+            FigureSpec(
+                key=f"levels-{_slug(probe)}",
+                section="levels",
+                title=f"{probe}: throughput and response time by configuration",
+                caption="Bars are means over runs; error bars are 95% confidence intervals of "
+                "the mean (runs are the independent unit).",
+                figure=figures.level_bars(sub, probe, colors),
+            )
+        )
     per_probe = rows[rows["probe"] != "geomean"]
     if not per_probe.empty:
-        figs.append(FigureSpec(
-            key="overhead", section="overhead", title="Overhead vs baseline per probe",
-            caption=f"Each bar is one configuration's overhead relative to {baseline} "
-                    "(1.0 = same cost as the baseline, above 1 = costlier); whiskers are "
-                    "95% confidence intervals.",
-            figure=figures.overhead_bars(per_probe, colors)))
+        figs.append(
+            FigureSpec(
+                key="overhead",
+                section="overhead",
+                title="Overhead vs baseline per probe",
+                caption=f"Each bar is one configuration's overhead relative to {baseline} "
+                "(1.0 = same cost as the baseline, above 1 = costlier); whiskers are "
+                "95% confidence intervals.",
+                figure=figures.overhead_bars(per_probe, colors),
+            )
+        )
     matrices = _matrices(ok, data.samples, order)
     results = _detect_all(matrices, baseline_configs, detect, as_matrix, seed)
     sample_figs, findings = _sample_figures(probes, described, matrices, results, colors)
@@ -157,25 +172,35 @@ def build(data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000,
     )
 
 
-def _sample_figures(probes: Sequence[str], described: pd.DataFrame,
-                    matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
-                    results: Mapping[tuple[str, str], Any],
-                    colors: Mapping[str, str]) -> tuple[list[FigureSpec], list[words.Finding]]:
+def _sample_figures(
+    probes: Sequence[str],
+    described: pd.DataFrame,
+    matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
+    results: Mapping[tuple[str, str], Any],
+    colors: Mapping[str, str],
+) -> tuple[list[FigureSpec], list[words.Finding]]:
     """Per probe: the latency distribution, the run x iteration mesh and the artifacts."""
     figs: list[FigureSpec] = []
     findings: list[words.Finding] = []
     for probe in probes:
         unit = str(described.loc[described["probe"] == probe, "unit"].iloc[0])
-        series = {c: np.concatenate([r for r in m if r.size]) for c, m in
-                  matrices.get(probe, {}).items() if any(r.size for r in m)}
+        series = {
+            c: np.concatenate([r for r in m if r.size])
+            for c, m in matrices.get(probe, {}).items()
+            if any(r.size for r in m)
+        }
         if series:
-            figs.append(FigureSpec(
-                key=f"dist-{_slug(probe)}", section="distribution",
-                title=f"{probe}: latency distribution",
-                caption=f"Histogram of every measured iteration ({figures.HIST_BINS} fixed "
-                        "bins), one outline per configuration; heights are fractions of "
-                        "that configuration's iterations.",
-                figure=figures.distribution(probe, unit, series, colors)))
+            figs.append(
+                FigureSpec(
+                    key=f"dist-{_slug(probe)}",
+                    section="distribution",
+                    title=f"{probe}: latency distribution",
+                    caption=f"Histogram of every measured iteration ({figures.HIST_BINS} fixed "
+                    "bins), one outline per configuration; heights are fractions of "
+                    "that configuration's iterations.",
+                    figure=figures.distribution(probe, unit, series, colors),
+                )
+            )
         panels = []
         for config, run_values in matrices.get(probe, {}).items():
             result = results.get((probe, config))
@@ -183,22 +208,31 @@ def _sample_figures(probes: Sequence[str], described: pd.DataFrame,
                 continue
             findings.append(words.finding(probe, config, result))
             periodic = getattr(result, "periodic", None)
-            panels.append(figures.HeatPanel(
-                config=config, matrix=_ragged(run_values),
-                periodic=list(_get(periodic, "indices") or [])
-                if _get(periodic, "found") else [],
-                period=_get(periodic, "period")))
+            panels.append(
+                figures.HeatPanel(
+                    config=config,
+                    matrix=_ragged(run_values),
+                    periodic=list(_get(periodic, "indices") or [])
+                    if _get(periodic, "found")
+                    else [],
+                    period=_get(periodic, "period"),
+                )
+            )
         if panels:
-            figs.append(FigureSpec(
-                key=f"mesh-{_slug(probe)}", section="mesh",
-                title=f"{probe}: run × iteration mesh",
-                caption="Each row is a run, each column an iteration; colour is the value "
-                        f"(the maximum of each block when there are more than "
-                        f"{figures.MAX_CELLS} runs or iterations, so spikes survive). "
-                        "Triangles (ticks when crowded) mark iteration indices found slow "
-                        "in nearly every run; beside a reduced mesh, the first "
-                        f"{figures.ZOOM} iterations are shown cell by cell.",
-                figure=figures.heatmap(probe, unit, panels)))
+            figs.append(
+                FigureSpec(
+                    key=f"mesh-{_slug(probe)}",
+                    section="mesh",
+                    title=f"{probe}: run × iteration mesh",
+                    caption="Each row is a run, each column an iteration; colour is the value "
+                    f"(the maximum of each block when there are more than "
+                    f"{figures.MAX_CELLS} runs or iterations, so spikes survive). "
+                    "Triangles (ticks when crowded) mark iteration indices found slow "
+                    "in nearly every run; beside a reduced mesh, the first "
+                    f"{figures.ZOOM} iterations are shown cell by cell.",
+                    figure=figures.heatmap(probe, unit, panels),
+                )
+            )
     return figs, findings
 
 
@@ -211,8 +245,9 @@ def _grouped_warnings(rows: pd.DataFrame) -> list[str]:
         for w in str(r.warnings or "").split("; "):
             if w:
                 probes.setdefault((str(r.config), w), []).append(str(r.probe))
-    return [f"{config}: {message} ({', '.join(names)})"
-            for (config, message), names in probes.items()]
+    return [
+        f"{config}: {message} ({', '.join(names)})" for (config, message), names in probes.items()
+    ]
 
 
 def _display_keys(ok: pd.DataFrame) -> pd.Series:
@@ -236,40 +271,37 @@ def _sorted(frame: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
     """Rows in the report's configuration order (unknown configurations last)."""
     rank = {c: i for i, c in enumerate(order)}
     key = frame["config"].map(lambda c: rank.get(c, len(rank)))
-    return frame.assign(_rank=key).sort_values("_rank", kind="stable").drop(columns="_rank") \
+    return (
+        frame.assign(_rank=key)
+        .sort_values("_rank", kind="stable")
+        .drop(columns="_rank")
         .reset_index(drop=True)
+    )
 
 
-def _with_ci(described: pd.DataFrame) -> pd.DataFrame:
-    """95% CI of each mean: taken from describe when it provides one, else the Student t
-    interval from scipy around describe's mean and standard error (n_runs - 1 d.o.f.)."""
-    out = described.copy()
-    for metric in ("throughput", "resp"):
-        if f"{metric}_ci_low" in out and f"{metric}_ci_high" in out:
-            continue
-        dof = (out["n_runs"].astype(float) - 1).clip(lower=1)
-        low, high = t_dist.interval(0.95, dof, loc=out[f"{metric}_mean"].astype(float),
-                                    scale=out[f"{metric}_stderr"].astype(float))
-        out[f"{metric}_ci_low"], out[f"{metric}_ci_high"] = low, high
-    return out
-
-
-def _matrices(ok: pd.DataFrame, samples: Mapping[int, np.ndarray],
-              order: Sequence[str]) -> dict[str, dict[str, list[np.ndarray]]]:
+def _matrices(
+    ok: pd.DataFrame, samples: Mapping[int, np.ndarray], order: Sequence[str]
+) -> dict[str, dict[str, list[np.ndarray]]]:
     """probe -> config -> the runs' value arrays in run order."""
     out: dict[str, dict[str, list[np.ndarray]]] = {}
     sort_cols = [c for c in ("experiment_id", "plan_index", "run_index", "run_id") if c in ok]
-    for (probe, config), group in ok.sort_values(sort_cols).groupby(["probe", "config"],
-                                                                     sort=False):
-        arrays = [np.asarray(samples.get(int(r), np.array([])), dtype=np.float64)
-                  for r in group["run_id"]]
+    for (probe, config), group in ok.sort_values(sort_cols).groupby(
+        ["probe", "config"], sort=False
+    ):
+        arrays = [
+            np.asarray(samples.get(int(r), np.array([])), dtype=np.float64) for r in group["run_id"]
+        ]
         out.setdefault(str(probe), {})[str(config)] = [a for a in arrays if a.size]
     return {p: {c: by_cfg[c] for c in order if c in by_cfg} for p, by_cfg in out.items()}
 
 
-def _detect_all(matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
-                baseline_configs: Sequence[str], detect: Any, as_matrix: Any,  # noqa: ANN401
-                seed: int) -> dict[tuple[str, str], Any]:
+def _detect_all(
+    matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
+    baseline_configs: Sequence[str],
+    detect: Any,
+    as_matrix: Any,  # noqa: ANN401
+    seed: int,
+) -> dict[tuple[str, str], Any]:
     """Artifact detection for every (probe, config) with two runs or more.
 
     The detectors are single-threaded numpy (FFT under the GIL), so large inputs go to a
@@ -281,8 +313,10 @@ def _detect_all(matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
         base = as_matrix(by_cfg[base_cfg]) if base_cfg else None
         for config, run_values in by_cfg.items():
             if len(run_values) >= 2:
-                jobs[(probe, config)] = (as_matrix(run_values),
-                                         None if config == base_cfg else base)
+                jobs[(probe, config)] = (
+                    as_matrix(run_values),
+                    None if config == base_cfg else base,
+                )
     cells = sum(m.size for m, _ in jobs.values())
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers < 2 or cells < PARALLEL_CELLS:
@@ -326,8 +360,10 @@ def _err(stderr: Any, pct: Any) -> str:  # noqa: ANN401
 
 def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
     tables = []
-    deltas = {(str(r.probe), str(r.metric), str(r.config)): r.delta_prev_pct
-              for r in rows.itertuples(index=False)}
+    deltas = {
+        (str(r.probe), str(r.metric), str(r.config)): r.delta_prev_pct
+        for r in rows.itertuples(index=False)
+    }
 
     def delta(probe: str, metric: str, config: str) -> str:
         value = deltas.get((probe, metric, config), np.nan)
@@ -338,21 +374,39 @@ def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
         unit = str(sub["unit"].iloc[0])
         body = []
         for r in sub.itertuples(index=False):
-            body.append([
-                str(r.config), str(r.n_runs),
-                _fmt(r.throughput_mean), delta(str(probe), "throughput", str(r.config)),
-                _err(r.throughput_stderr, r.throughput_stderr_pct),
-                _fmt(r.resp_mean), delta(str(probe), "mean", str(r.config)),
-                _err(r.resp_stderr, r.resp_stderr_pct), _fmt(r.p95),
-            ])
-        tables.append(Table(
-            title=str(probe),
-            columns=["Configuration", "Runs", f"Throughput ({tunit or 'n/a'})",
-                     "ΔL(n−1)", "StdErr (StdErr%)", f"Resp. mean ({unit})", "ΔL(n−1)",
-                     "StdErr (StdErr%)", f"p95 ({unit})"],
-            rows=body, numeric=[False] + [True] * 8,
-            note="ΔL(n−1): relative change from the nearest lower level of the same "
-                 "configuration chain (study A)."))
+            body.append(
+                [
+                    str(r.config),
+                    str(r.n_runs),
+                    _fmt(r.throughput_mean),
+                    delta(str(probe), "throughput", str(r.config)),
+                    _err(r.throughput_stderr, r.throughput_stderr_pct),
+                    _fmt(r.resp_mean),
+                    delta(str(probe), "mean", str(r.config)),
+                    _err(r.resp_stderr, r.resp_stderr_pct),
+                    _fmt(r.p95),
+                ]
+            )
+        tables.append(
+            Table(
+                title=str(probe),
+                columns=[
+                    "Configuration",
+                    "Runs",
+                    f"Throughput ({tunit or 'n/a'})",
+                    "ΔL(n−1)",
+                    "StdErr (StdErr%)",
+                    f"Resp. mean ({unit})",
+                    "ΔL(n−1)",
+                    "StdErr (StdErr%)",
+                    f"p95 ({unit})",
+                ],
+                rows=body,
+                numeric=[False] + [True] * 8,
+                note="ΔL(n−1): relative change from the nearest lower level of the same "
+                "configuration chain (study A).",
+            )
+        )
     return tables
 
 
@@ -361,16 +415,24 @@ def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
     for r in rows.itertuples(index=False):
         if bool(r.is_baseline):
             continue
-        body.append([str(r.probe), str(r.config), f"{r.overhead:.3g}×",
-                     f"{r.ci_low:.3g}–{r.ci_high:.3g}×",
-                     "-" if pd.isna(r.p_adjusted) else f"{r.p_adjusted:.3g}",
-                     words.short_verdict(str(r.verdict))])
+        body.append(
+            [
+                str(r.probe),
+                str(r.config),
+                f"{r.overhead:.3g}×",
+                f"{r.ci_low:.3g}–{r.ci_high:.3g}×",
+                "-" if pd.isna(r.p_adjusted) else f"{r.p_adjusted:.3g}",
+                words.short_verdict(str(r.verdict)),
+            ]
+        )
     if not body:
         return None
-    return Table(title="Overhead per probe",
-                 columns=["Probe", "Configuration", "Overhead", "95% CI", "p (adjusted)",
-                          "Verdict"],
-                 rows=body, numeric=[False, False, True, True, True, False])
+    return Table(
+        title="Overhead per probe",
+        columns=["Probe", "Configuration", "Overhead", "95% CI", "p (adjusted)", "Verdict"],
+        rows=body,
+        numeric=[False, False, True, True, True, False],
+    )
 
 
 def _flatten(obj: Any, prefix: str = "", *, argv: bool = False) -> dict[str, str]:  # noqa: ANN401
@@ -394,9 +456,12 @@ def _environment(configs: pd.DataFrame, order: Sequence[str]) -> Table:
     flat = {}
     for name in names:
         row = by_cfg[name]
-        flat[name] = {"level": str(row.get("level", "")), "target": str(row.get("target", "")),
-                      **{f"label.{k}": str(v) for k, v in (row.get("labels") or {}).items()},
-                      **_flatten(row.get("fingerprint") or {})}
+        flat[name] = {
+            "level": str(row.get("level", "")),
+            "target": str(row.get("target", "")),
+            **{f"label.{k}": str(v) for k, v in (row.get("labels") or {}).items()},
+            **_flatten(row.get("fingerprint") or {}),
+        }
     keys = list(dict.fromkeys(k for f in flat.values() for k in f))
     body = []
     for key in keys:
@@ -405,8 +470,9 @@ def _environment(configs: pd.DataFrame, order: Sequence[str]) -> Table:
     return Table(title="Environment fingerprints", columns=["Field", *names, ""], rows=body)
 
 
-def _config_provenance(configs: pd.DataFrame,
-                       order: Sequence[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+def _config_provenance(
+    configs: pd.DataFrame, order: Sequence[str]
+) -> list[tuple[str, list[tuple[str, str]]]]:
     out = []
     for _, row in configs.iterrows():
         prov = row.get("provenance") or {}
@@ -452,11 +518,17 @@ def _sweep(described: pd.DataFrame, ok: pd.DataFrame) -> FigureSpec | None:
         sub["yerr"] = (sub[f"{metric}_ci_high"] - sub[f"{metric}_mean"]).fillna(0)
         sub["series"] = sub["probe"] + " @ " + sub["level"].astype(str)
         return FigureSpec(
-            key=f"sweep-{key}", section="scaling", title=f"Scaling with {key}",
+            key=f"sweep-{key}",
+            section="scaling",
+            title=f"Scaling with {key}",
             caption=f"Mean {metric} against the '{key}' label; bars are 95% CIs.",
-            figure=figures.scaling(sub[["series", "x", "y", "yerr"]], x_label=key,
-                                   y_label=f"mean {metric}",
-                                   title=f"Scaling with {key}"))
+            figure=figures.scaling(
+                sub[["series", "x", "y", "yerr"]],
+                x_label=key,
+                y_label=f"mean {metric}",
+                title=f"Scaling with {key}",
+            ),
+        )
     return None
 
 
@@ -473,23 +545,33 @@ def _reference_figures() -> list[FigureSpec]:
     curves, guide = refdata.fitzgerald_cpu_scaling()
     return [
         FigureSpec(
-            key="ref-exits", section="exits", reference=True,
+            key="ref-exits",
+            section="exits",
+            reference=True,
             title="Exit-reason breakdown (reference: study E, Virtage Table 2)",
             caption="Published data, not your measurements: VM-exit handling time by reason "
-                    "group with shadow page tables (SPT) and with EPT, normalised to the SPT "
-                    "total. EPT removes the page-fault and CR-access exits.",
+            "group with shadow page tables (SPT) and with EPT, normalised to the SPT "
+            "total. EPT removes the page-fault and CR-access exits.",
             figure=figures.exit_reasons(
-                exits, title="Exit-handling time by reason group, normalised to SPT")),
+                exits, title="Exit-handling time by reason group, normalised to SPT"
+            ),
+        ),
         FigureSpec(
-            key="ref-scaling", section="scaling", reference=True,
+            key="ref-scaling",
+            section="scaling",
+            reference=True,
             title="Scaling curve (reference: study A, Tables 5–6)",
             caption="Published data, not your measurements: sysbench cpu throughput with "
-                    "the vCPUs each level had when not over-committed (L0 4, L1 3, L2 2); "
-                    "error bars are the published standard errors, dashed lines are "
-                    "throughput proportional to vCPUs. Over-committed (4 vCPUs at every "
-                    "level) the same test stays within a few percent of L0.",
+            "the vCPUs each level had when not over-committed (L0 4, L1 3, L2 2); "
+            "error bars are the published standard errors, dashed lines are "
+            "throughput proportional to vCPUs. Over-committed (4 vCPUs at every "
+            "level) the same test stays within a few percent of L0.",
             figure=figures.scaling(
-                curves, reference=guide, x_label="vCPUs of the guest",
+                curves,
+                reference=guide,
+                x_label="vCPUs of the guest",
                 y_label="TPSec (events/s)",
-                title="CPU throughput scales with vCPUs, not levels")),
+                title="CPU throughput scales with vCPUs, not levels",
+            ),
+        ),
     ]

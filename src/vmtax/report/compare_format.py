@@ -19,10 +19,20 @@ if TYPE_CHECKING:
 FORMATS = ("table", "markdown", "csv", "json")
 
 _DISPLAY = [
-    ("probe", "probe"), ("metric", "metric"), ("config", "config"), ("n_runs", "runs"),
-    ("mean", "mean"), ("unit", "unit"), ("delta_prev_pct", "ΔL(n−1) %"),
-    ("stderr", "StdErr"), ("stderr_pct", "StdErr %"), ("overhead", "overhead"),
-    ("ci", "95% CI"), ("p_value", "p"), ("p_adjusted", "p adj"), ("verdict", "verdict"),
+    ("probe", "probe"),
+    ("metric", "metric"),
+    ("config", "config"),
+    ("n_runs", "runs"),
+    ("mean", "mean"),
+    ("unit", "unit"),
+    ("delta_prev_pct", "ΔL(n−1) %"),
+    ("stderr", "StdErr"),
+    ("stderr_pct", "StdErr %"),
+    ("overhead", "overhead"),
+    ("ci", "95% CI"),
+    ("p_value", "p"),
+    ("p_adjusted", "p adj"),
+    ("verdict", "verdict"),
 ]
 
 
@@ -49,17 +59,29 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
     """The rounded, human-readable view of ``Comparison.rows``."""
     out = []
     for rec in rows.to_dict(orient="records"):
-        ci = "" if not math.isfinite(rec["ci_low"]) else \
-            f"[{rec['ci_low']:.3f}, {rec['ci_high']:.3f}]"
-        out.append({
-            "probe": rec["probe"], "metric": rec["metric"], "config": rec["config"],
-            "n_runs": str(rec["n_runs"]), "mean": _num(rec["mean"]), "unit": rec["unit"] or "",
-            "delta_prev_pct": _num(rec["delta_prev_pct"], 3), "stderr": _num(rec["stderr"], 3),
-            "stderr_pct": _num(rec["stderr_pct"], 3),
-            "overhead": "" if not math.isfinite(rec["overhead"]) else f"{rec['overhead']:.3f}",
-            "ci": ci, "p_value": _p(rec["p_value"]), "p_adjusted": _p(rec["p_adjusted"]),
-            "verdict": rec["verdict"],
-        })
+        ci = (
+            ""
+            if not math.isfinite(rec["ci_low"])
+            else f"[{rec['ci_low']:.3f}, {rec['ci_high']:.3f}]"
+        )
+        out.append(
+            {
+                "probe": rec["probe"],
+                "metric": rec["metric"],
+                "config": rec["config"],
+                "n_runs": str(rec["n_runs"]),
+                "mean": _num(rec["mean"]),
+                "unit": rec["unit"] or "",
+                "delta_prev_pct": _num(rec["delta_prev_pct"], 3),
+                "stderr": _num(rec["stderr"], 3),
+                "stderr_pct": _num(rec["stderr_pct"], 3),
+                "overhead": "" if not math.isfinite(rec["overhead"]) else f"{rec['overhead']:.3f}",
+                "ci": ci,
+                "p_value": _p(rec["p_value"]),
+                "p_adjusted": _p(rec["p_adjusted"]),
+                "verdict": rec["verdict"],
+            }
+        )
     import pandas as pd
 
     return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
@@ -68,8 +90,10 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
 def comparison_table(comp: Any) -> Table:
     """A rich table of a Comparison, warnings as a caption."""
     view = comparison_display(comp.rows)
-    table = Table(title=f"overhead vs baseline {comp.baseline} ({comp.test} test, "
-                        f"{comp.adjust} adjusted, noise ±{comp.noise:.0%})")
+    table = Table(
+        title=f"overhead vs baseline {comp.baseline} ({comp.test} test, "
+        f"{comp.adjust} adjusted, noise ±{comp.noise:.0%})"
+    )
     for key, head in _DISPLAY:
         right = key not in ("probe", "metric", "config", "unit", "verdict")
         table.add_column(head, justify="right" if right else "left")
@@ -97,8 +121,10 @@ def markdown(df: pd.DataFrame, headers: list[str] | None = None) -> str:
     def cell(v: Any) -> str:
         return str(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(cell(h) for h in heads) + " |",
-             "|" + "|".join("---" for _ in heads) + "|"]
+    lines = [
+        "| " + " | ".join(cell(h) for h in heads) + " |",
+        "|" + "|".join("---" for _ in heads) + "|",
+    ]
     for row in df.itertuples(index=False):
         lines.append("| " + " | ".join(cell(v) for v in row) + " |")
     return "\n".join(lines) + "\n"
@@ -132,8 +158,9 @@ def render_frame(df: pd.DataFrame, fmt: str, title: str = "") -> str | Table:
     if fmt == "csv":
         return csv_text(df)
     if fmt == "json":
-        records = [{k: json_safe(v) for k, v in rec.items()}
-                   for rec in df.to_dict(orient="records")]
+        records = [
+            {k: json_safe(v) for k, v in rec.items()} for rec in df.to_dict(orient="records")
+        ]
         return json.dumps(records, indent=2, allow_nan=False) + "\n"
     shown = df.map(lambda v: _num(v) if isinstance(v, float) else ("" if v is None else str(v)))
     if fmt == "markdown":

@@ -34,8 +34,17 @@ MARK_COLOR = "#00B4FF"
 WIDTH = 7.2  # inches; the page shows figures at most ~900 px wide
 
 # Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#999999",
-           "#000000", "#F0E442")
+PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#999999",
+    "#000000",
+    "#F0E442",
+)
 
 
 def palette(configs: Sequence[str]) -> dict[str, str]:
@@ -60,7 +69,7 @@ def _wrap(label: str, width: int = 26, lines: int = 2) -> str:
     """Wrap a long configuration name onto a few lines; cut what still does not fit."""
     parts = textwrap.wrap(label, width=width, break_long_words=True) or [""]
     if len(parts) > lines:
-        parts = parts[: lines - 1] + [_short(" ".join(parts[lines - 1:]), width)]
+        parts = parts[: lines - 1] + [_short(" ".join(parts[lines - 1 :]), width)]
     return "\n".join(parts)
 
 
@@ -103,18 +112,39 @@ def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Fig
         unit = next((str(u) for u in rows[unit_col] if isinstance(u, str) and u), "")
         if mean.isna().all():
             ax.set_axis_off()
-            ax.text(0.5, 0.5, f"{title}: not reported by this probe", ha="center",
-                    va="center", transform=ax.transAxes, color="#666666")
+            ax.text(
+                0.5,
+                0.5,
+                f"{title}: not reported by this probe",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="#666666",
+            )
             continue
-        err = _yerr(mean, rows[f"{metric}_ci_low"].astype(float),
-                    rows[f"{metric}_ci_high"].astype(float))
+        err = _yerr(
+            mean, rows[f"{metric}_ci_low"].astype(float), rows[f"{metric}_ci_high"].astype(float)
+        )
         log = _spans_decades(mean.to_numpy(), 100.0)
-        ax.barh(y, mean.fillna(0).to_numpy(), xerr=err, color=bar_colors, height=0.6,
-                log=log, error_kw={"ecolor": "#333333", "capsize": 3, "elinewidth": 1})
+        ax.barh(
+            y,
+            mean.fillna(0).to_numpy(),
+            xerr=err,
+            color=bar_colors,
+            height=0.6,
+            log=log,
+            error_kw={"ecolor": "#333333", "capsize": 3, "elinewidth": 1},
+        )
         for yi, m in zip(y, mean, strict=True):
             if np.isfinite(m):
-                ax.annotate(_value_label(m), (m, yi), xytext=(6, -7),
-                            textcoords="offset points", fontsize=7, color="#333333")
+                ax.annotate(
+                    _value_label(m),
+                    (m, yi),
+                    xytext=(6, -7),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="#333333",
+                )
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
         ax.grid(axis="y", visible=False)
@@ -150,35 +180,54 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
         mean = sub["overhead"].astype(float)
         err = _yerr(mean, sub["ci_low"].astype(float), sub["ci_high"].astype(float))
         height = mean.to_numpy() - base
-        ax.bar(x, height, bottom=base, width=width * 0.92, color=colors.get(config),
-               label=_short(config, 60), yerr=err,
-               error_kw={"ecolor": "#333333", "capsize": 2, "elinewidth": 0.9})
+        ax.bar(
+            x,
+            height,
+            bottom=base,
+            width=width * 0.92,
+            color=colors.get(config),
+            label=_short(config, 60),
+            yerr=err,
+            error_kw={"ecolor": "#333333", "capsize": 2, "elinewidth": 0.9},
+        )
         tops = np.fmax(mean.to_numpy(), sub["ci_high"].astype(float).to_numpy())
         for xi, m, top in zip(x, mean, tops, strict=True):
             if np.isfinite(m):  # above the whisker, so the two never cross
-                ax.annotate(f"{m:.3g}×", (xi, top), xytext=(0, 3), textcoords="offset points",
-                            ha="center", va="bottom", fontsize=6.5, color="#333333")
+                ax.annotate(
+                    f"{m:.3g}×",
+                    (xi, top),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=6.5,
+                    color="#333333",
+                )
     ax.axhline(1.0, color="#222222", linewidth=1.1, linestyle="--", zorder=3)
     if log:
         ax.set_yscale("log")
         # Leave room under the 1.0 line so it shows, and bars below 1 (cheaper) fit.
         ax.set_ylim(min(0.7, float(positive.min()) * 0.8), float(positive.max()) * 2.5)
     crowded = len(probes) * n_cfg > 8
-    ax.set_xticks(np.arange(len(probes)), [_short(p, 18) for p in probes],
-                  rotation=30 if crowded else 0, ha="right" if crowded else "center",
-                  rotation_mode="anchor")
+    ax.set_xticks(
+        np.arange(len(probes)),
+        [_short(p, 18) for p in probes],
+        rotation=30 if crowded else 0,
+        ha="right" if crowded else "center",
+        rotation_mode="anchor",
+    )
     ax.grid(axis="x", visible=False)
     ax.set_ylabel("overhead, × baseline" + (" (log scale)" if log else ""))
-    ax.set_title("Overhead vs baseline (dashed line 1.0 = baseline), whiskers = 95% CI",
-                 loc="left")
+    ax.set_title("Overhead vs baseline (dashed line 1.0 = baseline), whiskers = 95% CI", loc="left")
     fig.legend(loc="outside lower center", ncols=min(n_cfg, 2), fontsize=7.5)
     ax.margins(y=0.12)
     return fig
 
 
 @_styled
-def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
-                 colors: Mapping[str, str]) -> Figure:
+def distribution(
+    probe: str, unit: str, series: Mapping[str, np.ndarray], colors: Mapping[str, str]
+) -> Figure:
     """Histogram overlay of per-iteration values, one outline per configuration.
 
     Fixed ``HIST_BINS`` bins (log-spaced when the values are skewed); heights are the
@@ -187,8 +236,9 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
     """
     fig = Figure(figsize=(WIDTH, 2.8), layout="constrained")
     ax = fig.subplots()
-    pooled = np.concatenate([v[np.isfinite(v)] for v in series.values()]) \
-        if series else np.array([])
+    pooled = (
+        np.concatenate([v[np.isfinite(v)] for v in series.values()]) if series else np.array([])
+    )
     if pooled.size == 0:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
@@ -201,8 +251,9 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
     log = lo > 0 and hi / lo >= 10.0
     edges = np.geomspace(lo, hi, HIST_BINS + 1) if log else np.linspace(lo, hi, HIST_BINS + 1)
     beyond = int((pooled > hi).sum())
-    clipped_note = (f"; {beyond:,} values above {hi:.4g} not shown (max {pooled.max():.4g})"
-                    if beyond else "")
+    clipped_note = (
+        f"; {beyond:,} values above {hi:.4g} not shown (max {pooled.max():.4g})" if beyond else ""
+    )
     for config, values in series.items():
         values = values[np.isfinite(values)]
         if values.size == 0:
@@ -211,8 +262,13 @@ def distribution(probe: str, unit: str, series: Mapping[str, np.ndarray],
         frac = counts / values.size
         color = colors.get(config, PALETTE[0])
         ax.stairs(frac, edges, fill=True, alpha=0.18, color=color)
-        ax.stairs(frac, edges, color=color, linewidth=1.3,
-                  label=f"{_short(config, 40)} (n={values.size:,})")
+        ax.stairs(
+            frac,
+            edges,
+            color=color,
+            linewidth=1.3,
+            label=f"{_short(config, 40)} (n={values.size:,})",
+        )
     if log:
         ax.set_xscale("log")
     ax.set_xlabel(unit + (" (log scale)" if log else "") + clipped_note)
@@ -237,8 +293,9 @@ def reduce_max(matrix: np.ndarray, max_cells: int = MAX_CELLS) -> tuple[np.ndarr
     blocks = padded.reshape(pr // br, br, pc // bc, bc)
     with np.errstate(all="ignore"):
         valid = np.isfinite(blocks).any(axis=(1, 3))
-        reduced = np.where(valid, np.nanmax(np.where(np.isfinite(blocks), blocks, -np.inf),
-                                            axis=(1, 3)), np.nan)
+        reduced = np.where(
+            valid, np.nanmax(np.where(np.isfinite(blocks), blocks, -np.inf), axis=(1, 3)), np.nan
+        )
     return reduced, br, bc
 
 
@@ -258,11 +315,28 @@ def _marks(ax: Any, marks: np.ndarray, top: float, lo: float, hi: float) -> None
     if not shown.size:
         return
     if shown.size <= MAX_MARKERS:
-        ax.plot(shown + 0.5, np.full(shown.size, top), linestyle="none", marker="v",
-                markersize=5, color=MARK_COLOR, clip_on=False, zorder=5)
+        ax.plot(
+            shown + 0.5,
+            np.full(shown.size, top),
+            linestyle="none",
+            marker="v",
+            markersize=5,
+            color=MARK_COLOR,
+            clip_on=False,
+            zorder=5,
+        )
     else:
-        ax.plot(shown + 0.5, np.full(shown.size, top), linestyle="none", marker="|",
-                markersize=5, markeredgewidth=0.5, color=MARK_COLOR, clip_on=False, zorder=5)
+        ax.plot(
+            shown + 0.5,
+            np.full(shown.size, top),
+            linestyle="none",
+            marker="|",
+            markersize=5,
+            markeredgewidth=0.5,
+            color=MARK_COLOR,
+            clip_on=False,
+            zorder=5,
+        )
 
 
 def _norm(values: np.ndarray) -> Normalize:
@@ -279,8 +353,9 @@ def _norm(values: np.ndarray) -> Normalize:
 def _colorbar(fig: Figure, image: Any, ax: Any, unit: str | None) -> None:  # noqa: ANN401
     data = image.get_array()
     over = np.nanmax(data) > image.norm.vmax if np.isfinite(data).any() else False
-    cbar = fig.colorbar(image, ax=ax, pad=0.01, fraction=0.05, aspect=10,
-                        extend="max" if over else "neither")
+    cbar = fig.colorbar(
+        image, ax=ax, pad=0.01, fraction=0.05, aspect=10, extend="max" if over else "neither"
+    )
     if unit:
         cbar.set_label(unit, fontsize=7.5)
     cbar.ax.tick_params(labelsize=6.5)
@@ -297,8 +372,7 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     n = max(len(panels), 1)
     zoom = any(p.matrix.shape[1] > MAX_CELLS for p in panels)
     fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * n), layout="constrained")
-    grid = fig.subplots(n, 2 if zoom else 1, squeeze=False,
-                        width_ratios=[3, 1] if zoom else None)
+    grid = fig.subplots(n, 2 if zoom else 1, squeeze=False, width_ratios=[3, 1] if zoom else None)
     shapes: list[str] = []
     for row, panel in zip(grid, panels, strict=False):
         ax = row[0]
@@ -310,30 +384,55 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
             continue
         norm = _norm(finite)
         rows, cols = panel.matrix.shape
-        image = ax.imshow(reduced, aspect="auto", cmap="magma", norm=norm, origin="lower",
-                          extent=(0, cols, -0.5, rows - 0.5), interpolation="nearest")
-        shapes.append(f"{rows} runs × {cols:,} iterations" + (
-            f", each cell the max of {br}×{bc}" if br * bc > 1 else ""))
+        image = ax.imshow(
+            reduced,
+            aspect="auto",
+            cmap="magma",
+            norm=norm,
+            origin="lower",
+            extent=(0, cols, -0.5, rows - 0.5),
+            interpolation="nearest",
+        )
+        shapes.append(
+            f"{rows} runs × {cols:,} iterations"
+            + (f", each cell the max of {br}×{bc}" if br * bc > 1 else "")
+        )
         room = 62 if zoom else 84  # characters that fit above the mesh at this font size
-        ax.set_title(_short(panel.config, room - 26 if len(panel.periodic) else room),
-                     loc="left", fontsize=8, fontweight="normal")
+        ax.set_title(
+            _short(panel.config, room - 26 if len(panel.periodic) else room),
+            loc="left",
+            fontsize=8,
+            fontweight="normal",
+        )
         ax.set_ylabel("run")
         marks = np.asarray(sorted(set(panel.periodic)), dtype=float)
         _marks(ax, marks, rows - 0.5, 0, cols)
         if marks.size:
             period = f" (period {panel.period:g})" if panel.period else ""
-            ax.set_title(f"▼ {marks.size} periodic{period}", loc="right",
-                         fontsize=7.5, color="#0077AA", fontweight="normal")
+            ax.set_title(
+                f"▼ {marks.size} periodic{period}",
+                loc="right",
+                fontsize=7.5,
+                color="#0077AA",
+                fontweight="normal",
+            )
         if zoom:
             zax = row[1]
             width = min(cols, ZOOM)
             cells = panel.matrix[:, :width]
-            zimage = zax.imshow(cells, aspect="auto", cmap="magma",
-                                norm=_norm(cells[np.isfinite(cells)]), origin="lower",
-                                extent=(0, width, -0.5, rows - 0.5), interpolation="nearest")
+            zimage = zax.imshow(
+                cells,
+                aspect="auto",
+                cmap="magma",
+                norm=_norm(cells[np.isfinite(cells)]),
+                origin="lower",
+                extent=(0, width, -0.5, rows - 0.5),
+                interpolation="nearest",
+            )
             _marks(zax, marks, rows - 0.5, 0, width)
-            zax.set_title(f"first {width} iterations", loc="left", fontsize=7.5,
-                          fontweight="normal")
+            zax.set_title(
+                f"first {width} iterations", loc="left", fontsize=7.5, fontweight="normal"
+            )
             zax.tick_params(labelleft=False)
             zax.grid(False)
             zax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
@@ -344,8 +443,13 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     for a in grid[-1]:
         a.set_xlabel("iteration")
     detail = shapes[0] if len(set(shapes)) == 1 else "; ".join(dict.fromkeys(shapes))
-    fig.suptitle(f"{probe}: run × iteration mesh ({_short(detail, 90)})", x=0.01, ha="left",
-                 fontsize=9.5, fontweight="bold")
+    fig.suptitle(
+        f"{probe}: run × iteration mesh ({_short(detail, 90)})",
+        x=0.01,
+        ha="left",
+        fontsize=9.5,
+        fontweight="bold",
+    )
     return fig
 
 
@@ -357,8 +461,9 @@ def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
     configuration's total, as study E does). Bars are horizontal; the total is written at
     the end of each bar.
     """
-    pivot = frame.pivot_table(index="config", columns="group", values="value",
-                              aggfunc="sum", sort=False).fillna(0.0)
+    pivot = frame.pivot_table(
+        index="config", columns="group", values="value", aggfunc="sum", sort=False
+    ).fillna(0.0)
     pivot = pivot.loc[:, pivot.sum(axis=0) > 0]
     order = pivot.sum(axis=0).sort_values(ascending=False).index
     pivot = pivot[order]
@@ -368,12 +473,26 @@ def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
     y = np.arange(len(pivot))
     for i, group in enumerate(pivot.columns):
         width = pivot[group].to_numpy()
-        ax.barh(y, width, left=left, height=0.55, color=PALETTE[i % len(PALETTE)],
-                label=_short(str(group), 24), edgecolor="white", linewidth=0.5)
+        ax.barh(
+            y,
+            width,
+            left=left,
+            height=0.55,
+            color=PALETTE[i % len(PALETTE)],
+            label=_short(str(group), 24),
+            edgecolor="white",
+            linewidth=0.5,
+        )
         left = left + width
     for yi, total in zip(y, left, strict=True):
-        ax.annotate(f"total {total:.3f}", (total, yi), xytext=(4, 0),
-                    textcoords="offset points", va="center", fontsize=8)
+        ax.annotate(
+            f"total {total:.3f}",
+            (total, yi),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+        )
     ax.set_yticks(y, [_wrap(str(c), 30) for c in pivot.index])
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
@@ -385,8 +504,14 @@ def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
 
 
 @_styled
-def scaling(frame: pd.DataFrame, *, x_label: str, y_label: str, title: str,
-            reference: pd.DataFrame | None = None) -> Figure:
+def scaling(
+    frame: pd.DataFrame,
+    *,
+    x_label: str,
+    y_label: str,
+    title: str,
+    reference: pd.DataFrame | None = None,
+) -> Figure:
     """Scaling curves: y against a swept x, one line per series, optional error bars.
 
     ``frame``: series, x, y, and optionally yerr and point (a short label per point).
@@ -395,18 +520,39 @@ def scaling(frame: pd.DataFrame, *, x_label: str, y_label: str, title: str,
     fig = Figure(figsize=(WIDTH, 3.0), layout="constrained")
     ax = fig.subplots()
     if reference is not None and not reference.empty:
-        ax.plot(reference["x"], reference["y"], linestyle="--", color="#888888",
-                linewidth=1, label=f"proportional to {x_label}")
+        ax.plot(
+            reference["x"],
+            reference["y"],
+            linestyle="--",
+            color="#888888",
+            linewidth=1,
+            label=f"proportional to {x_label}",
+        )
     for i, (series, sub) in enumerate(frame.groupby("series", sort=False)):
         sub = sub.sort_values("x")
         color = PALETTE[i % len(PALETTE)]
         yerr = sub["yerr"].to_numpy(dtype=float) if "yerr" in sub else None
-        ax.errorbar(sub["x"], sub["y"], yerr=yerr, marker="o", markersize=4, color=color,
-                    capsize=3, linewidth=1.4, label=_short(str(series), 40))
+        ax.errorbar(
+            sub["x"],
+            sub["y"],
+            yerr=yerr,
+            marker="o",
+            markersize=4,
+            color=color,
+            capsize=3,
+            linewidth=1.4,
+            label=_short(str(series), 40),
+        )
         if "point" in sub:
             for xv, yv, text in zip(sub["x"], sub["y"], sub["point"], strict=True):
-                ax.annotate(str(text), (xv, yv), xytext=(4, 4), textcoords="offset points",
-                            fontsize=7, color=color)
+                ax.annotate(
+                    str(text),
+                    (xv, yv),
+                    xytext=(4, 4),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=color,
+                )
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title, loc="left")

@@ -33,22 +33,33 @@ class ReportInput:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load(store: Any, selectors: Sequence[str], baseline: str | None,  # noqa: ANN401
-         command: Sequence[str] = ()) -> ReportInput:
+def load(
+    store: Any,
+    selectors: Sequence[str],
+    baseline: str | None,  # noqa: ANN401
+    command: Sequence[str] = (),
+) -> ReportInput:
     """Read the runs the selectors pick, their samples, configurations and experiments."""
     runs = store.runs(list(selectors))
     ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
     samples = store.samples(ok_ids) if ok_ids else {}
-    experiments = [store.experiment(int(e)) for e in
-                   dict.fromkeys(int(x) for x in runs["experiment_id"])]
+    experiments = [
+        store.experiment(int(e)) for e in dict.fromkeys(int(x) for x in runs["experiment_id"])
+    ]
     configurations = _configurations(runs, experiments)
-    return ReportInput(runs=runs, samples=samples, configurations=configurations,
-                       experiments=experiments, selectors=list(selectors), baseline=baseline,
-                       command=list(command), source=getattr(store, "url_display", ""))
+    return ReportInput(
+        runs=runs,
+        samples=samples,
+        configurations=configurations,
+        experiments=experiments,
+        selectors=list(selectors),
+        baseline=baseline,
+        command=list(command),
+        source=getattr(store, "url_display", ""),
+    )
 
 
-def _configurations(runs: pd.DataFrame,
-                    experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def _configurations(runs: pd.DataFrame, experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per selected configuration, with its fingerprint and provenance. A key that
     occurs in several experiments is named "#<exp> <key>", as vmtax.stats.compare does."""
     wanted = set(int(c) for c in runs["configuration_id"]) if len(runs) else set()
@@ -62,14 +73,18 @@ def _configurations(runs: pd.DataFrame,
     if frame.empty:
         # Fall back to what the runs frame knows: no fingerprint, but config/level/target.
         cols = ["configuration_id", "config", "level", "labels", "target"]
-        frame = runs[cols].drop_duplicates("configuration_id") if len(runs) else \
-            pd.DataFrame(columns=cols)
+        frame = (
+            runs[cols].drop_duplicates("configuration_id")
+            if len(runs)
+            else pd.DataFrame(columns=cols)
+        )
         frame = frame.assign(fingerprint=[{}] * len(frame), provenance=[{}] * len(frame))
     if "config" not in frame and len(runs):
         names = runs.drop_duplicates("configuration_id").set_index("configuration_id")
         frame["config"] = frame["configuration_id"].map(names["config"])
     if "experiment_id" in frame and len(frame):
         clash = frame.groupby("config")["experiment_id"].transform("nunique") > 1
-        frame.loc[clash, "config"] = ("#" + frame.loc[clash, "experiment_id"].astype(str) + " "
-                                      + frame.loc[clash, "config"])
+        frame.loc[clash, "config"] = (
+            "#" + frame.loc[clash, "experiment_id"].astype(str) + " " + frame.loc[clash, "config"]
+        )
     return frame.reset_index(drop=True)

@@ -49,5 +49,6 @@ def render_markdown(model: ReportModel, output: Path) -> str:
     )
     env.filters["md"] = md_escape
     env.filters["code"] = md_code
-    return env.get_template("report.md.j2").render(m=model, pngs=pngs, sections=SECTIONS,
-                                                   version=__version__)
+    return env.get_template("report.md.j2").render(
+        m=model, pngs=pngs, sections=SECTIONS, version=__version__
+    )

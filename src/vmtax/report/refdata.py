@@ -13,8 +13,14 @@ import pandas as pd
 
 # Study A gives L1 3 vCPUs and L2 2 vCPUs when not over-committed, and every level 4 vCPUs
 # when over-committed (seeds.md, study A, "two configurations of each level").
-_VCPUS = {("no", "L0"): 4, ("no", "L1"): 3, ("no", "L2"): 2,
-          ("yes", "L0"): 4, ("yes", "L1"): 4, ("yes", "L2"): 4}
+_VCPUS = {
+    ("no", "L0"): 4,
+    ("no", "L1"): 3,
+    ("no", "L2"): 2,
+    ("yes", "L0"): 4,
+    ("yes", "L1"): 4,
+    ("yes", "L2"): 4,
+}
 
 
 def _csv(name: str) -> pd.DataFrame:
@@ -28,10 +34,15 @@ def virtage_exit_profile() -> pd.DataFrame:
     The table is already normalised to the SPT total; groups are the ``group`` column.
     """
     table = _csv("virtage_table2.csv")
-    long = table.melt(id_vars=["factor", "group"], value_vars=["spt", "ept"],
-                      var_name="config", value_name="value")
-    long["config"] = long["config"].map({"spt": "SPT (shadow page tables)",
-                                         "ept": "EPT (extended page tables)"})
+    long = table.melt(
+        id_vars=["factor", "group"],
+        value_vars=["spt", "ept"],
+        var_name="config",
+        value_name="value",
+    )
+    long["config"] = long["config"].map(
+        {"spt": "SPT (shadow page tables)", "ept": "EPT (extended page tables)"}
+    )
     return long[["config", "group", "factor", "value"]]
 
 
@@ -43,10 +54,14 @@ def fitzgerald_cpu_scaling() -> tuple[pd.DataFrame, pd.DataFrame]:
     """
     table = _csv("fitzgerald2014.csv")
     cpu = table[table["test"] == "cpu"].copy()
-    cpu["x"] = [_VCPUS[(oc, lvl)] for oc, lvl in zip(cpu["overcommitted"], cpu["level"],
-                                                      strict=True)]
-    cpu["series"] = cpu["arch"] + ", " + cpu["overcommitted"].map(
-        {"yes": "over-committed", "no": "not over-committed"})
+    cpu["x"] = [
+        _VCPUS[(oc, lvl)] for oc, lvl in zip(cpu["overcommitted"], cpu["level"], strict=True)
+    ]
+    cpu["series"] = (
+        cpu["arch"]
+        + ", "
+        + cpu["overcommitted"].map({"yes": "over-committed", "no": "not over-committed"})
+    )
     curves = cpu.rename(columns={"tpsec": "y", "tpsec_stderr": "yerr", "level": "point"})
     curves = curves[["series", "x", "y", "yerr", "point"]].reset_index(drop=True)
     # Only the not-over-committed rows sweep vCPUs; the over-committed ones sit at x=4.

@@ -54,7 +54,7 @@ def to_svg(fig: Figure, key: str) -> str:
     if tag is None:
         raise ValueError("matplotlib produced no <svg> element")
     start = _SIZE_ATTR.sub("", tag.group(0))
-    return svg[: tag.start()] + start + svg[tag.end():]
+    return svg[: tag.start()] + start + svg[tag.end() :]
 
 
 def to_png(fig: Figure, dpi: int = 110) -> bytes:

@@ -17,8 +17,7 @@ _VERDICTS = {
 }
 
 
-_SHORT = {"slower": "costlier", "faster": "cheaper", "~": "no difference",
-          "baseline": "baseline"}
+_SHORT = {"slower": "costlier", "faster": "cheaper", "~": "no difference", "baseline": "baseline"}
 
 
 def short_verdict(code: str) -> str:
@@ -48,15 +47,20 @@ def summary(rows: pd.DataFrame) -> list[str]:
         if sub.empty:
             continue
         geo = sub[sub["probe"] == "geomean"]
-        head = geo.iloc[0] if len(probes) > 1 and len(geo) else \
-            sub[sub["probe"] != "geomean"].iloc[0]
-        what = (f"geometric mean over {len(probes)} probes" if head["probe"] == "geomean"
-                else f"on {head['probe']}")
+        head = (
+            geo.iloc[0] if len(probes) > 1 and len(geo) else sub[sub["probe"] != "geomean"].iloc[0]
+        )
+        what = (
+            f"geometric mean over {len(probes)} probes"
+            if head["probe"] == "geomean"
+            else f"on {head['probe']}"
+        )
         ratio = float(head["overhead"])
         lines.append(
             f"{config}: {ratio:.3g}× the baseline's cost ({what}, "
             f"{_ci(float(head['ci_low']), float(head['ci_high']))}): "
-            f"{verdict(str(head['verdict']))}.")
+            f"{verdict(str(head['verdict']))}."
+        )
     return lines
 
 
@@ -86,50 +90,67 @@ def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
     Whether something was found is the detector's own decision (its ``found``/``changed``
     flags); this function only words it.
     """
-    out = Finding(probe=probe, config=config,
-                  shape=(int(result.runs), int(result.iterations)),
-                  evidence=result.to_dict())
+    out = Finding(
+        probe=probe,
+        config=config,
+        shape=(int(result.runs), int(result.iterations)),
+        evidence=result.to_dict(),
+    )
     per = result.periodic
     if per.found:
         shown = ", ".join(str(i) for i in per.indices[:12])
         more = f" and {len(per.indices) - 12} more" if len(per.indices) > 12 else ""
         where = f"; slow in nearly every run at indices {shown}{more}" if per.indices else ""
-        out.found.append(f"Periodic spikes every {per.period} iterations (autocorrelation "
-                         f"{_num(per.acf)}, p = {_num(per.p_value)}){where}.")
+        out.found.append(
+            f"Periodic spikes every {per.period} iterations (autocorrelation "
+            f"{_num(per.acf)}, p = {_num(per.p_value)}){where}."
+        )
     else:
         out.clear.append(f"No periodic spikes (p = {_num(per.p_value)}).")
 
     cross = result.cross_run
     if cross.found:
-        how = ("at the same indices in consecutive runs" if not cross.drift else
-               f"moving by {cross.drift} iterations from one run to the next")
-        out.found.append(f"Runs remember each other: spikes recur {how} (correlation "
-                         f"{_num(cross.correlation)}, p = {_num(cross.p_value)}, "
-                         f"{cross.pairs} run pairs).")
+        how = (
+            "at the same indices in consecutive runs"
+            if not cross.drift
+            else f"moving by {cross.drift} iterations from one run to the next"
+        )
+        out.found.append(
+            f"Runs remember each other: spikes recur {how} (correlation "
+            f"{_num(cross.correlation)}, p = {_num(cross.p_value)}, "
+            f"{cross.pairs} run pairs)."
+        )
     else:
         out.clear.append(f"No memory between runs (p = {_num(cross.p_value)}).")
 
     warm = result.warmup
     if warm.found:
-        out.found.append(f"Warm-up not over: the first {warm.n_slow} iterations of a run are "
-                         f"{_num(warm.slowdown)}× the steady state (p = {_num(warm.p_value)}).")
+        out.found.append(
+            f"Warm-up not over: the first {warm.n_slow} iterations of a run are "
+            f"{_num(warm.slowdown)}× the steady state (p = {_num(warm.p_value)})."
+        )
     else:
         out.clear.append(f"No leftover warm-up (p = {_num(warm.p_value)}).")
 
     shp = result.shape
     if shp.changed:
-        out.found.append(f"The distribution's shape differs from the baseline's "
-                         f"(Anderson–Darling {_num(shp.ad_stat)}, p = {_num(shp.p_value)}).")
+        out.found.append(
+            f"The distribution's shape differs from the baseline's "
+            f"(Anderson–Darling {_num(shp.ad_stat)}, p = {_num(shp.p_value)})."
+        )
     elif shp.p_value is not None:
         out.clear.append(f"Same distribution shape as the baseline (p = {_num(shp.p_value)}).")
     if shp.modality == "bimodal":
-        out.found.append(f"Bimodal distribution (mvalue {_num(shp.mvalue)}; "
-                         "about 2 for one mode, 4 for two).")
+        out.found.append(
+            f"Bimodal distribution (mvalue {_num(shp.mvalue)}; about 2 for one mode, 4 for two)."
+        )
     else:
         out.clear.append(f"One mode (mvalue {_num(shp.mvalue)}).")
 
     outl = result.outliers
     if outl.count:
-        out.clear.append(f"{outl.count:,} Tukey outliers ({outl.fraction:.2%}: {outl.high:,} "
-                         f"slow, {outl.low:,} fast); counted, never dropped.")
+        out.clear.append(
+            f"{outl.count:,} Tukey outliers ({outl.fraction:.2%}: {outl.high:,} "
+            f"slow, {outl.low:,} fast); counted, never dropped."
+        )
     return out

@@ -1,7 +1,7 @@
 """vmtax.stats: statistics on stored runs. It computes and returns DataFrames and dataclasses;
 formatting lives in vmtax.report.
 
-- ``describe``: study A's description of a set of runs (mean, StdErr, StdErr%);
+- ``describe``: study A's description of a set of runs (mean, StdErr, StdErr%, 95% t interval);
 - ``compare``: overhead vs a baseline with bootstrap CIs, adjusted p-values and verdicts;
 - ``bootstrap`` / ``significance``: the resampling and the tests behind ``compare``;
 - ``artifacts``: timing artifacts in raw samples (periodic spikes, cross-run memory, warm-up,

@@ -66,27 +66,40 @@ def _empty(estimate: float) -> BootResult:
     return BootResult(estimate, math.nan, math.nan, np.empty(0))
 
 
-def run_bootstrap(cfg_runs: np.ndarray, base_runs: np.ndarray, better: str, *,
-                  resamples: int = 10_000, seed: int = 0,
-                  confidence: float = 0.95) -> BootResult:
+def run_bootstrap(
+    cfg_runs: np.ndarray,
+    base_runs: np.ndarray,
+    better: str,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootResult:
     """Percentile CI of the overhead from run-level values, via ``scipy.stats.bootstrap``."""
     cfg_runs = np.asarray(cfg_runs, dtype=np.float64)
     base_runs = np.asarray(base_runs, dtype=np.float64)
-    est = overhead(cfg_runs.mean(), base_runs.mean(), better) if cfg_runs.size and base_runs.size \
+    est = (
+        overhead(cfg_runs.mean(), base_runs.mean(), better)
+        if cfg_runs.size and base_runs.size
         else math.nan
+    )
     if cfg_runs.size < 2 or base_runs.size < 2:
         return _empty(est)
     res = stats.bootstrap(
-        (cfg_runs, base_runs), _ratio(better), n_resamples=resamples, vectorized=True,
-        paired=False, confidence_level=confidence, method="percentile",
+        (cfg_runs, base_runs),
+        _ratio(better),
+        n_resamples=resamples,
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        method="percentile",
         rng=np.random.default_rng(seed),
     )
     ci = res.confidence_interval
     return BootResult(est, float(ci.low), float(ci.high), np.asarray(res.bootstrap_distribution))
 
 
-def _side_means(runs: Sequence[np.ndarray], resamples: int,
-                rng: np.random.Generator) -> np.ndarray:
+def _side_means(runs: Sequence[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
     """Resampled grand means (runs, then iterations within runs) for one side, shape (B,)."""
     n = np.array([r.size for r in runs], dtype=np.int64)
     m = np.array([r.mean() for r in runs])
@@ -106,9 +119,15 @@ def _side_means(runs: Sequence[np.ndarray], resamples: int,
     return run_means.mean(axis=1)
 
 
-def hierarchical_bootstrap(cfg: Sequence[np.ndarray], base: Sequence[np.ndarray], better: str,
-                           *, resamples: int = 10_000, seed: int = 0,
-                           confidence: float = 0.95) -> BootResult:
+def hierarchical_bootstrap(
+    cfg: Sequence[np.ndarray],
+    base: Sequence[np.ndarray],
+    better: str,
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootResult:
     """Percentile CI of the overhead resampling runs, then iterations within runs."""
     cfg = [np.asarray(r, dtype=np.float64) for r in cfg if np.size(r)]
     base = [np.asarray(r, dtype=np.float64) for r in base if np.size(r)]
@@ -127,8 +146,12 @@ def hierarchical_bootstrap(cfg: Sequence[np.ndarray], base: Sequence[np.ndarray]
     return BootResult(est, float(low), float(high), dist)
 
 
-def geomean_interval(distributions: Sequence[np.ndarray], estimates: Sequence[float],
-                     confidence: float = 0.95, seed: int = 0) -> BootResult:
+def geomean_interval(
+    distributions: Sequence[np.ndarray],
+    estimates: Sequence[float],
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> BootResult:
     """Geometric mean of overheads across independent probes, with a percentile CI.
 
     Probes are measured independently, so pairing their replicates gives draws from the joint
@@ -137,8 +160,11 @@ def geomean_interval(distributions: Sequence[np.ndarray], estimates: Sequence[fl
     pairing them by index would pair the same resampled run positions.
     """
     est_arr = np.asarray(estimates, dtype=np.float64)
-    est = float(np.exp(np.mean(np.log(est_arr)))) if est_arr.size and (est_arr > 0).all() \
+    est = (
+        float(np.exp(np.mean(np.log(est_arr))))
+        if est_arr.size and (est_arr > 0).all()
         else math.nan
+    )
     usable = [d for d in distributions if d.size]
     if len(usable) != len(distributions) or not usable:
         return _empty(est)

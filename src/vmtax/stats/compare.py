@@ -55,9 +55,25 @@ METRICS: dict[str, tuple[str, str | None, str | None]] = {
 }
 
 COLUMNS = [
-    "probe", "metric", "unit", "better", "config", "level", "is_baseline", "n_runs", "mean",
-    "stderr", "stderr_pct", "delta_prev_pct", "overhead", "ci_low", "ci_high", "p_value",
-    "p_adjusted", "verdict", "warnings",
+    "probe",
+    "metric",
+    "unit",
+    "better",
+    "config",
+    "level",
+    "is_baseline",
+    "n_runs",
+    "mean",
+    "stderr",
+    "stderr_pct",
+    "delta_prev_pct",
+    "overhead",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "p_adjusted",
+    "verdict",
+    "warnings",
 ]
 
 
@@ -128,9 +144,7 @@ def _metrics(metric: str | Sequence[str]) -> list[str]:
             continue
         name = "mean" if name == "auto" else name
         if name not in METRICS:
-            raise UsageError(
-                f"unknown metric {name!r} (choose from auto, {', '.join(METRICS)})"
-            )
+            raise UsageError(f"unknown metric {name!r} (choose from auto, {', '.join(METRICS)})")
         if name not in out:
             out.append(name)
     return out or ["mean"]
@@ -153,10 +167,18 @@ def _group_keys(ok: pd.DataFrame) -> pd.Series:
     return prefixed.where(clash, ok["config"].astype(str))
 
 
-def compare(runs: pd.DataFrame, samples: Mapping[int, np.ndarray] | None,
-            baseline: str | pd.Series, *, metric: str | Sequence[str] = "auto",
-            test: str = "permutation", adjust: str = "holm", noise: float = 0.02,
-            resamples: int = 10_000, seed: int = 0) -> Comparison:
+def compare(
+    runs: pd.DataFrame,
+    samples: Mapping[int, np.ndarray] | None,
+    baseline: str | pd.Series,
+    *,
+    metric: str | Sequence[str] = "auto",
+    test: str = "permutation",
+    adjust: str = "holm",
+    noise: float = 0.02,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
     ``runs`` has the ``Store.runs()`` columns; ``samples`` maps run ids to raw iteration values
@@ -196,41 +218,72 @@ def compare(runs: pd.DataFrame, samples: Mapping[int, np.ndarray] | None,
             continue
         base_key = base_keys[0]
         for name in metrics:
-            _compare_metric(pruns, str(probe), name, base_key, samples, test, resamples, seed,
-                            rows, dists, notes)
+            _compare_metric(
+                pruns,
+                str(probe),
+                name,
+                base_key,
+                samples,
+                test,
+                resamples,
+                seed,
+                rows,
+                dists,
+                notes,
+            )
 
     frame = pd.DataFrame(rows, columns=[*COLUMNS, "_dist", "_labels", "_exp", "_n_base"])
     if frame.empty or frame["is_baseline"].all():
-        raise UsageError("nothing to compare: no probe has runs in both the baseline and "
-                         "another configuration")
+        raise UsageError(
+            "nothing to compare: no probe has runs in both the baseline and another configuration"
+        )
     _chain_deltas(frame)
     tested = ~frame["is_baseline"]
     pvals = frame["p_value"].astype(float).to_numpy()
     pvals_family = np.where(tested, pvals, np.nan)
     frame["p_adjusted"] = significance.adjust(pvals_family, adjust)
-    floors = np.array([
-        significance.min_pvalue(int(n), int(nb), test, resamples=resamples) if t else np.nan
-        for n, nb, t in zip(frame["n_runs"], frame["_n_base"], tested, strict=True)
-    ])
-    best = significance.best_adjusted(np.where(np.isfinite(pvals_family), pvals_family, 1.0),
-                                      floors, adjust)
+    floors = np.array(
+        [
+            significance.min_pvalue(int(n), int(nb), test, resamples=resamples) if t else np.nan
+            for n, nb, t in zip(frame["n_runs"], frame["_n_base"], tested, strict=True)
+        ]
+    )
+    best = significance.best_adjusted(
+        np.where(np.isfinite(pvals_family), pvals_family, 1.0), floors, adjust
+    )
     for i in np.flatnonzero(tested.to_numpy()):
         if np.isfinite(best[i]) and best[i] >= ALPHA:
-            _warn(frame, i, f"cannot reach significance: best possible adjusted p is "
-                            f"{best[i]:.3g} with {int(frame.at[i, 'n_runs'])} vs "
-                            f"{int(frame.at[i, '_n_base'])} runs")
+            _warn(
+                frame,
+                i,
+                f"cannot reach significance: best possible adjusted p is "
+                f"{best[i]:.3g} with {int(frame.at[i, 'n_runs'])} vs "
+                f"{int(frame.at[i, '_n_base'])} runs",
+            )
     frame["verdict"] = [
         "baseline" if b else _verdict(pa, lo, hi, noise)
-        for b, pa, lo, hi in zip(frame["is_baseline"], frame["p_adjusted"], frame["ci_low"],
-                                 frame["ci_high"], strict=True)
+        for b, pa, lo, hi in zip(
+            frame["is_baseline"],
+            frame["p_adjusted"],
+            frame["ci_low"],
+            frame["ci_high"],
+            strict=True,
+        )
     ]
     geo = _geomean_rows(frame, dists, noise, seed)
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
     frame["is_baseline"] = frame["is_baseline"].astype(bool)
     return Comparison(
-        rows=frame[COLUMNS].reset_index(drop=True), baseline=label, test=test, adjust=adjust,
-        noise=noise, resamples=resamples, seed=seed, metrics=metrics, warnings=notes,
+        rows=frame[COLUMNS].reset_index(drop=True),
+        baseline=label,
+        test=test,
+        adjust=adjust,
+        noise=noise,
+        resamples=resamples,
+        seed=seed,
+        metrics=metrics,
+        warnings=notes,
     )
 
 
@@ -258,10 +311,19 @@ def _run_values(group: pd.DataFrame, column: str) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def _compare_metric(pruns: pd.DataFrame, probe: str, name: str, base_key: str,
-                    samples: Mapping[int, np.ndarray] | None, test: str, resamples: int,
-                    seed: int, rows: list[dict[str, Any]], dists: dict[int, np.ndarray],
-                    notes: list[str]) -> None:
+def _compare_metric(
+    pruns: pd.DataFrame,
+    probe: str,
+    name: str,
+    base_key: str,
+    samples: Mapping[int, np.ndarray] | None,
+    test: str,
+    resamples: int,
+    seed: int,
+    rows: list[dict[str, Any]],
+    dists: dict[int, np.ndarray],
+    notes: list[str],
+) -> None:
     column, unit_override, better_override = METRICS[name]
     groups = {key: g for key, g in pruns.groupby("_key", sort=False)}
     base = groups[base_key]
@@ -277,8 +339,10 @@ def _compare_metric(pruns: pd.DataFrame, probe: str, name: str, base_key: str,
         unit = unit_override or first.get("unit") or ""
     use_samples = name == "mean" and samples is not None
     base_samples = _samples_of(base, samples) if use_samples else None
-    order = [base_key] + sorted((k for k in groups if k != base_key),
-                                key=lambda k: (level_number(groups[k]["level"].iloc[0]), k))
+    order = [base_key] + sorted(
+        (k for k in groups if k != base_key),
+        key=lambda k: (level_number(groups[k]["level"].iloc[0]), k),
+    )
     for key in order:
         g = groups[key]
         vals = _run_values(g, column)
@@ -290,36 +354,56 @@ def _compare_metric(pruns: pd.DataFrame, probe: str, name: str, base_key: str,
         sem = float(stats.sem(vals)) if vals.size > 1 else math.nan
         warnings = []
         if vals.size < MIN_RUNS or base_vals.size < MIN_RUNS:
-            warnings.append(f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} "
-                            "per side")
+            warnings.append(
+                f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} per side"
+            )
         if is_base:
             boot = bootstrap.BootResult(1.0, math.nan, math.nan, np.empty(0))
             p = math.nan
         else:
             cfg_samples = _samples_of(g, samples) if use_samples else None
             if cfg_samples is not None and base_samples is not None:
-                boot = bootstrap.hierarchical_bootstrap(cfg_samples, base_samples, better,
-                                                        resamples=resamples, seed=seed)
+                boot = bootstrap.hierarchical_bootstrap(
+                    cfg_samples, base_samples, better, resamples=resamples, seed=seed
+                )
             else:
-                boot = bootstrap.run_bootstrap(vals, base_vals, better, resamples=resamples,
-                                               seed=seed)
+                boot = bootstrap.run_bootstrap(
+                    vals, base_vals, better, resamples=resamples, seed=seed
+                )
             p = significance.pvalue(vals, base_vals, test, resamples=resamples, seed=seed)
         dists[len(rows)] = boot.distribution
-        rows.append({
-            "probe": probe, "metric": name, "unit": unit, "better": better, "config": key,
-            "level": str(g["level"].iloc[0]), "is_baseline": is_base, "n_runs": int(vals.size),
-            "mean": mean, "stderr": sem,
-            "stderr_pct": 100.0 * sem / abs(mean) if mean != 0 else math.nan,
-            "delta_prev_pct": math.nan, "overhead": boot.estimate, "ci_low": boot.low,
-            "ci_high": boot.high, "p_value": p, "p_adjusted": math.nan, "verdict": "",
-            "warnings": "; ".join(warnings), "_dist": len(rows),
-            "_labels": _labels_of(g), "_exp": int(g["experiment_id"].iloc[0]),
-            "_n_base": int(base_vals.size),
-        })
+        rows.append(
+            {
+                "probe": probe,
+                "metric": name,
+                "unit": unit,
+                "better": better,
+                "config": key,
+                "level": str(g["level"].iloc[0]),
+                "is_baseline": is_base,
+                "n_runs": int(vals.size),
+                "mean": mean,
+                "stderr": sem,
+                "stderr_pct": 100.0 * sem / abs(mean) if mean != 0 else math.nan,
+                "delta_prev_pct": math.nan,
+                "overhead": boot.estimate,
+                "ci_low": boot.low,
+                "ci_high": boot.high,
+                "p_value": p,
+                "p_adjusted": math.nan,
+                "verdict": "",
+                "warnings": "; ".join(warnings),
+                "_dist": len(rows),
+                "_labels": _labels_of(g),
+                "_exp": int(g["experiment_id"].iloc[0]),
+                "_n_base": int(base_vals.size),
+            }
+        )
 
 
-def _samples_of(group: pd.DataFrame,
-                samples: Mapping[int, np.ndarray] | None) -> list[np.ndarray] | None:
+def _samples_of(
+    group: pd.DataFrame, samples: Mapping[int, np.ndarray] | None
+) -> list[np.ndarray] | None:
     """The raw values of every run of a group, or None when any run lacks them."""
     if samples is None:
         return None
@@ -356,14 +440,20 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
             li = levels[i]
             if not math.isfinite(li):
                 continue
-            cands = [j for j in part.index if math.isfinite(levels[j]) and levels[j] < li
-                     and _compatible(part.at[i, "_labels"], part.at[j, "_labels"])]
+            cands = [
+                j
+                for j in part.index
+                if math.isfinite(levels[j])
+                and levels[j] < li
+                and _compatible(part.at[i, "_labels"], part.at[j, "_labels"])
+            ]
             if not cands:
                 continue
             top = max(levels[j] for j in cands)
             near = [j for j in cands if levels[j] == top]
-            shared = {j: len(part.at[i, "_labels"].keys() & part.at[j, "_labels"].keys())
-                      for j in near}
+            shared = {
+                j: len(part.at[i, "_labels"].keys() & part.at[j, "_labels"].keys()) for j in near
+            }
             best = max(shared.values())
             winners = [j for j in near if shared[j] == best]
             if len(winners) != 1:
@@ -373,8 +463,9 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
                 frame.at[i, "delta_prev_pct"] = 100.0 * (float(part.at[i, "mean"]) - prev) / prev
 
 
-def _geomean_rows(frame: pd.DataFrame, dists: Mapping[int, np.ndarray],
-                  noise: float, seed: int) -> pd.DataFrame:
+def _geomean_rows(
+    frame: pd.DataFrame, dists: Mapping[int, np.ndarray], noise: float, seed: int
+) -> pd.DataFrame:
     rows = []
     tested = frame[~frame["is_baseline"]]
     for (name, key), part in tested.groupby(["metric", "config"], sort=False):
@@ -384,13 +475,27 @@ def _geomean_rows(frame: pd.DataFrame, dists: Mapping[int, np.ndarray],
         if not (np.isfinite(est).all() and (est > 0).all()):
             continue
         res = bootstrap.geomean_interval([dists[int(d)] for d in part["_dist"]], est, seed=seed)
-        rows.append({
-            "probe": "geomean", "metric": name, "unit": "", "better": "lower", "config": key,
-            "level": part["level"].iloc[0], "is_baseline": False,
-            "n_runs": int(part["n_runs"].min()), "mean": math.nan, "stderr": math.nan,
-            "stderr_pct": math.nan, "delta_prev_pct": math.nan, "overhead": res.estimate,
-            "ci_low": res.low, "ci_high": res.high, "p_value": math.nan,
-            "p_adjusted": math.nan, "verdict": _band_verdict(res.low, res.high, noise),
-            "warnings": f"summary of {part['probe'].nunique()} probes; not a test",
-        })
+        rows.append(
+            {
+                "probe": "geomean",
+                "metric": name,
+                "unit": "",
+                "better": "lower",
+                "config": key,
+                "level": part["level"].iloc[0],
+                "is_baseline": False,
+                "n_runs": int(part["n_runs"].min()),
+                "mean": math.nan,
+                "stderr": math.nan,
+                "stderr_pct": math.nan,
+                "delta_prev_pct": math.nan,
+                "overhead": res.estimate,
+                "ci_low": res.low,
+                "ci_high": res.high,
+                "p_value": math.nan,
+                "p_adjusted": math.nan,
+                "verdict": _band_verdict(res.low, res.high, noise),
+                "warnings": f"summary of {part['probe'].nunique()} probes; not a test",
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -27,8 +27,14 @@ def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
-def pvalue(a: np.ndarray, b: np.ndarray, test: str = "permutation", *,
-           resamples: int = 10_000, seed: int = 0) -> float:
+def pvalue(
+    a: np.ndarray,
+    b: np.ndarray,
+    test: str = "permutation",
+    *,
+    resamples: int = 10_000,
+    seed: int = 0,
+) -> float:
     """Two-sided p-value for "a and b come from the same population"; NaN if undefined."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -36,8 +42,13 @@ def pvalue(a: np.ndarray, b: np.ndarray, test: str = "permutation", *,
         return math.nan
     if test == "permutation":
         res = stats.permutation_test(
-            (a, b), _mean_diff, permutation_type="independent", vectorized=True,
-            n_resamples=resamples, alternative="two-sided", rng=np.random.default_rng(seed),
+            (a, b),
+            _mean_diff,
+            permutation_type="independent",
+            vectorized=True,
+            n_resamples=resamples,
+            alternative="two-sided",
+            rng=np.random.default_rng(seed),
         )
         return float(res.pvalue)
     if test == "welch":

@@ -21,10 +21,18 @@ class Config:
         return " ".join([self.level, *(f"{k}={v}" for k, v in sorted(self.labels.items()))])
 
 
-def runs_frame(configs: Sequence[Config], *, probes: Sequence[str] = ("syscall",),
-               runs: int = 10, iterations: int = 1000, base: float = 100.0,
-               sigma: float = 0.05, run_sigma: float = 0.01, seed: int = 0,
-               experiment_id: int = 1) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
+def runs_frame(
+    configs: Sequence[Config],
+    *,
+    probes: Sequence[str] = ("syscall",),
+    runs: int = 10,
+    iterations: int = 1000,
+    base: float = 100.0,
+    sigma: float = 0.05,
+    run_sigma: float = 0.01,
+    seed: int = 0,
+    experiment_id: int = 1,
+) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
     """Runs (lognormal iterations, a per-run level jitter) and their raw samples by run id."""
     rng = np.random.default_rng(seed)
     rows, samples = [], {}
@@ -36,16 +44,36 @@ def runs_frame(configs: Sequence[Config], *, probes: Sequence[str] = ("syscall",
                 level = base * cfg.factor * rng.lognormal(0.0, run_sigma)
                 v = level * rng.lognormal(0.0, sigma, iterations)
                 samples[run_id] = v
-                rows.append({
-                    "run_id": run_id, "experiment_id": experiment_id,
-                    "configuration_id": cfg_index + 1, "config": cfg.key, "level": cfg.level,
-                    "labels": dict(cfg.labels), "target": "synthetic", "hypervisor": "none",
-                    "probe": probe, "unit": "ns", "better": "lower", "throughput_unit": None,
-                    "plan_index": 0, "run_index": r, "status": "ok", "n": iterations,
-                    "mean": float(v.mean()), "median": float(np.median(v)),
-                    "stddev": float(v.std(ddof=1)), "min": float(v.min()), "max": float(v.max()),
-                    "p95": float(np.percentile(v, 95)), "p99": float(np.percentile(v, 99)),
-                    "wall_s": float(v.sum() * 1e-9), "ops_per_sec": float(1e9 / v.mean()),
-                    "throughput": None, "steal_ticks": 0, "error": None,
-                })
+                rows.append(
+                    {
+                        "run_id": run_id,
+                        "experiment_id": experiment_id,
+                        "configuration_id": cfg_index + 1,
+                        "config": cfg.key,
+                        "level": cfg.level,
+                        "labels": dict(cfg.labels),
+                        "target": "synthetic",
+                        "hypervisor": "none",
+                        "probe": probe,
+                        "unit": "ns",
+                        "better": "lower",
+                        "throughput_unit": None,
+                        "plan_index": 0,
+                        "run_index": r,
+                        "status": "ok",
+                        "n": iterations,
+                        "mean": float(v.mean()),
+                        "median": float(np.median(v)),
+                        "stddev": float(v.std(ddof=1)),
+                        "min": float(v.min()),
+                        "max": float(v.max()),
+                        "p95": float(np.percentile(v, 95)),
+                        "p99": float(np.percentile(v, 99)),
+                        "wall_s": float(v.sum() * 1e-9),
+                        "ops_per_sec": float(1e9 / v.mean()),
+                        "throughput": None,
+                        "steal_ticks": 0,
+                        "error": None,
+                    }
+                )
     return pd.DataFrame(rows), samples

@@ -104,6 +104,7 @@ def choose_accel(requested: str = "auto", *, notice: bool = True) -> str:
     if requested == "kvm":
         raise VmtaxError(f"accel=kvm refused: {verdict.reason}")
     if notice:
-        print(f"vmtax: KVM refused ({verdict.reason}); using accel=tcg (emulation)",
-              file=sys.stderr)
+        print(
+            f"vmtax: KVM refused ({verdict.reason}); using accel=tcg (emulation)", file=sys.stderr
+        )
     return "tcg"

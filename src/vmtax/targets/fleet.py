@@ -35,8 +35,17 @@ from vmtax.targets.base import Target
 from vmtax.targets.ssh import SshTarget
 
 DEFAULT_CONCURRENCY = 4
-_HOST_KEYS = {"url", "name", "identity", "known_hosts", "accept_new_host_key", "labels",
-              "level", "agent", "remote_dir"}
+_HOST_KEYS = {
+    "url",
+    "name",
+    "identity",
+    "known_hosts",
+    "accept_new_host_key",
+    "labels",
+    "level",
+    "agent",
+    "remote_dir",
+}
 T = TypeVar("T")
 
 

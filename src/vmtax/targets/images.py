@@ -100,13 +100,11 @@ def is_static(path: Path) -> bool:
         head = fh.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only
             return False
-        phoff, = struct.unpack_from("<Q", head, 0x20)
+        (phoff,) = struct.unpack_from("<Q", head, 0x20)
         phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
         fh.seek(phoff)
         table = fh.read(phentsize * phnum)
-    return all(
-        struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum)
-    )
+    return all(struct.unpack_from("<I", table, i * phentsize)[0] != 3 for i in range(phnum))
 
 
 def module_closure(moddir: Path, names: tuple[str, ...]) -> list[str]:

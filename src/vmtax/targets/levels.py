@@ -58,8 +58,9 @@ def _round(mb: int) -> int:
     return max(MIN_GUEST_MB, mb // 256 * 256)
 
 
-def size_levels(levels: list[str], preset: str, *, cpus: int | None = None,
-                memory_mb: int | None = None) -> dict[str, Sizing]:
+def size_levels(
+    levels: list[str], preset: str, *, cpus: int | None = None, memory_mb: int | None = None
+) -> dict[str, Sizing]:
     """vCPUs and memory for each guest level (L1..) under ``preset``."""
     if preset not in PRESETS:
         raise UsageError(f"unknown sizing preset {preset!r} (choose {', '.join(PRESETS)})")
@@ -198,8 +199,9 @@ class OneAtATime(Target):
         self.target.close()
 
 
-def _qemu_target(level: str, sizing: dict[str, Sizing], accel: str, image: str,
-                 timeout: float) -> Target:
+def _qemu_target(
+    level: str, sizing: dict[str, Sizing], accel: str, image: str, timeout: float
+) -> Target:
     from vmtax.targets.qemu import GuestSpec, QemuTarget
 
     n = int(level[1])
@@ -218,5 +220,6 @@ def _qemu_target(level: str, sizing: dict[str, Sizing], accel: str, image: str,
         provenance["outer_guest"] = asdict(outer)
     # L2/L3 are booted by a guest (TCG inside TCG) and need far longer to come up.
     boot = timeout * (20 ** (n - 1))
-    return QemuTarget(level, spec, boot_timeout=boot, labels=labels, provenance=provenance,
-                      inner=inner)
+    return QemuTarget(
+        level, spec, boot_timeout=boot, labels=labels, provenance=provenance, inner=inner
+    )

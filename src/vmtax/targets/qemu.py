@@ -61,39 +61,62 @@ def qemu_binary() -> str:
     return path
 
 
-def qemu_argv(image: Image, spec: GuestSpec, workdir: Path, *, agent_args: list[str] | None = None,
-              paused: bool = True) -> list[str]:
+def qemu_argv(
+    image: Image,
+    spec: GuestSpec,
+    workdir: Path,
+    *,
+    agent_args: list[str] | None = None,
+    paused: bool = True,
+) -> list[str]:
     """The full QEMU command line. ``agent_args`` runs the agent one-shot instead of serving."""
     append = ["console=ttyS0", "quiet", "panic=-1", *spec.extra_append]
     if agent_args:
         append += ["--", *agent_args]
     argv = [
         qemu_binary(),
-        "-name", "vmtax-guest",
-        "-nodefaults", "-no-user-config",
-        "-machine", f"q35,accel={spec.accel}",
+        "-name",
+        "vmtax-guest",
+        "-nodefaults",
+        "-no-user-config",
+        "-machine",
+        f"q35,accel={spec.accel}",
         # TCG: the richest emulated CPU; KVM: the host's own CPU model (study A used -cpu host).
-        "-cpu", spec.cpu or ("host" if spec.accel == "kvm" else "max"),
-        "-smp", str(spec.vcpus),
-        "-m", f"{spec.memory_mb}M",
-        "-display", "none",
+        "-cpu",
+        spec.cpu or ("host" if spec.accel == "kvm" else "max"),
+        "-smp",
+        str(spec.vcpus),
+        "-m",
+        f"{spec.memory_mb}M",
+        "-display",
+        "none",
         "-no-reboot",
-        "-serial", f"file:{workdir / 'console.log'}",
-        "-kernel", str(image.kernel),
-        "-initrd", str(image.initrd),
-        "-append", " ".join(append),
-        "-qmp", f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        "-serial",
+        f"file:{workdir / 'console.log'}",
+        "-kernel",
+        str(image.kernel),
+        "-initrd",
+        str(image.initrd),
+        "-append",
+        " ".join(append),
+        "-qmp",
+        f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
     ]
     if agent_args is None:
         argv += [
-            "-device", "virtio-serial-pci,id=vser0",
-            "-chardev", f"socket,id=vmtax,path={workdir / 'vmtax.sock'},server=on,wait=off",
-            "-device", "virtserialport,bus=vser0.0,chardev=vmtax,name=vmtax",
+            "-device",
+            "virtio-serial-pci,id=vser0",
+            "-chardev",
+            f"socket,id=vmtax,path={workdir / 'vmtax.sock'},server=on,wait=off",
+            "-device",
+            "virtserialport,bus=vser0.0,chardev=vmtax,name=vmtax",
         ]
     if spec.scratch_mb:
         argv += [
-            "-drive", f"file={workdir / 'scratch.img'},format=raw,if=none,id=scratch",
-            "-device", "virtio-blk-pci,drive=scratch",
+            "-drive",
+            f"file={workdir / 'scratch.img'},format=raw,if=none,id=scratch",
+            "-device",
+            "virtio-blk-pci,drive=scratch",
         ]
     if paused:
         argv.append("-S")
@@ -406,8 +429,7 @@ class QemuTarget(Target):
             out["vcpu_pinning"] = {str(k): v for k, v in self.guest.pinning.items()}
         if self.inner:
             out["inner_levels"] = [
-                {"vcpus": c, "memory_mb": m, "accel": "tcg", "pinned": False}
-                for c, m in self.inner
+                {"vcpus": c, "memory_mb": m, "accel": "tcg", "pinned": False} for c, m in self.inner
             ]
         if self.boot_seconds is not None:
             out["boot_seconds"] = round(self.boot_seconds, 3)
@@ -428,8 +450,9 @@ class QemuTarget(Target):
             guest.stop()
 
 
-def run_oneshot(image: Image, spec: GuestSpec, agent_args: list[str],
-                timeout: float) -> tuple[list[str], str]:
+def run_oneshot(
+    image: Image, spec: GuestSpec, agent_args: list[str], timeout: float
+) -> tuple[list[str], str]:
     """Boot ``image`` with the agent as PID 1 running ``agent_args`` (kernel args after
     ``--``), wait for the power-off; return the agent's JSON lines and the whole console."""
     guest = QemuGuest(image, spec, agent_args=agent_args)

@@ -115,8 +115,9 @@ class SshTarget(Target):
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                            name=f"vmtax-ssh-{self.host}")
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, daemon=True, name=f"vmtax-ssh-{self.host}"
+            )
             self._thread.start()
         fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
@@ -275,8 +276,9 @@ class SshTarget(Target):
                 # Closing the channel hangs up the remote agent (SIGPIPE on its next write).
                 task.cancel()
 
-    async def _stream(self, command: str, lines: queue.Queue[object],
-                      done: threading.Event) -> None:
+    async def _stream(
+        self, command: str, lines: queue.Queue[object], done: threading.Event
+    ) -> None:
         proc = None
         err_task: asyncio.Future[str] | None = None
         try:

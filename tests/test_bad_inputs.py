@@ -148,6 +148,13 @@ def test_bad_levels_and_target(db, cli):
     )
 
 
+def test_bad_depth(db, cli):
+    one_line_error(cli("run", "--depth", "4", "--db", db), "--depth must be 1, 2 or 3")
+    one_line_error(
+        cli("run", "--depth", "1", "--levels", "L0,L1", "--db", db), "--depth or --levels"
+    )
+
+
 def test_unreachable_database(cli):
     # Port 1 on loopback: nothing listens, the connection is refused at once.
     r = cli("run", "--db", "postgresql://vmtax:sekrit@127.0.0.1:1/vmtax")

@@ -16,6 +16,7 @@ pub mod io;
 pub mod memory;
 pub mod pagefault;
 pub mod pingpong;
+mod roundtrip;
 pub mod syscall;
 pub mod threads;
 pub mod timer;

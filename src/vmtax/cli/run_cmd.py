@@ -79,6 +79,10 @@ def run(
         str | None,
         typer.Option(help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above)."),
     ] = None,
+    depth: Annotated[
+        int | None,
+        typer.Option(help="Nest guests N deep (1..3) and run at every level: --levels L0..LN."),
+    ] = None,
     preset: Annotated[str, typer.Option(help="Guest sizing preset for --levels.")] = "seed-c",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg, for --levels.")] = "auto",
     target: Annotated[
@@ -92,6 +96,8 @@ def run(
     """Run a suite of probes, store every run and print the study-A table.
 
     Example: vmtax run --suite quick --runs 5 --label note=baseline
+
+    Example: vmtax run --levels L0,L1 (or --depth 2 for L0, L1 and L2 nested in L1)
     """
     from vmtax import runner as rn
     from vmtax.plan.plan import build_plan
@@ -109,6 +115,12 @@ def run(
     if level is not None and not _LEVEL.match(level):
         raise UsageError(f"--level must be L0, L1, L2 or L3, got {level!r}")
     labels = parse_labels(label or [])
+    if depth is not None:
+        if levels is not None:
+            raise UsageError("give --depth or --levels, not both")
+        if not 1 <= depth <= 3:
+            raise UsageError(f"--depth must be 1, 2 or 3, got {depth}")
+        levels = ",".join(f"L{n}" for n in range(depth + 1))
     if resume is not None:
         _resume(resume, db=db, accept_new_host_key=accept_new_host_key)
         return

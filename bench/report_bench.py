@@ -12,27 +12,19 @@ Run: python bench/report_bench.py [--iterations N] [--keep DIR]
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
+# The browser's launch flags are shared with the report's browser test.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from headless_chromium import ARGS, CHROMIUM  # noqa: E402
 from vmtax.report import analysis, inputs, write_model
 from vmtax.report.synthetic import populate
 from vmtax.store import Store
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def load_times(paths: list[Path], repeats: int = 3) -> dict[Path, float]:
@@ -61,8 +53,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--keep", type=Path, help="write the report and store here")
     opts = parser.parse_args()
-    work = opts.keep or Path(tempfile.mkdtemp(prefix="vmtax-report-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
+    if opts.keep:
+        opts.keep.mkdir(parents=True, exist_ok=True)
+        run(opts, opts.keep)
+        print(f"files in {opts.keep}")
+    else:
+        with tempfile.TemporaryDirectory(prefix="vmtax-report-bench-") as tmp:
+            run(opts, Path(tmp))
+
+
+def run(opts: argparse.Namespace, work: Path) -> None:
+    """Build the store, write the report and time it, all inside ``work``."""
     db = work / "bench.db"
     db.unlink(missing_ok=True)
     store = Store.open(f"sqlite:///{db}")
@@ -97,7 +98,6 @@ def main() -> None:
         f"page load: report {loads[report]:.3f} s, same-size plain page {loads[peer]:.3f} s, "
         f"ratio {loads[report] / loads[peer]:.1f}x"
     )
-    print(f"files in {work}")
 
 
 if __name__ == "__main__":

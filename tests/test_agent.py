@@ -60,44 +60,29 @@ def _probe_names(agent: Path) -> list[str]:
 
 # Short runs: enough values for statistics, little wall time.
 SHORT = ["--runs", "2", "--iterations", "40", "--duration", "0.1", "--warmup", "3"]
+PROBES = [
+    "cpuid",
+    "syscall",
+    "write",
+    "timer",
+    "wakeup",
+    "pingpong",
+    "ctxswitch",
+    "pagefault",
+    "cpu",
+    "threads",
+    "memory",
+    "io",
+]
 PARAMS = {"timer": ["--param", "delay_us=100"], "threads": ["--param", "yields=50"]}
 
 
 def test_list_has_all_twelve_probes(agent: Path) -> None:
     names = set(_probe_names(agent))
-    assert names == {
-        "cpuid",
-        "syscall",
-        "write",
-        "timer",
-        "wakeup",
-        "pingpong",
-        "ctxswitch",
-        "pagefault",
-        "cpu",
-        "threads",
-        "memory",
-        "io",
-    }
+    assert names == set(PROBES)
 
 
-@pytest.mark.parametrize(
-    "probe",
-    [
-        "cpuid",
-        "syscall",
-        "write",
-        "timer",
-        "wakeup",
-        "pingpong",
-        "ctxswitch",
-        "pagefault",
-        "cpu",
-        "threads",
-        "memory",
-        "io",
-    ],
-)
+@pytest.mark.parametrize("probe", PROBES)
 def test_probe_stream_is_valid_and_stats_match_numpy(
     agent: Path, validator, probe: str, tmp_path: Path
 ) -> None:

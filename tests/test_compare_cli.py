@@ -166,8 +166,9 @@ def test_csv_markdown_table(cli, db):
     assert "noise ±50%" in out and "slower" not in out  # a 21% slowdown inside a ±50% band
 
 
-def test_beside_reference_rows(cli, db):
-    code, out, err = cli(
+def beside(cli, db, where: str, fmt: str):
+    """compare exp=1 against L0 with the fitzgerald2014 rows picked by ``where`` beside it."""
+    return cli(
         "compare",
         "exp=1",
         "--baseline",
@@ -177,12 +178,16 @@ def test_beside_reference_rows(cli, db):
         "--dataset",
         "fitzgerald2014",
         "--ref-where",
-        "arch=x86_64,overcommitted=yes,test=threads",
+        where,
         "--format",
-        "json",
+        fmt,
         "--resamples",
         "1000",
     )
+
+
+def test_beside_reference_rows(cli, db):
+    code, out, err = beside(cli, db, "arch=x86_64,overcommitted=yes,test=threads", "json")
     assert code == 0, err
     doc = json.loads(out)
     jsonschema.validate(doc["comparison"], _schema())
@@ -194,22 +199,7 @@ def test_beside_reference_rows(cli, db):
     ]
     measured = [r for r in doc["beside"] if r["source"] == "measured"]
     assert {r["level"] for r in measured} == {"L0", "L1 accel=tcg", "L2 accel=tcg"}
-    code, out, _ = cli(
-        "compare",
-        "exp=1",
-        "--baseline",
-        "level=L0",
-        "--db",
-        db,
-        "--dataset",
-        "fitzgerald2014",
-        "--ref-where",
-        "arch=x86_64,test=cpu",
-        "--format",
-        "markdown",
-        "--resamples",
-        "1000",
-    )
+    code, out, _ = beside(cli, db, "arch=x86_64,test=cpu", "markdown")
     assert code == 0 and "measured beside fitzgerald2014" in out and "| fitzgerald2014 |" in out
 
 
@@ -240,22 +230,7 @@ def test_errors_are_one_line(cli, db, args, message):
 
 
 def test_beside_csv_is_one_table(cli, db):
-    code, out, err = cli(
-        "compare",
-        "exp=1",
-        "--baseline",
-        "level=L0",
-        "--db",
-        db,
-        "--dataset",
-        "fitzgerald2014",
-        "--ref-where",
-        "arch=x86_64,table=7",
-        "--format",
-        "csv",
-        "--resamples",
-        "1000",
-    )
+    code, out, err = beside(cli, db, "arch=x86_64,table=7", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert set(rows[0]) == {

@@ -8,27 +8,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from playwright import sync_api
 
+from headless_chromium import ARGS, CHROMIUM
 from vmtax.report import analysis, inputs, write_model
 from vmtax.report.synthetic import populate
 from vmtax.store import Store
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 LABEL = "<script>alert(1)</script>"
 HOST = 'evil" onload="alert(1)'
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
-sync_api = pytest.importorskip("playwright.sync_api")
 if shutil.which(CHROMIUM) is None:  # scripts/test installs it; say so plainly if it is missing
     pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium", pytrace=False)
 

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 CPUID_REF_C = r"""
@@ -108,28 +109,60 @@ def cmp_memory(agent: str, oper: str, seconds: float) -> tuple[float, float]:
     return ours, peer
 
 
-def cmp_timer(agent: str, loops: int) -> tuple[float, float, float]:
+def cmp_timer(agent: str, loops: int, idle: str) -> tuple[float, float, float]:
     """(probe median, probe mean, cyclictest average), microseconds.
 
-    Same interval as cyclictest's default (1 ms), same policy (SCHED_OTHER), same CPU.
+    Same interval as cyclictest's default (1 ms), same policy (SCHED_OTHER), same CPU, and the
+    same idle behaviour: cyclictest holds /dev/cpu_dma_latency at 0 unless given --laptop,
+    which is the probe's idle=poll; --laptop is idle=halt.
     """
     vals = agent_values(
         agent, "timer", "--runs", "1", "--iterations", str(loops), "--duration", "60",
-        "--param", "delay_us=1000", "--cpus", "1",
+        "--param", "delay_us=1000", "--param", f"idle={idle}", "--cpus", "1",
     )  # fmt: skip
-    out = sh(["cyclictest", "-q", "-t1", "-a", "1", "-i", "1000", "-l", str(loops)])
+    laptop = ["--laptop"] if idle == "halt" else []
+    out = sh(["cyclictest", *laptop, "-q", "-t1", "-a", "1", "-i", "1000", "-l", str(loops)])
     peer = float(re.search(r"Avg:\s*(\d+)", out).group(1))
     return statistics.median(vals) / 1000.0, mean(vals) / 1000.0, peer
 
 
-def cmp_wakeup(agent: str, loops: int, cpus: str) -> tuple[float, float]:
+def perf_sched_pipe(loops: int, cpus: tuple[int, ...]) -> float:
+    """`perf bench sched pipe` per-op microseconds, its two processes on `cpus`.
+
+    perf has no affinity option, and left to the scheduler its two processes often share one
+    CPU: a pipe and a context switch, with no IPI and no idle CPU. With two CPUs given, the
+    child is moved to the second CPU as soon as it exists, so the round trip crosses CPUs as
+    the wakeup probe's does; the few loops before the move are a negligible part of the total.
+    """
+    cmd = ["perf", "bench", "sched", "pipe", "-l", str(loops)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        os.sched_setaffinity(proc.pid, {cpus[0]})
+        if len(cpus) > 1:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            deadline = time.monotonic() + 10
+            while not children.read_text().split():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("perf bench sched pipe: its second process never appeared")
+                time.sleep(0.0002)
+            os.sched_setaffinity(int(children.read_text().split()[0]), {cpus[1]})
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        raise RuntimeError(f"perf bench sched pipe failed: {err.strip()[-300:]}")
+    return float(re.search(r"([\d.]+)\s+usecs/op", out).group(1))
+
+
+def cmp_wakeup(agent: str, loops: int, cpus: tuple[int, ...]) -> tuple[float, float]:
+    listed = ",".join(map(str, cpus))
     vals = agent_values(
         agent, "wakeup", "--runs", "1", "--iterations", str(loops), "--duration", "60",
-        "--cpus", cpus,
+        "--cpus", listed,
     )  # fmt: skip
-    out = sh(["taskset", "-c", cpus, "perf", "bench", "sched", "pipe", "-l", str(loops)])
-    peer = float(re.search(r"([\d.]+)\s+usecs/op", out).group(1))
-    return mean(vals) / 1000.0, peer
+    return mean(vals) / 1000.0, perf_sched_pipe(loops, cpus)
 
 
 def cmp_cpuid(agent: str, workdir: Path) -> tuple[float, float]:
@@ -142,6 +175,8 @@ def cmp_cpuid(agent: str, workdir: Path) -> tuple[float, float]:
     ours = agent_values(agent, "cpuid", "--runs", "1", "--iterations", "10000", "--cpus", "1")
     return statistics.median(ours), statistics.median(ref)
 
+
+COMPARISONS = ["cpu", "memory", "timer", "wakeup", "cpuid"]
 
 Row = tuple[str, str, float, float, float, float | None]
 
@@ -168,6 +203,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=1.0, help="per throughput measurement")
     ap.add_argument("--rounds", type=int, default=5, help="alternations of probe and peer")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--only", nargs="+", choices=COMPARISONS, default=COMPARISONS,
+                    help="run only these comparisons")  # fmt: skip
     a = ap.parse_args()
     agent = shutil.which(a.agent) or a.agent
     rows: list[Row] = []
@@ -177,19 +214,25 @@ def main() -> int:
         rows.append((name, unit, *res, target))
 
     with tempfile.TemporaryDirectory() as tmp:
-        row("cpu events/s vs sysbench cpu", "events/s",
-            rounds(n, lambda: cmp_cpu(agent, sec)), 0.05)  # fmt: skip
-        for oper in ("read", "write"):
+        if "cpu" in a.only:
+            row("cpu events/s vs sysbench cpu", "events/s",
+                rounds(n, lambda: cmp_cpu(agent, sec)), 0.05)  # fmt: skip
+        for oper in ("read", "write") if "memory" in a.only else ():
             row(f"memory {oper} 1M vs sysbench", "MiB/s",
                 rounds(n, lambda o=oper: cmp_memory(agent, o, sec)), 0.10)  # fmt: skip
-        timer = [cmp_timer(agent, 500) for _ in range(n)]
-        row("timer median vs cyclictest avg", "us", summarize([(t[0], t[2]) for t in timer]), 0.10)
-        row("(timer mean vs cyclictest avg)", "us", summarize([(t[1], t[2]) for t in timer]), None)
-        row("wakeup (2 CPUs) vs perf sched pipe", "us",
-            rounds(n, lambda: cmp_wakeup(agent, 3000, "0,1")), 0.15)  # fmt: skip
-        row("(wakeup, 1 CPU, vs perf on 1 CPU)", "us",
-            rounds(n, lambda: cmp_wakeup(agent, 3000, "1")), None)  # fmt: skip
-        if os.uname().machine == "x86_64":
+        timer_modes = (("poll", "cyclictest"), ("halt", "cyclictest --laptop"))
+        for idle, peer in timer_modes if "timer" in a.only else ():
+            timer = [cmp_timer(agent, 500, idle) for _ in range(n)]
+            row(f"timer idle={idle} median vs {peer} avg", "us",
+                summarize([(t[0], t[2]) for t in timer]), 0.10)  # fmt: skip
+            row(f"(timer idle={idle} mean vs {peer} avg)", "us",
+                summarize([(t[1], t[2]) for t in timer]), None)  # fmt: skip
+        if "wakeup" in a.only:
+            row("wakeup (CPUs 0,1) vs perf sched pipe", "us",
+                rounds(n, lambda: cmp_wakeup(agent, 5000, (0, 1))), 0.15)  # fmt: skip
+            row("(wakeup, CPU 1 only, vs perf on CPU 1)", "us",
+                rounds(n, lambda: cmp_wakeup(agent, 5000, (1,))), None)  # fmt: skip
+        if "cpuid" in a.only and os.uname().machine == "x86_64":
             row("cpuid vs C rdtsc loop", "cycles",
                 rounds(n, lambda: cmp_cpuid(agent, Path(tmp))), 0.05)  # fmt: skip
     if a.json:
@@ -197,13 +240,13 @@ def main() -> int:
         print(json.dumps([dict(zip(keys, r, strict=True)) for r in rows]))
         return 0
     print(f"{n} alternating rounds; probe and peer are medians, ratio the median round ratio")
-    print(f"{'comparison':38} {'unit':9} {'probe':>12} {'peer':>12} {'ratio':>7}  target")
+    print(f"{'comparison':44} {'unit':9} {'probe':>12} {'peer':>12} {'ratio':>7}  target")
     for name, unit, ours, peer, ratio, tol in rows:
         if tol is None:
             target = "(context)"
         else:
             target = f"1+-{tol:.2f} " + ("ok" if abs(ratio - 1) <= tol else "OFF")
-        print(f"{name:38} {unit:9} {ours:12.2f} {peer:12.2f} {ratio:7.3f}  {target}")
+        print(f"{name:44} {unit:9} {ours:12.2f} {peer:12.2f} {ratio:7.3f}  {target}")
     return 0
 
 

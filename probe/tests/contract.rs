@@ -118,6 +118,24 @@ fn cpuid_output_validates() {
 }
 
 #[test]
+fn timer_idle_poll_holds_the_latency_request_or_says_why_not() {
+    let (code, out, err) = agent(&["run", "timer", "--runs", "1", "--iterations", "3", "--param", "idle=poll"]);
+    let writable = std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").is_ok();
+    if writable {
+        assert_eq!(code, 0, "{err}");
+        check_stream(&out);
+        let header: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(header["params"]["idle"], "poll");
+    } else {
+        // Not root, or no PM QoS device: the run ends with an error that names the device.
+        assert_ne!(code, 0);
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!(last["status"], "error");
+        assert!(last["error"].as_str().unwrap().contains("/dev/cpu_dma_latency"), "{last}");
+    }
+}
+
+#[test]
 fn list_and_env_match_schema_parts() {
     let (code, out, _) = agent(&["list", "--format", "json"]);
     assert_eq!(code, 0);
@@ -147,6 +165,7 @@ fn usage_errors_exit_2_with_one_line() {
         vec!["run", "cpu", "--param", "max_prime=abc"],
         vec!["run", "cpu", "--param", "nosuch=1"],
         vec!["run", "write", "--param", "mode=sideways"],
+        vec!["run", "timer", "--param", "idle=spin"],
         vec!["run", "cpu", "--iterations", "1"],
         vec!["run", "cpu", "--cpus", "9999"],
         vec!["run", "cpu", "--bogus"],

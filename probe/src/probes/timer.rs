@@ -2,6 +2,11 @@
 //! TIMER_ABSTIME, as cyclictest does, or a timerfd) and record how late the wake-up is.
 //! Under virtualization the timer is programmed through an exit (or a paravirtual path)
 //! and the wake-up arrives as an injected interrupt.
+//!
+//! While it sleeps the CPU is idle. By default the guest may halt it (HLT exits, and the
+//! host must reschedule the vCPU to deliver the timer). `idle=poll` holds a PM QoS request
+//! of 0 us on /dev/cpu_dma_latency for the run, which keeps idle CPUs polling; cyclictest
+//! makes the same request unless run with `--laptop`, so compare like with like.
 
 use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
@@ -32,6 +37,13 @@ static SPEC: Spec = Spec {
             help: "how far ahead the timer is armed, in microseconds",
             kind: Kind::Int { min: 1, max: 1_000_000 },
         },
+        ParamSpec {
+            name: "idle",
+            default: Default::Str("halt"),
+            help: "halt: the idle CPU may halt; poll: hold /dev/cpu_dma_latency at 0 us during the run, \
+                   as cyclictest does by default (needs root)",
+            kind: Kind::Choice(&["halt", "poll"]),
+        },
     ],
     needs_root: false,
     arches: ALL_ARCHES,
@@ -42,6 +54,20 @@ struct TimerSession {
     delay_ns: u64,
     tfd: Option<OwnedFd>,
     cpu: usize,
+    // Held open for the session: the kernel drops the latency request when it is closed.
+    _idle_poll: Option<std::fs::File>,
+}
+
+/// Ask the kernel for 0 us wake-up latency (PM QoS), which keeps idle CPUs out of halt.
+fn hold_zero_dma_latency() -> Result<std::fs::File, String> {
+    use std::io::Write;
+    const PATH: &str = "/dev/cpu_dma_latency";
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(PATH)
+        .map_err(|e| format!("idle=poll needs write access to {PATH} (root): {e}"))?;
+    f.write_all(&0i32.to_ne_bytes()).map_err(|e| format!("idle=poll: writing {PATH}: {e}"))?;
+    Ok(f)
 }
 
 impl Probe for Timer {
@@ -62,7 +88,16 @@ impl Probe for Timer {
         } else {
             None
         };
-        Ok(Box::new(TimerSession { delay_ns: params.int("delay_us") as u64 * 1000, tfd, cpu: pool.first() }))
+        let idle_poll = match params.str("idle") {
+            "poll" => Some(hold_zero_dma_latency()?),
+            _ => None,
+        };
+        Ok(Box::new(TimerSession {
+            delay_ns: params.int("delay_us") as u64 * 1000,
+            tfd,
+            cpu: pool.first(),
+            _idle_poll: idle_poll,
+        }))
     }
 }
 

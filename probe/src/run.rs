@@ -81,6 +81,7 @@ pub fn plan(o: &RunOpts) -> Result<Plan, String> {
         }
     };
     let params = crate::params::resolve(spec.name, spec.params, &o.params)?;
+    probe.validate(&params).map_err(|e| format!("invalid parameters for probe {}: {e}", spec.name))?;
     Ok(Plan { probe, params, runs, iterations, duration: Some(duration), warmup, pool, timeout: o.timeout })
 }
 

@@ -66,16 +66,21 @@ impl Probe for Io {
         &SPEC
     }
 
+    fn validate(&self, params: &Params) -> Result<(), String> {
+        let block = params.int("block_size");
+        if block % 512 != 0 {
+            return Err(format!("block_size must be a multiple of 512, got {block}"));
+        }
+        if params.int("file_mb") * 1024 * 1024 < block {
+            return Err("file_mb is smaller than one block".into());
+        }
+        Ok(())
+    }
+
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         crate::affinity::pin(&[pool.first()])?;
         let block = params.int("block_size") as usize;
-        if !block.is_multiple_of(512) {
-            return Err(format!("block_size must be a multiple of 512, got {block}"));
-        }
         let size = params.int("file_mb") as usize * 1024 * 1024;
-        if size < block {
-            return Err("file_mb is smaller than one block".into());
-        }
         let dir = match params.str("dir") {
             "" => std::env::var("TMPDIR").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "/tmp".into()),
             d => d.to_string(),

@@ -101,11 +101,16 @@ impl Probe for Memory {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
-        let kb = params.int("block_kb") as usize;
-        if !kb.is_power_of_two() {
+    fn validate(&self, params: &Params) -> Result<(), String> {
+        let kb = params.int("block_kb");
+        if !(kb as u64).is_power_of_two() {
             return Err(format!("block_kb must be a power of two, got {kb}"));
         }
+        Ok(())
+    }
+
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+        let kb = params.int("block_kb") as usize;
         crate::affinity::pin(&[pool.first()])?;
         let block = kb * 1024;
         Ok(Box::new(MemSession {
@@ -158,40 +163,39 @@ impl Session for MemSession {
 /// The read loop of the distributions' sysbench binaries is unrolled eight times (eight
 /// loads, then one add/compare/branch: see its disassembly); the x86_64 loop here is the
 /// same, with the remainder done one word at a time.
+/// Words done by the x86_64 eight-at-a-time loops; the rest go one word at a time.
+fn unrolled_words(words: usize) -> usize {
+    if cfg!(target_arch = "x86_64") {
+        words / 8 * 8
+    } else {
+        0
+    }
+}
+
 #[inline(never)]
 fn seq_read(p: *mut usize, words: usize) {
+    let main = unrolled_words(words);
     #[cfg(target_arch = "x86_64")]
-    let done = {
-        let main = words / 8 * 8;
-        if main > 0 {
-            // SAFETY: reads the words [p, p + main) of the live buffer (main <= words); no
-            // stack, no writes.
-            unsafe {
-                std::arch::asm!(
-                    "2:",
-                    "mov {t}, qword ptr [{p}]",
-                    "mov {t}, qword ptr [{p} + 8]",
-                    "mov {t}, qword ptr [{p} + 16]",
-                    "mov {t}, qword ptr [{p} + 24]",
-                    "mov {t}, qword ptr [{p} + 32]",
-                    "mov {t}, qword ptr [{p} + 40]",
-                    "mov {t}, qword ptr [{p} + 48]",
-                    "mov {t}, qword ptr [{p} + 56]",
-                    "add {p}, 64",
-                    "cmp {p}, {end}",
-                    "jb 2b",
-                    p = inout(reg) p => _,
-                    end = in(reg) p.add(main),
-                    t = out(reg) _,
-                    options(nostack, readonly),
-                );
-            }
+    if main > 0 {
+        // SAFETY: reads the words [p, p + main) of the live buffer (main <= words); no stack,
+        // no writes.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                ".irp off, 0, 8, 16, 24, 32, 40, 48, 56",
+                "mov {t}, qword ptr [{p} + \\off]",
+                ".endr",
+                "add {p}, 64",
+                "cmp {p}, {end}",
+                "jb 2b",
+                p = inout(reg) p => _,
+                end = in(reg) p.add(main),
+                t = out(reg) _,
+                options(nostack, readonly),
+            );
         }
-        main
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let done = 0;
-    for i in done..words {
+    }
+    for i in main..words {
         // SAFETY: i < words, so p.add(i) is inside the buffer.
         let _ = unsafe { std::ptr::read_volatile(p.add(i)) };
         compiler_fence(Ordering::SeqCst);
@@ -205,39 +209,33 @@ fn seq_read(p: *mut usize, words: usize) {
 /// add/compare/branch; the x86_64 loop here is the same.
 #[inline(never)]
 fn seq_write(p: *mut usize, words: usize) {
+    let main = unrolled_words(words);
     #[cfg(target_arch = "x86_64")]
-    let done = {
-        let main = words / 8 * 8;
-        if main > 0 {
-            // SAFETY: writes the words [p, p + main) of the live buffer (main <= words); no
-            // stack.
-            unsafe {
-                std::arch::asm!(
-                    "2:",
-                    ".irp off, 0, 8, 16, 24, 32, 40, 48, 56",
-                    "lea {a}, [{p} + \\off]",
-                    "mov {t}, {end}",
-                    "sub {t}, {a}",
-                    "sar {t}, 3",
-                    "mov qword ptr [{p} + \\off], {t}",
-                    ".endr",
-                    "add {p}, 64",
-                    "cmp {p}, {stop}",
-                    "jb 2b",
-                    p = inout(reg) p => _,
-                    stop = in(reg) p.add(main),
-                    end = in(reg) p.add(words),
-                    t = out(reg) _,
-                    a = out(reg) _,
-                    options(nostack),
-                );
-            }
+    if main > 0 {
+        // SAFETY: writes the words [p, p + main) of the live buffer (main <= words); no stack.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                ".irp off, 0, 8, 16, 24, 32, 40, 48, 56",
+                "lea {a}, [{p} + \\off]",
+                "mov {t}, {end}",
+                "sub {t}, {a}",
+                "sar {t}, 3",
+                "mov qword ptr [{p} + \\off], {t}",
+                ".endr",
+                "add {p}, 64",
+                "cmp {p}, {stop}",
+                "jb 2b",
+                p = inout(reg) p => _,
+                stop = in(reg) p.add(main),
+                end = in(reg) p.add(words),
+                t = out(reg) _,
+                a = out(reg) _,
+                options(nostack),
+            );
         }
-        main
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let done = 0;
-    for i in done..words {
+    }
+    for i in main..words {
         // SAFETY: i < words, so p.add(i) is inside the buffer.
         unsafe { std::ptr::write_volatile(p.add(i), words - i) };
         compiler_fence(Ordering::SeqCst);

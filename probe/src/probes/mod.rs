@@ -125,6 +125,11 @@ pub trait Session {
 
 pub trait Probe: Sync {
     fn spec(&self) -> &'static Spec;
+    /// Rules that one parameter's range cannot say (a power of two, one parameter against
+    /// another), checked before anything runs so that a bad value is a usage error.
+    fn validate(&self, _params: &Params) -> Result<(), String> {
+        Ok(())
+    }
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String>;
 }
 

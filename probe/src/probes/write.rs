@@ -70,14 +70,19 @@ impl Probe for WriteProbe {
         &SPEC
     }
 
+    fn validate(&self, params: &Params) -> Result<(), String> {
+        let (len, cap) = (params.int("len"), params.int("buffer"));
+        if params.str("mode") == "buffered" && cap < len {
+            return Err(format!("buffer ({cap}) must be at least len ({len})"));
+        }
+        Ok(())
+    }
+
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         crate::affinity::pin(&[pool.first()])?;
         let len = params.int("len") as usize;
         let cap = params.int("buffer") as usize;
         let buffered = params.str("mode") == "buffered";
-        if buffered && cap < len {
-            return Err(format!("buffer ({cap}) must be at least len ({len})"));
-        }
         let (out, drain) = if params.str("target") == "pipe" {
             let mut fds = [0i32; 2];
             // SAFETY: fds is a valid array of two ints for pipe2 to fill.

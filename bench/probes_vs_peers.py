@@ -240,13 +240,13 @@ def main() -> int:
         print(json.dumps([dict(zip(keys, r, strict=True)) for r in rows]))
         return 0
     print(f"{n} alternating rounds; probe and peer are medians, ratio the median round ratio")
-    print(f"{'comparison':44} {'unit':9} {'probe':>12} {'peer':>12} {'ratio':>7}  target")
+    print(f"{'comparison':50} {'unit':9} {'probe':>12} {'peer':>12} {'ratio':>7}  target")
     for name, unit, ours, peer, ratio, tol in rows:
         if tol is None:
             target = "(context)"
         else:
             target = f"1+-{tol:.2f} " + ("ok" if abs(ratio - 1) <= tol else "OFF")
-        print(f"{name:44} {unit:9} {ours:12.2f} {peer:12.2f} {ratio:7.3f}  {target}")
+        print(f"{name:50} {unit:9} {ours:12.2f} {peer:12.2f} {ratio:7.3f}  {target}")
     return 0
 
 

@@ -8,8 +8,10 @@ statistics or storage: it hands back the agent's stdout lines and the runner rea
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import sys
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,33 @@ class TargetError(VmtaxError):
 
 class AgentTimeout(TargetError):
     """The agent did not finish within its timeout and was killed."""
+
+
+#: What a reader thread puts on a line queue when the agent's output has ended.
+EOF_MARK = object()
+
+
+def lines_until_eof(
+    lines: queue.Queue[object], deadline: float, timeout_message: str
+) -> Iterator[str]:
+    """Yield what a reader thread puts on ``lines`` until it puts ``EOF_MARK``.
+
+    An exception put on the queue is raised here; ``AgentTimeout(timeout_message)`` is raised
+    once ``deadline`` (``time.monotonic()``) has passed.
+    """
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AgentTimeout(timeout_message)
+        try:
+            item = lines.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            continue
+        if item is EOF_MARK:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield str(item)
 
 
 class Target(ABC):

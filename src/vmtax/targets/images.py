@@ -172,6 +172,20 @@ def _base_entries(init: bytes, busybox: bytes) -> list[cpio.Entry]:
     return entries
 
 
+def _module_entries(moddir: Path) -> tuple[list[cpio.Entry], list[str]]:
+    """The kernel modules a guest loads (MINIMAL_MODULES and their dependencies) under
+    lib/modules, and etc/vmtax-modules naming them in load order for the init script;
+    with those names."""
+    entries = [cpio.directory("lib"), cpio.directory("lib/modules")]
+    names = []
+    for rel in module_closure(moddir, MINIMAL_MODULES):
+        name = Path(rel).name.split(".ko")[0] + ".ko"
+        names.append(name)
+        entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
+    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    return entries, names
+
+
 def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[str, Any]) -> Image:
     kernel_bytes = kernel.read_bytes()
     h = hashlib.sha256(f"vmtax-image/{FORMAT}/{kind}".encode())
@@ -210,16 +224,8 @@ def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
         )
     kernel_path, moddir = find_kernel(kernel)
     busybox = find_busybox()
-    mods = module_closure(moddir, MINIMAL_MODULES)
-    entries = _base_entries(_guest_file("init"), busybox.read_bytes())
-    entries.append(cpio.directory("lib"))
-    entries.append(cpio.directory("lib/modules"))
-    names = []
-    for rel in mods:
-        name = Path(rel).name.split(".ko")[0] + ".ko"
-        names.append(name)
-        entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
-    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    modules, names = _module_entries(moddir)
+    entries = _base_entries(_guest_file("init"), busybox.read_bytes()) + modules
     entries.append(cpio.regular("vmtax-probe", agent.read_bytes(), 0o755))
     manifest = {
         "modules": names,
@@ -287,16 +293,8 @@ def build_nested(agent: Path, depth: int, *, kernel: str | Path | None = None) -
         files[f"usr/share/qemu/{name}"] = (found[0].resolve().read_bytes(), 0o644)
     files["guest/vmlinuz"] = (inner.kernel.read_bytes(), 0o644)
     files["guest/initrd.cpio"] = (inner.initrd.read_bytes(), 0o644)
-    mods = module_closure(moddir, MINIMAL_MODULES)
-    entries = _base_entries(_guest_file("init-nested"), find_busybox().read_bytes())
-    entries.append(cpio.directory("lib"))
-    entries.append(cpio.directory("lib/modules"))
-    names = []
-    for rel in mods:
-        name = Path(rel).name.split(".ko")[0] + ".ko"
-        names.append(name)
-        entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
-    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    modules, _ = _module_entries(moddir)
+    entries = _base_entries(_guest_file("init-nested"), find_busybox().read_bytes()) + modules
     existing = {e.path for e in entries}
     entries += [d for d in _with_parents(sorted(files)) if d.path not in existing]
     entries += [cpio.regular(path, data, mode) for path, (data, mode) in sorted(files.items())]

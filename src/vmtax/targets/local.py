@@ -20,10 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent
+from vmtax.targets.base import (
+    EOF_MARK,
+    AgentTimeout,
+    Target,
+    TargetError,
+    find_agent,
+    lines_until_eof,
+)
 
 _STDERR_TAIL_LINES = 40
-_EOF = object()
 
 
 class LocalTarget(Target):
@@ -87,20 +93,11 @@ class LocalTarget(Target):
             r.start()
         deadline = time.monotonic() + timeout
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AgentTimeout(
-                        f"agent `{' '.join(args[:2])}` did not finish within {timeout:g} s "
-                        "and was killed"
-                    )
-                try:
-                    item = lines.get(timeout=left)
-                except queue.Empty:
-                    continue
-                if item is _EOF:
-                    break
-                yield str(item)
+            yield from lines_until_eof(
+                lines,
+                deadline,
+                f"agent `{' '.join(args[:2])}` did not finish within {timeout:g} s and was killed",
+            )
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             raise AgentTimeout(
@@ -132,7 +129,7 @@ def _pump(stream: IO[bytes], put: Any, mark_eof: bool) -> None:
     for raw in iter(stream.readline, b""):
         put(raw.decode("utf-8", "replace"))
     if mark_eof:
-        put(_EOF)
+        put(EOF_MARK)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

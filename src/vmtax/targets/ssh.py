@@ -31,12 +31,11 @@ from urllib.parse import unquote, urlsplit
 import asyncssh
 
 from vmtax.errors import UsageError
-from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent
+from vmtax.targets.base import EOF_MARK, Target, TargetError, find_agent, lines_until_eof
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 20.0
 REMOTE_CACHE = ".cache/vmtax/agents"
-_EOF = object()
 
 
 def parse_url(url: str) -> tuple[str | None, str, int]:
@@ -256,21 +255,11 @@ class SshTarget(Target):
         task = asyncio.run_coroutine_threadsafe(self._stream(command, lines, done), self._loop)
         deadline = time.monotonic() + timeout
         try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AgentTimeout(
-                        f"{self.name}: agent did not finish within {timeout:g} s and was stopped"
-                    )
-                try:
-                    item = lines.get(timeout=min(left, 1.0))
-                except queue.Empty:
-                    continue
-                if item is _EOF:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield str(item)
+            yield from lines_until_eof(
+                lines,
+                deadline,
+                f"{self.name}: agent did not finish within {timeout:g} s and was stopped",
+            )
         finally:
             if not done.is_set():
                 # Closing the channel hangs up the remote agent (SIGPIPE on its next write).
@@ -293,7 +282,7 @@ class SshTarget(Target):
             self.last_stderr = (await err_task)[-2048:]
             if proc.exit_status is None and proc.exit_signal is None:
                 raise asyncssh.ConnectionLost("the channel closed without an exit status")
-            lines.put(_EOF)
+            lines.put(EOF_MARK)
         except asyncio.CancelledError:
             if proc is not None:
                 with contextlib.suppress(Exception):

@@ -31,19 +31,20 @@ import tempfile
 import time
 from pathlib import Path
 
-from scipy import stats
+import pandas as pd
 
-from probes_vs_peers import CPUID_REF_C, sh
+from probes_vs_peers import build_cpuid_ref, sh
+from vmtax.stats.describe import mean_interval
 
 TARGET_PCT = 1.0
 PER_BATCH = 10_000
 
 
 def half_width_pct(values: list[float]) -> float:
-    """95% t interval half-width of the mean of `values`, as a percentage of that mean."""
-    n = len(values)
-    sem = statistics.stdev(values) / n**0.5
-    return 100.0 * stats.t.ppf(0.975, n - 1) * sem / statistics.fmean(values)
+    """Half-width of the 95% t interval of the mean that `vmtax describe` reports, as a
+    percentage of that mean."""
+    mean, _, _, _, high = mean_interval(pd.Series(values))
+    return 100.0 * (high - mean) / mean
 
 
 def agent_trial(agent: str, cpu: int) -> tuple[float, list[float], list[float], list[float]]:
@@ -74,9 +75,7 @@ def main() -> int:
     agent = shutil.which(a.agent) or a.agent
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp) / "cpuid_ref.c", Path(tmp) / "cpuid_ref"
-        src.write_text(CPUID_REF_C)
-        sh(["cc", "-O2", "-o", str(exe), str(src)])
+        exe = build_cpuid_ref(Path(tmp))
         print(f"{'trial':>5} {'wall s':>7} {'runs':>5} {'mean':>8} {'CI% mean':>9} "
               f"{'CI% median':>11} {'CI% pooled':>11} {'peer CI%':>9} {'ratio':>6}")  # fmt: skip
         for i in range(a.trials):

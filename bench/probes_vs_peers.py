@@ -165,6 +165,15 @@ def cmp_wakeup(agent: str, loops: int, cpus: tuple[int, ...]) -> tuple[float, fl
     return mean(vals) / 1000.0, perf_sched_pipe(loops, cpus)
 
 
+def build_cpuid_ref(workdir: Path) -> Path:
+    """The C reference loop, compiled once into `workdir`."""
+    src, exe = workdir / "cpuid_ref.c", workdir / "cpuid_ref"
+    if not exe.exists():
+        src.write_text(CPUID_REF_C)
+        sh(["cc", "-O2", "-o", str(exe), str(src)])
+    return exe
+
+
 def cmp_cpuid(agent: str, workdir: Path) -> tuple[float, float]:
     """Median cycles per CPUID over blocks of 100, on both sides.
 
@@ -172,10 +181,7 @@ def cmp_cpuid(agent: str, workdir: Path) -> tuple[float, float]:
     values are cut into consecutive blocks of 100 and averaged the same way: a median of
     per-CPUID values would leave out the interrupts that every batch mean carries.
     """
-    src, exe = workdir / "cpuid_ref.c", workdir / "cpuid_ref"
-    if not exe.exists():
-        src.write_text(CPUID_REF_C)
-        sh(["cc", "-O2", "-o", str(exe), str(src)])
+    exe = build_cpuid_ref(workdir)
     ref = [float(x) for x in sh(["taskset", "-c", "1", str(exe), "100", "100"]).split()]
     ours = agent_values(agent, "cpuid", "--runs", "1", "--iterations", "10000", "--cpus", "1")
     blocks = [mean(ours[i : i + 100]) for i in range(0, len(ours) - 99, 100)]

@@ -43,8 +43,8 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
     ok = runs_df[runs_df["status"] == "ok"]
     rows = []
     for (config, probe), group in ok.groupby(["config", "probe"], sort=False):
-        t_mean, t_err, t_pct, t_low, t_high = _mean_sem(group["throughput"])
-        r_mean, r_err, r_pct, r_low, r_high = _mean_sem(group["mean"])
+        t_mean, t_err, t_pct, t_low, t_high = mean_interval(group["throughput"])
+        r_mean, r_err, r_pct, r_low, r_high = mean_interval(group["mean"])
         rows.append(
             {
                 "config": config,
@@ -73,7 +73,7 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["_c", "probe"], kind="stable").drop(columns="_c").reset_index(drop=True)
 
 
-def _mean_sem(values: pd.Series) -> tuple[float, float, float, float, float]:
+def mean_interval(values: pd.Series) -> tuple[float, float, float, float, float]:
     """Mean, standard error, error as % of the mean, and the t interval's two ends."""
     x = pd.to_numeric(values, errors="coerce").dropna().to_numpy(dtype=np.float64)
     if x.size == 0:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,6 +19,35 @@ import pytest
 
 PG_USER = "vmtax"
 PG_PASSWORD = "pg-secret-7f3a"  # a real password, so redaction is tested against a real server
+
+
+@pytest.fixture
+def cli_agent() -> str | None:
+    """The agent the in-process CLI is given (VMTAX_PROBE); modules that run probes override
+    this fixture with the built agent."""
+    return None
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, cli_agent):
+    """The real `vmtax` entry point, in this process: the console script's code path without
+    an interpreter start-up per call. VMTAX_DB is unset, so a call's --db is its only store;
+    ``agent_path`` gives one call another agent binary."""
+    from vmtax.cli import main
+
+    def call(*args: str, agent_path: str | None = None) -> subprocess.CompletedProcess:
+        monkeypatch.delenv("VMTAX_DB", raising=False)
+        if agent_path or cli_agent:
+            monkeypatch.setenv("VMTAX_PROBE", agent_path or cli_agent)
+        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        out, err = capsys.readouterr()
+        code = exit_info.value.code
+        return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, out, err)
+
+    return call
 
 
 @pytest.fixture

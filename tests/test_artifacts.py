@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -191,13 +189,6 @@ def test_real_syscall_has_no_period():
 # -- the command, on a real store ------------------------------------------------------
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 def _store_stream(store, exp, level, labels, lines):
     stream = read_stream(lines)
     assert stream.complete
@@ -225,8 +216,7 @@ def _store_stream(store, exp, level, labels, lines):
         )
 
 
-def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
-    from vmtax.cli import main
+def test_artifacts_command_reports_the_period(tmp_path, cli):
     from vmtax.store import Store
 
     url = f"sqlite:///{tmp_path / 'v.db'}"
@@ -249,17 +239,7 @@ def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
     store.finish_experiment(exp, "ok")
     store.close()
 
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code or 0
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    res = run("artifacts", "level=L1", "--baseline", "level=L0", "--db", url, "--format", "json")
+    res = cli("artifacts", "level=L1", "--baseline", "level=L0", "--db", url, "--format", "json")
     assert res.returncode == 0, res.stderr
     (found,) = json.loads(res.stdout)
     assert found["config"] == "L1 buf=512" and found["periodic"]["period"] == 16
@@ -269,8 +249,8 @@ def test_artifacts_command_reports_the_period(tmp_path, capsys, monkeypatch):
         ("markdown", "| periodic | yes |"),
         ("csv", 'periodic,yes,"period 16 iterations'),
     ):
-        res = run("artifacts", "level=L1", "--db", url, "--format", fmt)
+        res = cli("artifacts", "level=L1", "--db", url, "--format", fmt)
         assert res.returncode == 0, res.stderr
         assert needle in res.stdout
-    res = run("artifacts", "level=L3", "--db", url)
+    res = cli("artifacts", "level=L3", "--db", url)
     assert res.returncode == 2 and res.stderr.startswith("vmtax: error: no completed runs")

@@ -62,23 +62,8 @@ def vmtax(
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch, agent):
-    """Run the real entry point in this process (fast: no interpreter start-up per case)."""
-
-    def call(*args: str, agent_path: str | None = None) -> subprocess.CompletedProcess:
-        from vmtax.cli import main
-
-        monkeypatch.delenv("VMTAX_DB", raising=False)
-        monkeypatch.setenv("VMTAX_PROBE", agent_path or agent)
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_info:
-            main()
-        out, err = capsys.readouterr()
-        code = exit_info.value.code
-        return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, out, err)
-
-    return call
+def cli_agent(agent: str) -> str:
+    return agent
 
 
 def one_line_error(result: subprocess.CompletedProcess, *needles: str) -> str:

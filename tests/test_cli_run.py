@@ -50,23 +50,8 @@ def tiny(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch, agent):
-    """The real entry point, in this process (no interpreter start-up per call)."""
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        from vmtax.cli import main
-
-        monkeypatch.delenv("VMTAX_DB", raising=False)
-        monkeypatch.setenv("VMTAX_PROBE", agent)
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exit_info:
-            main()
-        out, err = capsys.readouterr()
-        code = exit_info.value.code
-        return subprocess.CompletedProcess(args, code if isinstance(code, int) else 1, out, err)
-
-    return call
+def cli_agent(agent: str) -> str:
+    return agent
 
 
 def vmtax(*args: str, agent: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:

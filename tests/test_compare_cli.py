@@ -6,7 +6,6 @@ import csv
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import jsonschema
@@ -79,20 +78,14 @@ def db(tmp_path_factory) -> str:
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    from vmtax.cli import main
+def cli(cli):
+    """The shared in-process `vmtax`, as (exit code, stdout, stderr)."""
 
-    def run(*args: str):
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-        out, err = capsys.readouterr()
-        return code, out, err
+    def call(*args: str) -> tuple[int, str, str]:
+        r = cli(*args)
+        return r.returncode, r.stdout, r.stderr
 
-    return run
+    return call
 
 
 def _schema() -> dict:

@@ -6,8 +6,6 @@ import csv
 import io
 import json
 import subprocess
-import sys
-from dataclasses import dataclass
 
 import pytest
 
@@ -25,31 +23,6 @@ TRUNCATED = {
     ("6", "cpu", "x86_64", "L2", "tpsec_delta_pct", "-38.04"),
     ("10", "memory_write", "s390x", "L2", "tpsec_delta_pct", "-51.04"),
 }
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """Run the real `vmtax` entry point in-process (same code path as the console script)."""
-    from vmtax.cli import main
-
-    def run(*args: str) -> Result:
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
 
 
 @pytest.fixture

@@ -27,25 +27,6 @@ def vmtax_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """The same entry point in-process (the child's start-up costs seconds on a busy box)."""
-    from vmtax.cli import main
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out.out, out.err)
-
-    return run
-
-
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode != 0, proc.stdout
     lines = proc.stderr.strip().splitlines()

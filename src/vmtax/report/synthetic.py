@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmtax import __version__
+from vmtax.stats.synthetic import run_statistics
 
 BASE_COST = {"cpuid": 100.0, "syscall": 300.0, "timer": 1_000.0, "pagefault": 2_000.0}
 LEVEL_FACTOR = {"L0": 1.0, "L1": 30.0, "L2": 400.0, "L3": 4_000.0}
@@ -56,14 +57,7 @@ def _fingerprint(level: str, hostname: str) -> dict[str, Any]:
 def _summary(values: np.ndarray) -> dict[str, Any]:
     wall = float(values.sum()) / 1e9
     return {
-        "n": int(values.size),
-        "mean": float(values.mean()),
-        "median": float(np.median(values)),
-        "stddev": float(values.std(ddof=1)),
-        "min": float(values.min()),
-        "max": float(values.max()),
-        "p95": float(np.quantile(values, 0.95)),
-        "p99": float(np.quantile(values, 0.99)),
+        **run_statistics(values),
         "wall_s": wall,
         "ops_per_sec": values.size / wall,
         "throughput": values.size / wall,

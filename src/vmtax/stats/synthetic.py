@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,21 @@ class Config:
     @property
     def key(self) -> str:
         return " ".join([self.level, *(f"{k}={v}" for k, v in sorted(self.labels.items()))])
+
+
+def run_statistics(values: np.ndarray) -> dict[str, Any]:
+    """The statistics a ``run_summary`` carries, computed as the agent does (n-1 standard
+    deviation, linearly interpolated percentiles)."""
+    return {
+        "n": int(values.size),
+        "mean": float(values.mean()),
+        "median": float(np.median(values)),
+        "stddev": float(values.std(ddof=1)),
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "p95": float(np.percentile(values, 95)),
+        "p99": float(np.percentile(values, 99)),
+    }
 
 
 def runs_frame(
@@ -61,14 +77,7 @@ def runs_frame(
                         "plan_index": 0,
                         "run_index": r,
                         "status": "ok",
-                        "n": iterations,
-                        "mean": float(v.mean()),
-                        "median": float(np.median(v)),
-                        "stddev": float(v.std(ddof=1)),
-                        "min": float(v.min()),
-                        "max": float(v.max()),
-                        "p95": float(np.percentile(v, 95)),
-                        "p99": float(np.percentile(v, 99)),
+                        **run_statistics(v),
                         "wall_s": float(v.sum() * 1e-9),
                         "ops_per_sec": float(1e9 / v.mean()),
                         "throughput": None,

@@ -3,6 +3,7 @@ into the packages below (plan, targets, store, stats, report)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 from types import ModuleType
@@ -67,8 +68,9 @@ def _click_exceptions() -> ModuleType:
 def main() -> None:
     """Entry point: every failure becomes one line on stderr and a non-zero exit."""
     cx = _click_exceptions()
-    # Behave like other Unix tools in a pipeline: `vmtax ... | head` ends quietly.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Behave like other Unix tools in a pipeline: `vmtax ... | head` ends quietly. The handler
+    # is this call's only: a process that calls main() in-process (the tests) gets its own back.
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         app(standalone_mode=False)
         sys.exit(0)
@@ -91,3 +93,14 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    finally:
+        _flush_quietly()
+        signal.signal(signal.SIGPIPE, previous)
+
+
+def _flush_quietly() -> None:
+    # Flush while SIGPIPE still ends the process quietly, so a reader that went away early
+    # does not turn into a BrokenPipeError at interpreter exit.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()

@@ -1,0 +1,104 @@
+"""The knee detector, response-time rise and SLO check on curves with known shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vmtax.stats.knee import classify_flat, find_knee, response_rise, slo_check
+from vmtax.sweep.synthetic import study_b
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(
+    ("shape", "kind", "rise_at"), [("xen", "idle-cpu", 1.5), ("zvm", "saturated", 2.5)]
+)
+def test_study_b_shapes_knee_within_ci_and_why_flat(shape, kind, rise_at, seed):
+    s = study_b(shape, seed=seed)
+    fit = find_knee(s.ratios, s.throughput, seed=seed)
+    assert fit.shape == "knee", fit.reason
+    knee = fit.knee
+    assert knee.low <= s.true_knee <= knee.high
+    assert knee.low <= knee.ratio <= knee.high
+    assert abs(knee.ratio - s.true_knee) < 0.25
+    # The interval says something: narrower than the sweep.
+    assert knee.high - knee.low < (s.ratios[-1] - s.ratios[0]) / 2
+    assert knee.slope_after < 0.2 * knee.slope_before
+    flat = classify_flat(knee, s.ratios, s.utilisation)
+    assert flat is not None and flat.kind == kind
+    assert flat.ratios[0] == s.true_knee
+    rise = response_rise(s.ratios, s.response_s)
+    assert rise.ratio == rise_at
+
+
+def test_zvm_drop_at_the_end_is_a_negative_slope_after_the_knee():
+    s = study_b("zvm", seed=5)
+    knee = find_knee(s.ratios, s.throughput).knee
+    assert knee is not None and knee.slope_after < 0
+
+
+@pytest.mark.parametrize("true_knee", [1.25, 1.75, 2.25])
+def test_knee_on_an_uneven_grid_is_found_within_its_ci(true_knee):
+    rng = np.random.default_rng(7)
+    ratios = [1.0, 1.25, 1.75, 2.0, 2.25, 3.0]
+    tput = [100 * min(r, true_knee) * (1 + 0.02 * rng.standard_normal(8)) for r in ratios]
+    knee = find_knee(ratios, tput).knee
+    assert knee is not None and knee.ratio == true_knee
+    assert knee.low <= true_knee <= knee.high
+
+
+def test_heavy_noise_widens_the_interval_and_keeps_the_knee_in_it():
+    s = study_b("zvm", noise=0.12, samples=4, seed=3)
+    knee = find_knee(s.ratios, s.throughput).knee
+    assert knee is not None and knee.low <= s.true_knee <= knee.high
+    assert knee.high > knee.low  # no longer a single step
+
+
+def test_linear_scaling_has_no_knee():
+    rng = np.random.default_rng(3)
+    ratios = [1.0, 1.5, 2.0, 2.5, 3.0]
+    fit = find_knee(ratios, [50 * r * (1 + 0.03 * rng.standard_normal(10)) for r in ratios])
+    assert fit.knee is None and fit.shape == "scales"
+
+
+def test_flat_from_the_first_step_has_no_knee():
+    rng = np.random.default_rng(4)
+    ratios = [1.0, 1.5, 2.0, 2.5]
+    fit = find_knee(ratios, [100 * (1 + 0.03 * rng.standard_normal(10)) for _ in ratios])
+    assert fit.knee is None and fit.shape in ("flat", "scales")
+    assert classify_flat(fit.knee, ratios, [[0.9]] * 4) is None
+
+
+def test_too_few_steps_says_so():
+    fit = find_knee([1.0, 2.0, 3.0], [[1, 2], [2, 3], [3, 3]])
+    assert fit.knee is None and fit.shape == "too-few"
+
+
+def test_one_sample_per_step_still_fits_without_an_interval():
+    fit = find_knee([0.5, 1.0, 1.5, 2.0, 2.5], [[50], [100], [101], [99], [100]])
+    assert fit.knee is not None and fit.knee.low == fit.knee.high == fit.knee.ratio
+    assert abs(fit.knee.ratio - 1.0) < 0.1
+
+
+def test_response_rise_is_multiple_comparison_aware():
+    # Eight steps of pure noise: uncorrected one-sided tests at 0.05 would often call one
+    # step a rise; Holm over the family keeps the family-wise error at alpha.
+    rng = np.random.default_rng(11)
+    false_calls = 0
+    for _ in range(40):
+        groups = [0.1 * (1 + 0.1 * rng.standard_normal(10)) for _ in range(8)]
+        if response_rise(list(range(8)), groups, min_rise=0.0).ratio is not None:
+            false_calls += 1
+    assert false_calls <= 5
+    # A small but significant shift below min_rise is not a rise.
+    base = 0.1 + 0.001 * rng.standard_normal(30)
+    rise = response_rise([1, 2], [base, base * 1.02])
+    assert rise.ratio is None and rise.steps[0][2] < 0.05
+
+
+def test_slo_check_study_e_two_seconds():
+    slo = slo_check([1.0, 1.5, 2.0, 2.5], [0.4, 1.2, 1.99, 2.6])
+    assert [ok for _, _, ok in slo.steps] == [True, True, True, False]
+    assert slo.max_ratio == 2.0 and slo.limit_s == 2.0
+    assert slo_check([1.0, 2.0], [3.0, 1.0]).max_ratio is None
+    assert slo_check([1.0], [float("nan")]).steps[0][2] is False

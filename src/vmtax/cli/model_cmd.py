@@ -1,0 +1,207 @@
+"""`vmtax model`: the nested-cost model, calibrated on a dataset's VM and nested-VM columns or
+on measured levels; predicts deeper levels and DVH's what-if (docs/model.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from vmtax.errors import UsageError
+from vmtax.report import compare_format as fmt_mod
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+JSON_KEYS = ("benchmark", "level", "dvh", "predicted", "low", "high", "unit")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+    app.command("model")(model_cmd)
+
+
+def model_cmd(
+    selectors: Annotated[
+        list[str] | None,
+        typer.Argument(help="Selectors of measured runs (key=value[,key=value]; several = OR)."),
+    ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Calibrate on a dataset's VM and nested-VM columns, e.g. dvh2020_micro."),
+    ] = None,
+    vm_level: Annotated[
+        str | None,
+        typer.Option(
+            help="The measured level that plays the VM (default: the lowest level under KVM, "
+            "else the lowest level)."
+        ),
+    ] = None,
+    probe: Annotated[
+        list[str] | None,
+        typer.Option(help="Only these probes (cpuid, io, timer, wakeup); repeat for several."),
+    ] = None,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 4000,
+    seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
+) -> None:
+    """Predict the cost of deeper nesting from two levels, with and without DVH.
+
+    The model: C1 = a; C2 = a + m·h; C_d = a + m·H_{d−1}, H_j = h + m_h·H_{j−1}, where a is a
+    single-level exit, m the exits the guest hypervisor causes per forwarded exit and h their
+    cost. Exit profiles give m and h where recorded; otherwise h is assumed to be one null
+    exit (cpuid). Intervals are 95% bootstrap prediction intervals.
+
+    Example: vmtax model --dataset dvh2020_micro
+
+    Example: vmtax model exp=latest --format json
+    """
+    if fmt not in fmt_mod.FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
+    if resamples < 100:
+        raise UsageError("--resamples must be at least 100")
+    from vmtax.cli.compare_cmd import emit
+
+    if dataset:
+        if selectors:
+            raise UsageError("give either --dataset or selectors of measured runs, not both")
+        emit(dataset_output(dataset, fmt, resamples=resamples, seed=seed))
+        return
+    from vmtax.model.sources import level_number
+
+    vm = level_number(vm_level) if vm_level else None
+    emit(
+        measured_output(
+            list(selectors or ["exp=latest"]),
+            fmt,
+            db=db,
+            vm_level=vm,
+            probes=list(probe or []),
+            resamples=resamples,
+            seed=seed,
+        )
+    )
+
+
+def _span(row: pd.Series) -> str:
+    value = fmt_mod._num(row["predicted"])
+    if row["low"] == row["high"] == row["predicted"]:
+        return value  # a published point: no spread to show
+    return f"{value} [{fmt_mod._num(row['low'])}, {fmt_mod._num(row['high'])}]"
+
+
+def _records(frame: pd.DataFrame, keys: tuple[str, ...]) -> str:
+    out = []
+    for rec in frame.to_dict(orient="records"):
+        item = {k: fmt_mod.json_safe(rec[k]) for k in keys}
+        item["level"], item["dvh"] = int(rec["level"]), bool(rec["dvh"])
+        out.append(item)
+    return json.dumps(out, indent=2, allow_nan=False) + "\n"
+
+
+def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
+    lines = [
+        f"{r.benchmark} {r.parameter}: {fmt_mod._num(r.estimate)} "
+        f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] {r.unit} ({r.basis})"
+        for r in params.itertuples()
+    ] + notes
+    bullet = "- " if fmt == "markdown" else ""
+    return "\n" + "\n".join(bullet + line for line in lines) + "\n"
+
+
+def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
+    """The dataset case: predicted L3/L4 (+DVH) and nested+DVH beside the published column."""
+    import pandas as pd
+
+    from vmtax.model import fit, from_dataset
+    from vmtax.model.sources import published_dvh
+
+    result = fit(from_dataset(name), resamples=resamples, seed=seed)
+    preds = result.predictions
+    if fmt == "json":
+        return _records(preds, JSON_KEYS)
+    if fmt == "csv":
+        return fmt_mod.render_frame(preds.drop(columns=["measured", "error_pct"]), fmt)
+    published = published_dvh(name)
+    rows = []
+    for bench, group in preds.groupby("benchmark", sort=False):
+        at = {(int(r["level"]), bool(r["dvh"])): r for _, r in group.iterrows()}
+        dvh2 = at[(2, True)]
+        pub = published.get(str(bench))
+        row = {"benchmark": bench, "unit": dvh2["unit"]}
+        row["L3"], row["L3+DVH"] = _span(at[(3, False)]), _span(at[(3, True)])
+        row["nested+DVH predicted"] = _span(dvh2)
+        row["nested+DVH published"] = pub
+        row["error %"] = f"{100.0 * (dvh2['predicted'] - pub) / pub:+.1f}" if pub else ""
+        rows.append(row)
+    table = fmt_mod.render_frame(
+        pd.DataFrame(rows),
+        fmt,
+        f"{name}: calibrated on the VM and nested VM columns; 95% prediction intervals",
+    )
+    spread = (
+        "The published figures carry no spread: the intervals show only how m differs "
+        "between the four classes (resampled). L4 is in --format json/csv."
+    )
+    return _joined(table, _notes(result.params, [*result.notes, spread], fmt), fmt)
+
+
+def measured_output(
+    selectors: list[str],
+    fmt: str,
+    *,
+    db: str | None,
+    vm_level: int | None,
+    probes: list[str],
+    resamples: int,
+    seed: int,
+) -> object:
+    """The measured case: calibrate on the VM level and the one above it, predict the rest and
+    put each prediction beside the measured level where there is one."""
+    from vmtax.model import fit
+    from vmtax.model.sources import from_store
+    from vmtax.store import Store
+
+    store = Store.open(db)
+    try:
+        found = from_store(store, selectors, vm_level=vm_level, probes=probes)
+    finally:
+        store.close()
+    result = fit(found.series, offset=found.vm_level - 1, resamples=resamples, seed=seed)
+    return render_measured(result, found.vm_level, found.notes, fmt)
+
+
+def render_measured(result: object, vm_level: int, notes: list[str], fmt: str) -> object:
+    """Predictions beside measurements, in one of the formats."""
+    preds = result.predictions  # type: ignore[attr-defined]
+    if fmt == "json":
+        return _records(preds, (*JSON_KEYS, "measured", "error_pct"))
+    if fmt == "csv":
+        return fmt_mod.render_frame(preds, fmt)
+    view = preds.assign(
+        level=[
+            f"L{lv}{'+DVH' if d else ''}"
+            for lv, d in zip(preds["level"], preds["dvh"], strict=True)
+        ],
+        **{"predicted [95% PI]": preds.apply(_span, axis=1)},
+        **{"error %": ["" if e is None or e != e else f"{e:+.1f}" for e in preds["error_pct"]]},
+    )[["benchmark", "level", "predicted [95% PI]", "measured", "error %", "unit", "basis"]]
+    head = (
+        f"calibrated on L{vm_level} (the VM) and L{vm_level + 1} (the nested VM); "
+        "95% prediction intervals"
+    )
+    table = fmt_mod.render_frame(view, fmt, head)
+    return _joined(table, _notes(result.params, [*notes, *result.notes], fmt), fmt)  # type: ignore[attr-defined]
+
+
+def _joined(table: object, text: str, fmt: str) -> object:
+    if isinstance(table, str):
+        return table + text
+    from vmtax.cli.compare_cmd import emit
+
+    emit(table)
+    return text.lstrip("\n")

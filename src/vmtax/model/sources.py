@@ -1,0 +1,257 @@
+"""Where the model's calibration comes from: a reference dataset (study C's VM and nested-VM
+columns) or the store (measured levels, with exit profiles where they were recorded)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vmtax.errors import UsageError
+from vmtax.model.mechanisms import MECHANISMS, mechanism
+from vmtax.model.nested import Series
+
+DATASET_COLUMNS = ("benchmark", "config", "cycles")
+VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
+PROFILE_COLUMNS = ("run_id", "count", "time_ns", "iterations", "complete")
+_TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+# -- a dataset ------------------------------------------------------------------------------
+
+
+def _dataset_frame(name: str) -> pd.DataFrame:
+    from vmtax.refs import datasets
+
+    df = datasets.load(name)
+    missing = [c for c in DATASET_COLUMNS if c not in df.columns]
+    if missing:
+        raise UsageError(
+            f"dataset {name!r} lacks column(s) {', '.join(missing)}; the model needs "
+            f"{', '.join(DATASET_COLUMNS)} (like dvh2020_micro)"
+        )
+    return df
+
+
+def _number(name: str, row: pd.Series) -> float:
+    try:
+        return float(str(row["cycles"]).replace(",", ""))
+    except ValueError:
+        raise UsageError(
+            f"dataset {name!r}: {row['benchmark']} / {row['config']}: cycles is not a number: "
+            f"{row['cycles']!r}"
+        ) from None
+
+
+def from_dataset(name: str) -> list[Series]:
+    """One series per benchmark from the VM and nested-VM columns only (never a deeper or a
+    DVH column: the model must stand on those two)."""
+    df = _dataset_frame(name)
+    out = []
+    for bench, group in df.groupby("benchmark", sort=False):
+        mechanism(str(bench))
+        cells = {str(r["config"]): _number(name, r) for _, r in group.iterrows()}
+        for config in (VM, NESTED):
+            if config not in cells:
+                raise UsageError(
+                    f"dataset {name!r}: {bench} has no {config!r} row; calibration needs two "
+                    "levels (the VM and the nested VM)"
+                )
+        out.append(
+            Series(
+                str(bench),
+                "cycles",
+                np.array([cells[VM]]),
+                np.array([cells[NESTED]]),
+            )
+        )
+    if not out:
+        raise UsageError(f"dataset {name!r} has no rows")
+    return out
+
+
+def published_dvh(name: str) -> dict[str, float]:
+    """The dataset's published nested VM + DVH column (shown beside the prediction only)."""
+    df = _dataset_frame(name)
+    rows = df[df["config"] == NESTED_DVH]
+    return {str(r["benchmark"]): _number(name, r) for _, r in rows.iterrows()}
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """What ``from_store`` found: the series, the VM level's number and notes to print."""
+
+    series: list[Series]
+    vm_level: int
+    notes: list[str] = field(default_factory=list)
+
+
+def level_number(level: str) -> int:
+    text = str(level).strip().upper()
+    if not (text.startswith("L") and text[1:].isdigit()):
+        raise UsageError(f"bad level {level!r}: use L0, L1, L2, ...")
+    return int(text[1:])
+
+
+def default_vm_level(runs: pd.DataFrame) -> int:
+    """The level that plays "the VM": the lowest level run under a hardware(-emulated) KVM
+    (where an exit is an exit); without one, the lowest level present."""
+    kvm = [
+        level_number(lv)
+        for lv, labels in zip(runs["level"], runs["labels"], strict=True)
+        if str((labels or {}).get("accel", "")).lower() == "kvm"
+    ]
+    if kvm:
+        return min(kvm)
+    return min(level_number(lv) for lv in runs["level"])
+
+
+def exit_profiles_function() -> Any:  # noqa: ANN401
+    """``vmtax.hostprof.store.exit_profiles`` when the exit-profile package is installed."""
+    try:
+        module = importlib.import_module("vmtax.hostprof.store")
+    except ImportError:
+        return None
+    return getattr(module, "exit_profiles", None)
+
+
+def profile_per_run(profiles: pd.DataFrame) -> pd.DataFrame:
+    """Per complete run profile: exits per iteration and handling ns per iteration."""
+    missing = [c for c in PROFILE_COLUMNS if c not in profiles.columns]
+    if missing:
+        raise UsageError(f"exit profiles lack column(s) {', '.join(missing)}")
+    done = profiles[profiles["complete"].astype(bool)]
+    if done.empty:
+        return pd.DataFrame(columns=["run_id", "exits", "handling_ns"])
+    grouped = done.groupby("run_id").agg(
+        count=("count", "sum"), time_ns=("time_ns", "sum"), iterations=("iterations", "max")
+    )
+    grouped = grouped[grouped["iterations"] > 0]
+    return pd.DataFrame(
+        {
+            "run_id": grouped.index.astype(int),
+            "exits": grouped["count"] / grouped["iterations"],
+            "handling_ns": grouped["time_ns"] / grouped["iterations"],
+        }
+    ).reset_index(drop=True)
+
+
+def from_runs(
+    runs: pd.DataFrame,
+    *,
+    vm_level: int | None = None,
+    probes: Sequence[str] = (),
+    profiles: pd.DataFrame | None = None,
+    tsc_hz: dict[int, float] | None = None,
+) -> Measured:
+    """Series from a runs frame (``Store.runs`` columns) and optional exit profiles.
+
+    ``tsc_hz`` maps configuration ids to their TSC rate, to put cycles (cpuid) and ns on one
+    scale when the probes' units differ or profiles (ns) are used.
+    """
+    for p in probes:
+        mechanism(p)
+    ok = runs[runs["status"] == "ok"] if len(runs) else runs
+    if ok.empty:
+        raise UsageError("no completed runs match the selectors")
+    chosen = ok[ok["probe"].isin(probes or list(MECHANISMS))]
+    if chosen.empty:
+        found = ", ".join(sorted(set(ok["probe"])))
+        raise UsageError(
+            f"no probe with an exit mechanism in the selection (found {found}); the model "
+            f"needs {', '.join(MECHANISMS)}"
+        )
+    vm = vm_level if vm_level is not None else default_vm_level(chosen)
+    per_run = profile_per_run(profiles) if profiles is not None and len(profiles) else None
+    units = set(chosen["unit"])
+    to_ns = len(units) > 1 or per_run is not None
+    notes: list[str] = []
+    series = []
+    for probe, group in chosen.groupby("probe", sort=True):
+        levels = {level_number(lv): g for lv, g in group.groupby("level")}
+        if vm not in levels or vm + 1 not in levels:
+            have = ", ".join(f"L{n}" for n in sorted(levels))
+            notes.append(
+                f"{probe}: calibration needs two levels (the VM L{vm} and the nested VM "
+                f"L{vm + 1}); it has {have}"
+            )
+            continue
+        values: dict[int, np.ndarray] = {}
+        prof: dict[int, np.ndarray | None] = {}
+        for n, g in levels.items():
+            if g["config"].nunique() > 1:
+                raise UsageError(
+                    f"{probe}: several configurations at L{n} "
+                    f"({'; '.join(sorted(g['config'].unique()))}): select one with a selector"
+                )
+            scale = _scale(str(g["unit"].iloc[0]), g, tsc_hz or {}) if to_ns else 1.0
+            values[n] = g["mean"].to_numpy(dtype=np.float64) * scale
+            prof[n] = None
+            if per_run is not None:
+                mine = per_run[per_run["run_id"].isin(g["run_id"].astype(int))]
+                if len(mine):
+                    prof[n] = mine[["exits", "handling_ns"]].to_numpy(dtype=np.float64)
+        series.append(
+            Series(
+                str(probe),
+                "ns" if to_ns else str(group["unit"].iloc[0]),
+                values[vm],
+                values[vm + 1],
+                measured={n - vm + 1: v for n, v in values.items() if n > vm + 1},
+                vm_profile=prof[vm],
+                nested_profile=prof[vm + 1],
+            )
+        )
+    if not series:
+        raise UsageError(notes[0] if len(notes) == 1 else "; ".join(notes))
+    return Measured(series, vm, notes)
+
+
+def _scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
+    if unit in _TO_NS:
+        return _TO_NS[unit]
+    if unit == "cycles":
+        hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
+        if hz:
+            return 1e9 / hz
+        raise UsageError(
+            f"{runs['probe'].iloc[0]} at {runs['level'].iloc[0]} is in cycles and its "
+            "configuration records no TSC rate, so it cannot be put on the ns scale of the "
+            "other probes or of the exit profiles; select it alone"
+        )
+    raise UsageError(f"{runs['probe'].iloc[0]}: unit {unit!r} cannot be converted to ns")
+
+
+def from_store(
+    store: Any,  # noqa: ANN401
+    selectors: Sequence[str],
+    *,
+    vm_level: int | None = None,
+    probes: Sequence[str] = (),
+) -> Measured:
+    """Series from the runs the selectors pick, with exit profiles where they exist."""
+    runs = store.runs(list(selectors) or ["exp=latest"])
+    if runs.empty:
+        raise UsageError(f"no runs match {' '.join(selectors) or 'exp=latest'}")
+    configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))
+    tsc = {
+        int(r.configuration_id): float(hz)
+        for r in configs.itertuples()
+        if (hz := ((r.fingerprint or {}).get("cpu") or {}).get("tsc_hz"))
+    }
+    profiles = None
+    fn = exit_profiles_function()
+    if fn is not None:
+        frames = [fn(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
+        frames = [f for f in frames if f is not None and len(f)]
+        if frames:
+            profiles = pd.concat(frames, ignore_index=True)
+            profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
+    return from_runs(runs, vm_level=vm_level, probes=probes, profiles=profiles, tsc_hz=tsc)

@@ -1,0 +1,361 @@
+"""The nested-cost model: recovery of known parameters from synthetic data, the dataset and
+measured-level commands, and the bad inputs (each a one-line error with exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vmtax.errors import UsageError
+from vmtax.model import Series, fit
+from vmtax.model.sources import from_runs
+
+BENCH = ("cpuid", "io", "timer", "wakeup")
+# Ground truth for the synthetic levels, in ns.
+A = {"cpuid": 1500.0, "io": 5000.0, "timer": 2000.0, "wakeup": 3300.0}
+M = {"cpuid": 20.0, "io": 24.0, "timer": 22.0, "wakeup": 18.0}
+E, T_NULL, T_CAUSED = 1000.0, 500.0, 900.0  # round trip, null handler, a caused exit's handler
+NOISE = 0.02  # relative run-to-run spread of a run mean
+RUNS = 10
+
+
+def _noisy(rng: np.random.Generator, value: float, n: int = RUNS) -> np.ndarray:
+    return value * (1.0 + NOISE * rng.standard_normal(n))
+
+
+def _truth_no_profile(k: str, depth: int) -> float:
+    """Depth-d cost when each caused exit costs one null exit and m_h is the mean class m."""
+    h, m_h = A["cpuid"], float(np.mean(list(M.values())))
+    return A[k] + M[k] * h * sum(m_h**i for i in range(depth - 1))
+
+
+def _synthetic(rng: np.random.Generator) -> list[Series]:
+    return [
+        Series(
+            k,
+            "ns",
+            _noisy(rng, A[k]),
+            _noisy(rng, _truth_no_profile(k, 2)),
+            measured={3: _noisy(rng, _truth_no_profile(k, 3))},
+        )
+        for k in BENCH
+    ]
+
+
+def _row(result, bench: str, level: int, dvh: bool) -> pd.Series:
+    p = result.predictions
+    hit = p[(p["benchmark"] == bench) & (p["level"] == level) & (p["dvh"] == dvh)]
+    assert len(hit) == 1, (bench, level, dvh)
+    return hit.iloc[0]
+
+
+def _param(result, bench: str, name: str) -> float:
+    p = result.params
+    return float(
+        p[(p["benchmark"] == bench) & p["parameter"].str.startswith(name)]["estimate"].iloc[0]
+    )
+
+
+# -- recovery -------------------------------------------------------------------------------
+
+
+def test_recovers_known_parameters_without_profiles():
+    result = fit(_synthetic(np.random.default_rng(1)), resamples=1000)
+    for k in BENCH:
+        # a and D within 3% (2% noise on 10 runs gives a standard error of about 0.6%).
+        assert _param(result, k, "a ") == pytest.approx(A[k], rel=0.03)
+        assert _param(result, k, "D ") == pytest.approx(M[k] * A["cpuid"], rel=0.03)
+        assert _param(result, k, "m ") == pytest.approx(M[k], rel=0.05)
+    assert _param(result, "all", "m_h") == pytest.approx(np.mean(list(M.values())), rel=0.05)
+    for k in BENCH:
+        row = _row(result, k, 3, False)
+        assert row["predicted"] == pytest.approx(_truth_no_profile(k, 3), rel=0.05)
+        assert abs(row["error_pct"]) < 5
+        # DVH: the directly handled classes cost a single-level exit at any depth.
+        dvh = _row(result, k, 4, True)
+        if k == "cpuid":
+            assert dvh["predicted"] == pytest.approx(_row(result, k, 4, False)["predicted"])
+        else:
+            assert dvh["predicted"] == pytest.approx(A[k], rel=0.03)
+
+
+def test_prediction_intervals_cover_the_true_deeper_level():
+    covered = total = 0
+    for seed in range(30):
+        result = fit(_synthetic(np.random.default_rng(100 + seed)), resamples=500, seed=seed)
+        for k in BENCH:
+            row = _row(result, k, 3, False)
+            total += 1
+            covered += row["low"] <= _truth_no_profile(k, 3) <= row["high"]
+            assert (row["high"] - row["low"]) / row["predicted"] < 0.5  # not vacuous
+    assert covered / total >= 0.8, f"{covered}/{total}"
+
+
+def _profiled(rng: np.random.Generator) -> tuple[list[Series], dict[str, float]]:
+    """Series with exit profiles: VM level 1 exit per iteration (+ a little background), the
+    nested level 1 reflected + m_k caused exits, each caused exit's handler T_CAUSED."""
+    series, c2_true = [], {}
+    for k in BENCH:
+        n1 = 1.0
+        t1 = T_NULL if k == "cpuid" else A[k] - E
+        n2 = 1.0 + M[k]
+        t2 = T_NULL + M[k] * T_CAUSED
+        c2 = A[k] + (n2 - n1) * E + t2
+        c2_true[k] = c2
+
+        def prof(n: float, t: float) -> np.ndarray:
+            return np.column_stack([_noisy(rng, n), _noisy(rng, t)])
+
+        series.append(
+            Series(
+                k,
+                "ns",
+                _noisy(rng, A[k]),
+                _noisy(rng, c2),
+                vm_profile=prof(n1, t1),
+                nested_profile=prof(n2, t2),
+            )
+        )
+    return series, c2_true
+
+
+def test_recovers_known_parameters_from_exit_profiles():
+    series, c2_true = _profiled(np.random.default_rng(7))
+    result = fit(series, resamples=1000)
+    assert _param(result, "all", "e ") == pytest.approx(E, rel=0.05)
+    assert _param(result, "all", "m_h") == pytest.approx(M["cpuid"], rel=0.03)
+    for k in BENCH:
+        assert _param(result, k, "m ") == pytest.approx(M[k], rel=0.03)
+        row = _row(result, k, 2, False)  # the nested level predicted from its profile
+        assert row["predicted"] == pytest.approx(c2_true[k], rel=0.03)
+        assert abs(row["error_pct"]) < 5
+        assert row["basis"].startswith("exit profile")
+        d = c2_true[k] - A[k]
+        deeper = _row(result, k, 3, False)
+        assert deeper["predicted"] == pytest.approx(A[k] + d * (1 + M["cpuid"]), rel=0.05)
+
+
+def test_profile_intervals_cover_the_nested_level():
+    covered = total = 0
+    for seed in range(20):
+        series, c2_true = _profiled(np.random.default_rng(300 + seed))
+        result = fit(series, resamples=500, seed=seed)
+        for k in BENCH:
+            row = _row(result, k, 2, False)
+            total += 1
+            covered += row["low"] <= c2_true[k] <= row["high"]
+    assert covered / total >= 0.8, f"{covered}/{total}"
+
+
+# -- the dataset command --------------------------------------------------------------------
+
+
+def test_dataset_table_puts_the_prediction_beside_the_published_dvh_column(cli):
+    res = cli("model", "--dataset", "dvh2020_micro", "--format", "markdown")
+    assert res.returncode == 0, res.stderr
+    for bench in ("Hypercall", "DevNotify", "ProgramTimer", "SendIPI"):
+        assert bench in res.stdout
+    assert "nested+DVH published" in res.stdout and "13,815" in res.stdout
+    assert "L3+DVH" in res.stdout
+
+
+def test_dataset_json_shape(cli):
+    res = cli("model", "--dataset", "dvh2020_micro", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert {tuple(sorted(r)) for r in rows} == {
+        tuple(sorted(("benchmark", "level", "dvh", "predicted", "low", "high", "unit")))
+    }
+    assert {r["benchmark"] for r in rows} == {"Hypercall", "DevNotify", "ProgramTimer", "SendIPI"}
+    for r in rows:
+        assert isinstance(r["level"], int) and isinstance(r["dvh"], bool)
+        assert r["low"] <= r["predicted"] <= r["high"]
+        assert r["unit"] == "cycles"
+    keys = {(r["benchmark"], r["level"], r["dvh"]) for r in rows}
+    for bench in ("Hypercall", "SendIPI"):
+        assert {(bench, 3, False), (bench, 3, True), (bench, 2, True)} <= keys
+    l3 = {r["benchmark"]: r for r in rows if r["level"] == 3 and not r["dvh"]}
+    # Each nesting level multiplies: L3 is an order of magnitude above the nested VM.
+    assert l3["Hypercall"]["predicted"] > 10 * 37733
+
+
+def _user_dataset(monkeypatch, tmp_path: Path, name: str, text: str) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    from vmtax.refs import datasets
+
+    folder = datasets.user_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.csv").write_text(text)
+
+
+def test_dataset_calibrates_on_the_vm_and_nested_columns_only(cli, monkeypatch, tmp_path):
+    from vmtax.refs import datasets
+
+    text = datasets.load("dvh2020_micro").to_csv(index=False)
+    changed = text.replace("38743", "99999").replace("13815", "1")
+    _user_dataset(monkeypatch, tmp_path, "dvh_changed_dvh", changed)
+    a = json.loads(cli("model", "--dataset", "dvh2020_micro", "--format", "json").stdout)
+    b = json.loads(cli("model", "--dataset", "dvh_changed_dvh", "--format", "json").stdout)
+    assert a == b
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def _one_line_usage(res) -> None:
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vmtax: error: "), res.stderr
+
+
+def test_dataset_lacking_a_column_is_a_usage_error(cli, monkeypatch, tmp_path):
+    _user_dataset(monkeypatch, tmp_path, "nocycles", "benchmark,config\nHypercall,VM\n")
+    res = cli("model", "--dataset", "nocycles")
+    _one_line_usage(res)
+    assert "lacks column(s) cycles" in res.stderr
+
+
+def test_dataset_with_one_level_is_a_usage_error(cli, monkeypatch, tmp_path):
+    _user_dataset(monkeypatch, tmp_path, "onelevel", "benchmark,config,cycles\nHypercall,VM,1575\n")
+    res = cli("model", "--dataset", "onelevel")
+    _one_line_usage(res)
+    assert "two levels" in res.stderr
+
+
+def test_dataset_benchmark_without_exit_mechanism_is_a_usage_error(cli, monkeypatch, tmp_path):
+    _user_dataset(
+        monkeypatch,
+        tmp_path,
+        "memonly",
+        "benchmark,config,cycles\nmemory,VM,10\nmemory,nested VM,20\n",
+    )
+    res = cli("model", "--dataset", "memonly")
+    _one_line_usage(res)
+    assert "no exit mechanism" in res.stderr
+
+
+def _populate(store, levels: dict[str, dict[str, np.ndarray]], tsc_hz: float = 2e9) -> int:
+    """An experiment with one configuration per level (accel label as on the testbed) and
+    one stored run per run mean; cpuid in cycles, the others in ns."""
+    exp = store.create_experiment(
+        command=["vmtax", "run"], suite="dvh-micro", seed=0, plan={}, vmtax_version="t",
+        agent_version="t",
+    )  # fmt: skip
+    plan = 0
+    for level, probes in levels.items():
+        accel = "tcg" if level in ("L0", "L1") else "kvm"
+        cfg = store.configuration(
+            experiment_id=exp, level=level, labels={"accel": accel},
+            fingerprint={"cpu": {"tsc_hz": tsc_hz}}, target="synthetic", provenance={},
+        )  # fmt: skip
+        for probe, means in probes.items():
+            unit = "cycles" if probe == "cpuid" else "ns"
+            for i, mean in enumerate(means):
+                store.add_run(
+                    experiment_id=exp, configuration_id=cfg, probe=probe, plan_index=plan,
+                    run_index=i, header={"unit": unit, "better": "lower"},
+                    summary={"n": 5, "mean": float(mean)}, values=np.full(5, float(mean)),
+                    warmup_values=np.zeros(0), status="ok",
+                )  # fmt: skip
+            plan += 1
+    store.finish_experiment(exp, "ok")
+    return exp
+
+
+def _measured_levels(rng) -> dict[str, dict[str, np.ndarray]]:
+    """L1 under TCG (no exits), L2 the VM, L3 the nested VM, L4 measured for comparison."""
+    levels: dict[str, dict[str, np.ndarray]] = {"L1": {}, "L2": {}, "L3": {}, "L4": {}}
+    for k in ("cpuid", "timer"):
+        scale = 2.0 if k == "cpuid" else 1.0  # cpuid in cycles at 2 GHz
+        levels["L1"][k] = _noisy(rng, 20.0 * scale)
+        for depth, level in ((1, "L2"), (2, "L3"), (3, "L4")):
+            levels[level][k] = _noisy(rng, _truth_two(k, depth) * scale)
+    return levels
+
+
+def _truth_two(k: str, depth: int) -> float:
+    h, m_h = A["cpuid"], float(np.mean([M["cpuid"], M["timer"]]))
+    return A[k] + M[k] * h * sum(m_h**i for i in range(depth - 1))
+
+
+def test_measured_levels_predict_and_compare(cli, store, sqlite_url):
+    _populate(store, _measured_levels(np.random.default_rng(5)))
+    res = cli("model", "exp=latest", "--db", sqlite_url, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    l4 = {r["benchmark"]: r for r in rows if r["level"] == 4 and not r["dvh"]}
+    assert set(l4) == {"cpuid", "timer"}
+    for k, r in l4.items():
+        assert r["unit"] == "ns"  # cpuid's cycles are put on the ns scale with the TSC rate
+        assert r["measured"] == pytest.approx(_truth_two(k, 3), rel=0.05)
+        assert abs(r["error_pct"]) < 10
+    table = cli("model", "exp=latest", "--db", sqlite_url)
+    assert table.returncode == 0, table.stderr
+    assert "calibrated on L2 (the VM) and L3 (the nested VM)" in table.stdout
+
+
+def test_measured_profiles_give_the_nested_prediction():
+    """Profiles as ``vmtax.hostprof.store.exit_profiles`` returns them (built here, since the
+    recorder needs the nested testbed): the nested level is predicted, not only fitted."""
+    rng = np.random.default_rng(9)
+    rows, profile_rows, run_id = [], [], 0
+    for depth, level in ((1, "L2"), (2, "L3")):
+        for k in ("cpuid", "timer"):
+            n = 1.0 if depth == 1 else 1.0 + M[k]
+            t = (T_NULL if k == "cpuid" else A[k] - E) if depth == 1 else T_NULL + M[k] * T_CAUSED
+            cost = A[k] if depth == 1 else A[k] + M[k] * E + t
+            for mean in _noisy(rng, cost, 6):
+                run_id += 1
+                rows.append(
+                    {"run_id": run_id, "experiment_id": 1, "configuration_id": depth,
+                     "config": f"{level} accel=kvm", "level": level, "labels": {"accel": "kvm"},
+                     "probe": k, "unit": "ns", "status": "ok", "mean": mean}
+                )  # fmt: skip
+                iters = 10_000
+                profile_rows += [
+                    {"config_key": f"{level} accel=kvm", "level": level, "probe": k,
+                     "run_id": run_id, "recorded_at": None, "reason": reason, "code": code,
+                     "group": group, "count": int(share * n * iters),
+                     "time_ns": share * t * iters, "iterations": iters, "complete": True}
+                    for reason, code, group, share in (
+                        ("VMRUN", 0x80, "Instruction emulation", 0.75),
+                        ("MSR", 0x7C, "Other", 0.25),
+                    )
+                ]  # fmt: skip
+    found = from_runs(pd.DataFrame(rows), profiles=pd.DataFrame(profile_rows))
+    assert found.vm_level == 2
+    result = fit(found.series, offset=found.vm_level - 1, resamples=500)
+    for k in ("cpuid", "timer"):
+        row = _row(result, k, 3, False)
+        assert row["basis"].startswith("exit profile")
+        assert abs(row["error_pct"]) < 5
+    assert _param(result, "cpuid", "m ") == pytest.approx(M["cpuid"], rel=0.02)
+
+
+def test_measured_single_level_is_a_usage_error(cli, store, sqlite_url):
+    rng = np.random.default_rng(0)
+    _populate(store, {"L2": {"cpuid": _noisy(rng, 3000.0)}})
+    res = cli("model", "exp=latest", "--db", sqlite_url)
+    _one_line_usage(res)
+    assert "two levels" in res.stderr
+
+
+def test_probe_without_exit_mechanism_is_a_usage_error(cli, store, sqlite_url):
+    rng = np.random.default_rng(0)
+    _populate(store, {"L2": {"memory": _noisy(rng, 30.0)}, "L3": {"memory": _noisy(rng, 60.0)}})
+    res = cli("model", "exp=latest", "--db", sqlite_url)
+    _one_line_usage(res)
+    assert "exit mechanism" in res.stderr
+    res = cli("model", "exp=latest", "--db", sqlite_url, "--probe", "memory")
+    _one_line_usage(res)
+    assert "no exit mechanism" in res.stderr
+
+
+def test_series_without_the_null_exit_cannot_separate_m_from_h():
+    s = Series("timer", "ns", np.array([2000.0]), np.array([40000.0]))
+    with pytest.raises(UsageError, match="null exit"):
+        fit([s])

@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from vmtax.errors import UsageError
-from vmtax.report import figures, refdata, words
+from vmtax.report import figures, prediction, refdata, words
 from vmtax.report.inputs import ReportInput
 
 LEVEL_ORDER = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
@@ -63,6 +63,7 @@ class ReportModel:
     experiments: list[list[tuple[str, str]]]
     report_command: str
     warnings: list[str]
+    prediction: Table | None = None  # the nested-cost model's table (report/prediction.py)
 
 
 def _config_order(runs: pd.DataFrame) -> list[str]:
@@ -169,6 +170,7 @@ def build(
         experiments=[_experiment(e) for e in data.experiments],
         report_command=shlex.join(data.command) if data.command else "",
         warnings=warnings,
+        prediction=prediction.table(data, seed=seed),
     )
 
 

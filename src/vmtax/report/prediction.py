@@ -1,0 +1,78 @@
+"""The report's "predicted vs measured" table: the nested-cost model (vmtax.model) calibrated
+on the selected runs, beside the levels that were measured. Absent when the runs do not hold
+two levels of an exit-heavy probe (cpuid, io, timer, wakeup)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vmtax.errors import UsageError
+
+if TYPE_CHECKING:
+    from vmtax.report.analysis import Table
+    from vmtax.report.inputs import ReportInput
+
+RESAMPLES = 1000  # a report table, not a headline figure: enough for a 95% interval
+
+
+def table(data: ReportInput, *, seed: int = 0) -> Table | None:
+    """Predicted vs measured per probe and level, or None when the model does not apply."""
+    from vmtax.model import fit
+    from vmtax.model.sources import from_runs
+    from vmtax.report.analysis import Table
+    from vmtax.report.compare_format import _num
+
+    runs = data.runs
+    if runs.empty or "mean" not in runs:
+        return None
+    try:
+        found = from_runs(
+            runs,
+            profiles=data.extra.get("exit_profiles"),
+            tsc_hz=_tsc_hz(data.configurations),
+        )
+        result = fit(found.series, offset=found.vm_level - 1, resamples=RESAMPLES, seed=seed)
+    except UsageError:
+        return None
+    rows = []
+    for r in result.predictions.itertuples():
+        measured = "" if r.measured is None or r.measured != r.measured else _num(r.measured)
+        error = "" if r.error_pct is None or r.error_pct != r.error_pct else f"{r.error_pct:+.1f}"
+        rows.append(
+            [
+                str(r.benchmark),
+                f"L{r.level}{'+DVH' if r.dvh else ''}",
+                _num(r.predicted),
+                f"{_num(r.low)} – {_num(r.high)}",
+                measured,
+                error,
+                str(r.unit),
+            ]
+        )
+    return Table(
+        title=(
+            f"Predicted vs measured: calibrated on L{found.vm_level} (the VM) and "
+            f"L{found.vm_level + 1} (the nested VM)"
+        ),
+        columns=["probe", "level", "predicted", "95% PI", "measured", "error %", "unit"],
+        rows=rows,
+        numeric=[False, False, True, True, True, True, False],
+        note="The nested-cost model (docs/model.md): C_d = a + D·(1 + m_h + … + m_h^(d−2)); "
+        "+DVH: L0 handles the class directly. "
+        + " ".join(
+            f"m_h {r.basis}." for r in result.params.itertuples() if r.parameter.startswith("m_h")
+        ),
+    )
+
+
+def _tsc_hz(configurations: Any) -> dict[int, float]:  # noqa: ANN401
+    out: dict[int, float] = {}
+    if configurations is None or "fingerprint" not in getattr(configurations, "columns", ()):
+        return out
+    for cid, fp in zip(
+        configurations["configuration_id"], configurations["fingerprint"], strict=True
+    ):
+        hz = ((fp or {}).get("cpu") or {}).get("tsc_hz") if isinstance(fp, dict) else None
+        if hz:
+            out[int(cid)] = float(hz)
+    return out

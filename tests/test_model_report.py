@@ -1,0 +1,29 @@
+"""The report's predicted-vs-measured table (the nested-cost model on the selected runs)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from test_model import _measured_levels, _noisy, _populate
+from vmtax.report import write_report
+
+
+def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
+    _populate(store, _measured_levels(np.random.default_rng(5)))
+    out = tmp_path / "report.md"
+    write_report(store, ["exp=latest"], out, fmt="markdown", resamples=200)
+    text = out.read_text()
+    assert "Predicted vs measured: calibrated on L2 (the VM) and L3 (the nested VM)" in text
+    section = text.split("Predicted vs measured", 1)[1].split("## 3.", 1)[0]
+    # L4 was measured: its row has the measured mean and the error.
+    l4 = [line for line in section.splitlines() if line.startswith("| cpuid | L4 |")]
+    assert len(l4) == 1 and l4[0].count("|") == 8
+    cells = [c.strip() for c in l4[0].strip("|").split("|")]
+    assert cells[4] and cells[5].startswith(("+", "-"))
+
+
+def test_report_without_two_levels_of_an_exit_probe_has_no_prediction(store, tmp_path):
+    _populate(store, {"L2": {"memory": _noisy(np.random.default_rng(0), 30.0)}})
+    out = tmp_path / "report.html"
+    write_report(store, ["exp=latest"], out, resamples=200)
+    assert "Predicted vs measured" not in out.read_text()

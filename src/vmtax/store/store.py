@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import socket
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -23,14 +26,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import IntegrityError, NoSuchModuleError
+from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
-from vmtax.store.url import redact, resolve, scrub
+from vmtax.store.url import default_path, redact, resolve, scrub
 
 RUN_STATUSES = ("ok", "failed", "lost")
 EXPERIMENT_STATUSES = ("running", "ok", "failed", "interrupted")
@@ -43,7 +46,27 @@ RUN_COLUMNS = [
     "hypervisor", "probe", "unit", "better", "throughput_unit", "plan_index", "run_index",
     "status", *SUMMARY_FIELDS, "error",
 ]  # fmt: skip
+_MIGRATION_LOCK = 0x766D746178  # "vmtax": the advisory lock key of schema upgrades
 _CHUNK = 500  # ids per IN (...) query: well under every backend's parameter limit
+#: How long a PostgreSQL store keeps trying to reconnect (server restarting) before failing.
+RECONNECT_TIMEOUT = 60.0
+T = TypeVar("T")
+# Connection failures that are not worth waiting out: the server is there but says no.
+_NOT_TRANSIENT = ("authentication", "does not exist", "permission denied", "no pg_hba.conf")
+
+
+def _reconnecting(method: Callable[..., T]) -> Callable[..., T]:
+    """Run a store method again after a lost PostgreSQL connection (see ``Store._retry``).
+
+    Only for methods that are safe to repeat: reads, and writes that look for their own
+    earlier commit first.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> T:
+        return self._retry(lambda: method(self, *args, **kwargs))
+
+    return wrapper
 
 
 def config_key(level: str, labels: dict[str, str]) -> str:
@@ -62,10 +85,20 @@ def hypervisor_of(fingerprint: dict[str, Any] | None) -> str:
 class Store:
     """A results store on SQLite or PostgreSQL. Open it with :meth:`Store.open`."""
 
-    def __init__(self, engine: Engine, url: URL, busy_timeout: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        url: URL,
+        busy_timeout: float,
+        reconnect_timeout: float = RECONNECT_TIMEOUT,
+    ) -> None:
         self._engine = engine
         self._url = url
         self._busy_timeout = busy_timeout
+        self.reconnect_timeout = reconnect_timeout
+        self.reconnects = 0
+        # Only a store that has worked is waited for: a wrong URL fails at once.
+        self._has_worked = False
         self.url_display: str = redact(url)
 
     # -- opening -------------------------------------------------------------------------
@@ -79,6 +112,7 @@ class Store:
         upgrade: bool = True,
         read_only: bool = False,
         check_schema: bool = True,
+        reconnect_timeout: float = RECONNECT_TIMEOUT,
     ) -> Store:
         """Open (and create or upgrade) the store at ``url``.
 
@@ -88,21 +122,28 @@ class Store:
         reported before any measurement starts. ``read_only`` stores are never created or
         upgraded; ``check_schema=False`` (with ``read_only``) skips the version check, for
         ``vmtax db info``.
+
+        Once open, a PostgreSQL store outlives a server restart: an operation that loses its
+        connection is repeated on a new one for up to ``reconnect_timeout`` seconds. A write
+        that may have been committed just before the connection broke looks for its own row
+        first, so nothing is stored twice.
         """
         resolved = resolve(url)
         engine = _engine(resolved, busy_timeout, create=not read_only)
-        store = cls(engine, resolved, busy_timeout)
+        store = cls(engine, resolved, busy_timeout, reconnect_timeout)
         try:
             store._prepare(upgrade=upgrade, read_only=read_only, check_schema=check_schema)
         except BaseException:
             engine.dispose()
             raise
+        store._has_worked = upgrade or check_schema or not read_only
         return store
 
     def _prepare(self, *, upgrade: bool, read_only: bool, check_schema: bool) -> None:
         with self._guard():
             if upgrade and not read_only:
-                migrate.upgrade(self._engine, self.url_display)
+                with self._migration_lock():
+                    migrate.upgrade(self._engine, self.url_display)
             elif check_schema:
                 with self._engine.connect() as connection:
                     rev = migrate.check(connection, self.url_display)
@@ -113,6 +154,65 @@ class Store:
                     )
             if not read_only:
                 self._check_writable()
+
+    @contextlib.contextmanager
+    def _migration_lock(self) -> Any:
+        # Controllers started together on a new PostgreSQL database would each create the
+        # schema; a session advisory lock lets one do it while the others wait, then find it
+        # done. (SQLite's write lock already serializes them.)
+        if self._url.get_backend_name() != "postgresql":
+            yield
+            return
+        with self._engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _MIGRATION_LOCK})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _MIGRATION_LOCK})
+                connection.commit()
+
+    def _lost_connection(self, exc: BaseException | None) -> bool:
+        """Whether ``exc`` (the driver error behind a VmtaxError) is a lost or refused
+        PostgreSQL connection that a reconnect may cure."""
+        if self._url.get_backend_name() != "postgresql" or not isinstance(exc, DBAPIError):
+            return False
+        import psycopg
+
+        if not (exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError)):
+            return False
+        return not any(word in str(exc.orig).lower() for word in _NOT_TRANSIENT)
+
+    def _retry(self, call: Callable[[], T], recover: Callable[[], T | None] | None = None) -> T:
+        """``call()``, repeated on a new connection while the PostgreSQL server is away.
+
+        ``recover`` (for writes) is asked before each repeat whether the previous attempt
+        was committed after all, and returns its result if so.
+        """
+        started: float | None = None
+        pause = 0.1
+        while True:
+            try:
+                if started is not None and recover is not None:
+                    found = recover()
+                    if found is not None:
+                        return found
+                result = call()
+                self._has_worked = True
+                return result
+            except VmtaxError as exc:
+                if not self._has_worked or not self._lost_connection(exc.__context__):
+                    raise
+                now = time.monotonic()
+                started = started if started is not None else now
+                if now - started > self.reconnect_timeout:
+                    raise VmtaxError(
+                        f"{exc.message} (gave up reconnecting after {self.reconnect_timeout:g} s)"
+                    ) from None
+                self.reconnects += 1
+                self._engine.dispose()  # every pooled connection died with the server
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def close(self) -> None:
         """Release every pooled connection."""
@@ -163,16 +263,35 @@ class Store:
             "started_at": _now(),
             "status": "running",
         }
-        with self._guard(), self._engine.begin() as connection:
-            result = connection.execute(Experiment.__table__.insert().values(**values))
-            return int(result.inserted_primary_key[0])
+        t = Experiment.__table__
 
+        def insert() -> int:
+            with self._guard(), self._engine.begin() as connection:
+                result = connection.execute(t.insert().values(**values))
+                return int(result.inserted_primary_key[0])
+
+        def committed_before() -> int | None:
+            # The same row, if the attempt whose connection broke was committed after all.
+            with self._guard(), self._engine.connect() as connection:
+                found = connection.execute(
+                    select(t.c.id).where(
+                        t.c.started_at == values["started_at"],
+                        t.c.host == values["host"],
+                        t.c.seed == values["seed"],
+                    )
+                ).scalar()
+            return None if found is None else int(found)
+
+        return self._retry(insert, committed_before)
+
+    @_reconnecting
     def finish_experiment(self, experiment_id: int, status: str) -> None:
         """Mark an experiment finished (``ok``, ``failed`` or ``interrupted``) now."""
         if status not in ("ok", "failed", "interrupted"):
             raise ValueError(f"experiment status must be ok, failed or interrupted, not {status!r}")
         self._set_status(experiment_id, status, _now())
 
+    @_reconnecting
     def reopen_experiment(
         self, experiment_id: int, controller: dict[str, Any] | None = None
     ) -> None:
@@ -210,6 +329,7 @@ class Store:
             if connection.execute(stmt).rowcount == 0:
                 raise VmtaxError(f"no experiment {experiment_id} in {self.url_display}")
 
+    @_reconnecting
     def configuration(
         self,
         *,
@@ -303,6 +423,22 @@ class Store:
             ("measured", codec.encode(values)),
             ("warmup", codec.encode(warmup_values)),
         ]
+        return self._retry(lambda: self._insert_run(row, blocks), lambda: self._stored_run(row))
+
+    def _stored_run(self, row: dict[str, Any]) -> int | None:
+        """The id of ``row`` if it is in the store already (same keys, same created_at)."""
+        t = Run.__table__
+        keys = ("experiment_id", "configuration_id", "probe", "plan_index", "run_index", "status")
+        stmt = select(t.c.id).where(
+            *(t.c[k] == row[k] for k in keys), t.c.created_at == row["created_at"]
+        )
+        with self._guard(), self._engine.connect() as connection:
+            found = connection.execute(stmt).scalar()
+        return None if found is None else int(found)
+
+    def _insert_run(self, row: dict[str, Any], blocks: list[tuple[str, Any]]) -> int:
+        probe, plan_index = row["probe"], row["plan_index"]
+        run_index, experiment_id = row["run_index"], row["experiment_id"]
         with self._guard():
             try:
                 with self._engine.begin() as connection:
@@ -335,6 +471,7 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------
 
+    @_reconnecting
     def completed_plan_indices(self, experiment_id: int) -> set[int]:
         """Plan items that need no rerun on resume.
 
@@ -353,6 +490,7 @@ class Store:
             runs[int(run_index)] = runs.get(int(run_index), False) or status == "ok"
         return {p for p, runs in seen.items() if runs and all(runs.values())}
 
+    @_reconnecting
     def completed_runs(self, experiment_id: int) -> set[tuple[int, int]]:
         """(plan_index, run_index) of every ok run of an experiment."""
         t = Run.__table__
@@ -362,6 +500,7 @@ class Store:
         with self._guard(), self._engine.connect() as connection:
             return {(int(p), int(r)) for p, r in connection.execute(stmt)}
 
+    @_reconnecting
     def experiment(self, experiment_id: int) -> dict[str, Any]:
         """One experiment as a dict, with its configurations and run counts per status."""
         t = Experiment.__table__
@@ -396,6 +535,7 @@ class Store:
         out["run_counts"] = {str(s): int(n) for s, n in counts}
         return out
 
+    @_reconnecting
     def configurations(self, configuration_ids: Iterable[int] | None = None) -> pd.DataFrame:
         """Configurations (all, or the given ids) with their fingerprints and provenance.
 
@@ -420,12 +560,14 @@ class Store:
             columns=columns,
         )  # fmt: skip
 
+    @_reconnecting
     def latest_experiment_id(self) -> int | None:
         """The newest experiment's id, or None in an empty store."""
         with self._guard(), self._engine.connect() as connection:
             value = connection.execute(select(func.max(Experiment.__table__.c.id))).scalar()
         return None if value is None else int(value)
 
+    @_reconnecting
     def experiments(self) -> pd.DataFrame:
         """One row per experiment: id, suite, seed, status, times, versions, host, counts."""
         e, r, c = Experiment.__table__, Run.__table__, Configuration.__table__
@@ -457,6 +599,7 @@ class Store:
             df[col] = df[col].fillna(0).astype("int64")
         return df
 
+    @_reconnecting
     def runs(self, selectors: Sequence[str] = ()) -> pd.DataFrame:
         """Runs matching any of ``selectors`` (all runs when empty), see ``store.select``."""
         from vmtax.store import select as sel
@@ -498,6 +641,7 @@ class Store:
             df[name] = df[name].astype("Int64" if name in ("n", "steal_ticks") else "float64")
         return df
 
+    @_reconnecting
     def samples(self, run_ids: Iterable[int], *, warmup: bool = False) -> dict[int, np.ndarray]:
         """Raw values per run id (float64, iteration order); warm-up values if ``warmup``.
 
@@ -517,6 +661,7 @@ class Store:
                     out[int(run_id)] = codec.decode(dtype, cdc, int(count), data)
         return out
 
+    @_reconnecting
     def info(self) -> dict[str, Any]:
         """The store URL (password redacted), schema version and row counts per table."""
         with self._guard(), self._engine.connect() as connection:
@@ -563,6 +708,12 @@ def _engine(url: URL, busy_timeout: float, *, create: bool) -> Engine:
     if url.get_backend_name() == "sqlite":
         path = Path(url.database or "")
         if create and not path.parent.exists():
+            if path != default_path():
+                # A mistyped --db must not leave a tree of directories behind.
+                raise UsageError(
+                    f"database {redact(url)}: directory {path.parent} does not exist "
+                    "(vmtax creates only its default store's directory)"
+                )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:

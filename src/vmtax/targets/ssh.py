@@ -8,6 +8,9 @@
   sha256 is checked there.
 - Remote commands are built from argument lists with ``shlex.quote``; nothing from the URL
   or the plan reaches a shell unquoted. Passwords and key material are never logged.
+- An encrypted identity key is unlocked with the passphrase in the environment variable the
+  host names (``passphrase_env``, default ``VMTAX_SSH_PASSPHRASE``), or through ssh-agent.
+  The passphrase itself is never written to a file, a message or the store.
 
 asyncssh is asynchronous and targets are synchronous, so each target runs a private event
 loop in a daemon thread and waits on it with timeouts.
@@ -20,6 +23,7 @@ import contextlib
 import hashlib
 import os
 import queue
+import secrets
 import shlex
 import threading
 import time
@@ -36,26 +40,36 @@ from vmtax.targets.base import EOF_MARK, Target, TargetError, find_agent, lines_
 T = TypeVar("T")
 CONNECT_TIMEOUT = 20.0
 REMOTE_CACHE = ".cache/vmtax/agents"
+PASSPHRASE_ENV = "VMTAX_SSH_PASSPHRASE"  # noqa: S105 - the variable's name, not a secret
 
 
 def parse_url(url: str) -> tuple[str | None, str, int]:
     """``ssh://user@host[:port]`` -> (user, host, port); UsageError when malformed."""
-    parts = urlsplit(url)
-    if parts.scheme != "ssh" or not parts.hostname:
-        raise UsageError(f"not an ssh URL: {redact(url)} (expected ssh://user@host[:port])")
+    bad = f"not an ssh URL: {redact(url)} (expected ssh://user@host[:port])"
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # e.g. an unclosed [IPv6 bracket
+        raise UsageError(bad) from None
+    if parts.scheme != "ssh" or not hostname:
+        raise UsageError(bad)
     if parts.password is not None:
         raise UsageError("passwords in ssh URLs are not accepted; use a key or ssh-agent")
     try:
         port = parts.port or 22
     except ValueError:
         raise UsageError(f"bad port in {redact(url)}") from None
-    return (unquote(parts.username) if parts.username else None), parts.hostname, port
+    return (unquote(parts.username) if parts.username else None), hostname, port
 
 
 def redact(url: str) -> str:
     """The URL without any password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "(malformed URL)"
+    if password is None:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return parts._replace(netloc=netloc).geturl()
@@ -89,6 +103,7 @@ class SshTarget(Target):
         labels: dict[str, str] | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         remote_dir: str | None = None,
+        passphrase_env: str = PASSPHRASE_ENV,
     ) -> None:
         self.url = url
         self.user, self.host, self.port = parse_url(url)
@@ -101,6 +116,7 @@ class SshTarget(Target):
         self._labels = dict(labels or {})
         self.connect_timeout = connect_timeout
         self.remote_dir = remote_dir
+        self.passphrase_env = passphrase_env
         self.last_stderr = ""
         self.remote_agent: str | None = None
         self.agent_sha256: str | None = None
@@ -139,6 +155,9 @@ class SshTarget(Target):
             opts["username"] = self.user
         if self.identity:
             opts["client_keys"] = [self.identity]
+        passphrase = os.environ.get(self.passphrase_env)
+        if passphrase:
+            opts["passphrase"] = passphrase
         return opts
 
     def _host_is_known(self) -> bool:
@@ -197,6 +216,13 @@ class SshTarget(Target):
         except asyncssh.PermissionDenied:
             self.close()
             raise TargetError(f"{self.name}: authentication refused") from None
+        except asyncssh.KeyImportError:
+            # asyncssh's message can quote the key file's contents: never show it.
+            self.close()
+            raise TargetError(
+                f"{self.name}: cannot unlock identity {self.identity}: wrong or missing "
+                f"passphrase (set ${self.passphrase_env} or add the key to ssh-agent)"
+            ) from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             self.close()
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
@@ -220,7 +246,9 @@ class SshTarget(Target):
             if await sftp.exists(path) and await self._remote_sha256(path) == digest:
                 return path, False
             await sftp.makedirs(directory, exist_ok=True)
-            part = f"{path}.part{os.getpid()}"
+            # Unique per copy: hosts of one fleet may share a home directory (NFS), and
+            # several threads of this process may copy to it at the same time.
+            part = f"{path}.part{os.getpid()}-{secrets.token_hex(4)}"
             await sftp.put(str(local), part)
             await sftp.chmod(part, 0o755)
             got = await self._remote_sha256(part)

@@ -216,7 +216,7 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
     e = None
     if null is not None:
         vm_prof = profile(null, "vm_profile")
-        if vm_prof is not None:
+        if vm_prof is not None and np.isfinite(vm_prof[1]).all():
             e = (a[null.benchmark] - vm_prof[1]) / vm_prof[0]
             out["basis:e"] = "VM-level profile of the null exit"
         else:
@@ -227,6 +227,9 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
     for s in series:
         nested_prof = profile(s, "nested_profile")
         if nested_prof is None:
+            continue
+        if not np.isfinite(nested_prof[1]).all():
+            notes.append(f"{s.benchmark}: its exit profile has no handling times")
             continue
         if e is None:
             notes.append(

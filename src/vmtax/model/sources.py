@@ -122,25 +122,48 @@ def exit_profiles_function() -> Any:  # noqa: ANN401
     return getattr(module, "exit_profiles", None)
 
 
-def profile_per_run(profiles: pd.DataFrame) -> pd.DataFrame:
-    """Per complete run profile: exits per iteration and handling ns per iteration."""
+def profile_per_run(profiles: pd.DataFrame, recorded_at: str | None = None) -> pd.DataFrame:
+    """Per run with a complete profile: exits per iteration and handling ns per iteration.
+
+    A run may be profiled at several levels. The model needs the hypervisor that owns the
+    (emulated) hardware support, the one below the VM level: ``recorded_at`` (e.g. ``L1``)
+    when a run has a profile recorded there, else the recording that saw the most exits
+    (every exit of every level above passes through that hypervisor first). The handling time
+    of a reason is ``time_ns / timed`` per exit (only ``timed`` exits were timed); reasons
+    without a timing take the run's mean per timed exit; a run with no timing at all has
+    handling NaN.
+    """
     missing = [c for c in PROFILE_COLUMNS if c not in profiles.columns]
     if missing:
         raise UsageError(f"exit profiles lack column(s) {', '.join(missing)}")
-    done = profiles[profiles["complete"].astype(bool)]
-    if done.empty:
-        return pd.DataFrame(columns=["run_id", "exits", "handling_ns"])
-    grouped = done.groupby("run_id").agg(
-        count=("count", "sum"), time_ns=("time_ns", "sum"), iterations=("iterations", "max")
-    )
-    grouped = grouped[grouped["iterations"] > 0]
-    return pd.DataFrame(
-        {
-            "run_id": grouped.index.astype(int),
-            "exits": grouped["count"] / grouped["iterations"],
-            "handling_ns": grouped["time_ns"] / grouped["iterations"],
-        }
-    ).reset_index(drop=True)
+    done = profiles[profiles["complete"].astype(bool)].copy()
+    if "recorded_at" not in done.columns:
+        done["recorded_at"] = ""
+    if "timed" not in done.columns:
+        done["timed"] = done["count"]
+    rows = []
+    for run_id, run in done.groupby("run_id"):
+        keys = run["recorded_at"].map(lambda x: "" if x is None or x != x else str(x))
+        where = {str(k): g for k, g in run.groupby(keys)}
+        if recorded_at in where:
+            one = where[recorded_at]
+        else:
+            one = max(where.values(), key=lambda g: float(g["count"].sum()))
+        iterations = float(one["iterations"].max())
+        if iterations <= 0:
+            continue
+        count = one["count"].to_numpy(dtype=np.float64)
+        timed = one["timed"].to_numpy(dtype=np.float64)
+        time_ns = one["time_ns"].to_numpy(dtype=np.float64)
+        has = timed > 0
+        if has.any():
+            per_exit = np.where(has, time_ns / np.where(has, timed, 1.0), 0.0)
+            fallback = time_ns[has].sum() / timed[has].sum()
+            handling = float(np.sum(count * np.where(has, per_exit, fallback)))
+        else:
+            handling = np.nan
+        rows.append([int(run_id), count.sum() / iterations, handling / iterations])
+    return pd.DataFrame(rows, columns=["run_id", "exits", "handling_ns"])
 
 
 def from_runs(
@@ -169,7 +192,9 @@ def from_runs(
             f"needs {', '.join(MECHANISMS)}"
         )
     vm = vm_level if vm_level is not None else default_vm_level(chosen)
-    per_run = profile_per_run(profiles) if profiles is not None and len(profiles) else None
+    per_run = None
+    if profiles is not None and len(profiles):
+        per_run = profile_per_run(profiles, f"L{vm - 1}")
     units = set(chosen["unit"])
     to_ns = len(units) > 1 or per_run is not None
     notes: list[str] = []

@@ -112,7 +112,10 @@ def test_refs_list_and_show(cli, xdg):
     res = cli("refs", "list", "--format", "csv")
     assert res.returncode == 0, res.stderr
     names = [r["name"] for r in csv.DictReader(io.StringIO(res.stdout))]
-    assert names == ["dvh2020_micro", "fitzgerald2014", "matthews2009_table1", "virtage_table2"]
+    assert names == [
+        "dvh2020_micro", "fitzgerald2014", "matthews2009_table1", "virtage_table2",
+        "zvm_xen2009_overcommit",
+    ]  # fmt: skip
     res = cli("refs", "show", "dvh2020_micro", "--format", "json")
     assert json.loads(res.stdout)[0] == {"benchmark": "Hypercall", "config": "VM", "cycles": "1575"}
     res = cli("refs", "show", "matthews2009_table1", "--format", "markdown")

@@ -38,6 +38,8 @@ def _register_commands() -> None:
         report_cmd,
         results_cmd,
         run_cmd,
+        sweep_cmd,
+        workloads_cmd,
     )
 
     for module in (
@@ -47,10 +49,12 @@ def _register_commands() -> None:
         compare_cmd,
         artifacts_cmd,
         model_cmd,
+        sweep_cmd,
         report_cmd,
         refs_cmd,
         image_cmd,
         db_cmd,
+        workloads_cmd,
     ):
         module.register(app)
 

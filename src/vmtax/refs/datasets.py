@@ -52,6 +52,7 @@ DESCRIPTIONS = {
     "dvh2020_micro": "Study C: DVH microbenchmarks in CPU cycles (VM, nested VM, + DVH)",
     "matthews2009_table1": "Study D: relay-ring timing per platform (mean, std dev, min, max)",
     "virtage_table2": "Study E: VM-exit overhead by factor, SPT vs EPT (normalised)",
+    "zvm_xen2009_overcommit": "Study B: overcommit steps (guests, vCPUs on 8 CPUs, ratios)",
 }
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -121,3 +122,111 @@ class SampleBlock(Base):
     codec: Mapped[str] = mapped_column(String(16), nullable=False)
     count: Mapped[int] = mapped_column(Integer, nullable=False)
     data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+
+
+class SweepStep(Base):
+    """One step of an overcommitment sweep (``vmtax sweep``): its size and outcome.
+
+    A committed step is ``ok`` and written once per experiment (resume skips it); a step
+    whose guests failed to boot or whose workload broke is kept as ``failed`` history.
+    """
+
+    __tablename__ = "sweep_steps"
+    __table_args__ = (
+        Index(
+            "uq_sweep_step_ok",
+            "experiment_id",
+            "step_index",
+            unique=True,
+            sqlite_where=text("status = 'ok'"),
+            postgresql_where=text("status = 'ok'"),
+        ),
+        Index("ix_sweep_steps_experiment", "experiment_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), nullable=False
+    )
+    step_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    ratio: Mapped[float] = mapped_column(Float, nullable=False)
+    axis: Mapped[str] = mapped_column(String(16), nullable=False)
+    status: Mapped[str] = mapped_column(String(8), nullable=False)
+    guests: Mapped[int] = mapped_column(Integer, nullable=False)
+    vcpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    guest_memory_mb: Mapped[int] = mapped_column(Integer, nullable=False)
+    host_cpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    host_memory_mb: Mapped[int | None] = mapped_column(Integer)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SweepSample(Base):
+    """One fixed-interval sample of a sweep step, in its warm-up or steady-state window."""
+
+    __tablename__ = "sweep_samples"
+
+    step_id: Mapped[int] = mapped_column(
+        ForeignKey("sweep_steps.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(8), nullable=False)  # warmup | window
+    t_s: Mapped[float] = mapped_column(Float, nullable=False)
+    throughput: Mapped[float | None] = mapped_column(Float)
+    transactions: Mapped[int | None] = mapped_column(Integer)
+    resp_mean_s: Mapped[float | None] = mapped_column(Float)
+    resp_p95_s: Mapped[float | None] = mapped_column(Float)
+    host_util: Mapped[float | None] = mapped_column(Float)
+    guest_util: Mapped[float | None] = mapped_column(Float)
+    steal: Mapped[float | None] = mapped_column(Float)
+    vcpu_wait: Mapped[float | None] = mapped_column(Float)
+    rss_mb: Mapped[float | None] = mapped_column(Float)
+    major_faults: Mapped[float | None] = mapped_column(Float)
+    memory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    per_guest: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+
+
+class ExitProfile(Base):
+    """The VM exits one host level recorded during one run (``vmtax run --exits``).
+
+    ``recorded_at`` is the level whose KVM counted them (L0 = this machine, L1 = the L1
+    guest's KVM ...). A profile whose recording failed or lost events has ``complete`` false
+    and says why in ``problems``; the run itself is kept either way.
+    """
+
+    __tablename__ = "exit_profiles"
+    __table_args__ = (
+        UniqueConstraint("run_id", "recorded_at", name="uq_exit_profile_run_level"),
+        Index("ix_exit_profiles_run", "run_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+    recorded_at: Mapped[str] = mapped_column(String(32), nullable=False)
+    recorder: Mapped[str] = mapped_column(String(32), nullable=False)  # tracefs | perf
+    isa: Mapped[str | None] = mapped_column(String(8))
+    hits: Mapped[int | None] = mapped_column(BigInteger)
+    dropped: Mapped[int | None] = mapped_column(BigInteger)
+    window_ns: Mapped[int | None] = mapped_column(BigInteger)
+    complete: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    problems: Mapped[list[str] | None] = mapped_column(JSON)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ExitCount(Base):
+    """One exit reason of one profile: how often, and the summed handling time
+    (exit to the next entry of the same vCPU thread; ``timed`` exits had an entry)."""
+
+    __tablename__ = "exit_counts"
+
+    profile_id: Mapped[int] = mapped_column(
+        ForeignKey("exit_profiles.id", ondelete="CASCADE"), primary_key=True
+    )
+    code: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    reason: Mapped[str] = mapped_column(String(64), nullable=False)
+    count: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    time_ns: Mapped[int | None] = mapped_column(BigInteger)
+    timed: Mapped[int | None] = mapped_column(BigInteger)

@@ -1,0 +1,265 @@
+"""`vmtax sweep`: an overcommitment sweep (study B); `vmtax sweep show EXP`: its figures."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vmtax.errors import UsageError, VmtaxError
+
+SHOW_FORMATS = ("table", "markdown", "json", "html")
+
+sweep_app = typer.Typer(
+    help="Overcommitment sweeps: scale guests, vCPUs or memory in steps; find the knee.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+    app.add_typer(sweep_app, name="sweep")
+
+
+def _ratios(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(
+            f"--steps must be ratios like 0.5,1,1.5,2 or a preset, got {text!r}"
+        ) from None
+
+
+@sweep_app.callback()
+def sweep(
+    ctx: typer.Context,
+    axis: Annotated[str, typer.Option(help="guests | vcpus | memory")] = "guests",
+    steps: Annotated[
+        str,
+        typer.Option(help="Ratios, e.g. 0.5,1,1.5,2, or a preset: default | study-b."),
+    ] = "default",
+    timing: Annotated[
+        str, typer.Option(help="small (10 s warm-up, 30 s window, 5 s samples) | study-b")
+    ] = "small",
+    warmup: Annotated[
+        float | None, typer.Option(help="Warm-up seconds (overrides --timing).")
+    ] = None,
+    window: Annotated[
+        float | None, typer.Option(help="Window seconds (overrides --timing).")
+    ] = None,
+    interval: Annotated[float | None, typer.Option(help="Sample interval, seconds.")] = None,
+    workload: Annotated[
+        str, typer.Option(help="cpu | threads | memory (the agent's probes)")
+    ] = "cpu",
+    think_time: Annotated[
+        float, typer.Option(help="Seconds between a client's transactions.")
+    ] = 0.0,
+    events: Annotated[int, typer.Option(help="Probe events per transaction.")] = 200,
+    max_prime: Annotated[int, typer.Option(help="cpu workload: max_prime per event.")] = 2000,
+    guest_vcpus: Annotated[int, typer.Option(help="vCPUs of each guest (guests axis).")] = 1,
+    guest_memory: Annotated[int, typer.Option(help="MiB of each guest.")] = 160,
+    guests: Annotated[int, typer.Option(help="Guests (vcpus and memory axes).")] = 1,
+    cap_mb: Annotated[
+        int | None, typer.Option(help="cgroup memory cap around all guests, MiB (memory axis).")
+    ] = None,
+    level: Annotated[str, typer.Option(help="L1: QEMU guests; L0: agent processes here.")] = "L1",
+    accel: Annotated[str, typer.Option(help="auto | kvm | tcg")] = "auto",
+    slo: Annotated[float, typer.Option(help="p95 response-time objective, seconds.")] = 2.0,
+    boot_timeout: Annotated[float, typer.Option(help="Seconds a guest may take to boot.")] = 300.0,
+    resume: Annotated[
+        int | None, typer.Option(help="Resume sweep EXP at its first uncommitted step.")
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
+) -> None:
+    """Run an overcommitment sweep: at each step start the guests, run the workload in all of
+    them at once, discard the warm-up, sample the window; then find the knee.
+
+    Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from dataclasses import replace
+
+    from vmtax.runner import controller_identity
+    from vmtax.store import Store
+    from vmtax.sweep.run import SweepRunner, spec_for_resume
+    from vmtax.sweep.spec import SweepSpec, Timing, apply_presets
+    from vmtax.targets.levels import host_resources
+
+    if level not in ("L0", "L1"):
+        raise UsageError(f"--level must be L0 or L1, got {level!r}")
+    store = Store.open(db)
+    try:
+        if resume is not None:
+            exp = store.experiment(resume)
+            spec = spec_for_resume(exp.get("plan") or {})
+            level = (exp.get("plan") or {}).get("level", "L1")
+            store.reopen_experiment(resume, controller_identity())
+            experiment_id = resume
+        else:
+            cpus, _ = host_resources()
+            chosen = accel
+            if level == "L1":
+                from vmtax.targets.accel import choose_accel
+
+                chosen = choose_accel(accel)
+            spec = SweepSpec(
+                axis=axis,
+                workload="threads" if axis == "vcpus" and workload == "cpu" else workload,
+                think_time_s=think_time,
+                events=events,
+                max_prime=max_prime,
+                host_cpus=cpus,
+                guest_vcpus=guest_vcpus,
+                guest_memory_mb=guest_memory,
+                guests=guests,
+                cap_mb=cap_mb,
+                accel=chosen if level == "L1" else "none",
+                slo_s=slo,
+            )
+            preset = steps if steps in ("default", "study-b") else "default"
+            spec = apply_presets(spec, steps=preset, timing=timing)
+            if preset == "default" and steps != "default":
+                spec = replace(spec, ratios=_ratios(steps), steps_preset="custom")
+            t = spec.timing
+            spec = replace(
+                spec,
+                timing=Timing(
+                    t.warmup_s if warmup is None else warmup,
+                    t.window_s if window is None else window,
+                    t.interval_s if interval is None else interval,
+                ),
+            )
+            spec.check()
+            experiment_id = store.create_experiment(
+                command=["vmtax", *sys.argv[1:]],
+                suite="sweep",
+                seed=0,
+                plan={
+                    "sweep": spec.as_plan(),
+                    "level": level,
+                    "controller": controller_identity(),
+                },  # fmt: skip
+                vmtax_version=_version(),
+                agent_version=None,
+            )
+        factory = _factory(spec, level, boot_timeout)
+        total = len(spec.ratios)
+
+        def on_step(o: object) -> None:
+            from vmtax.sweep.run import StepOutcome
+
+            assert isinstance(o, StepOutcome)
+            window = [s for s in o.samples if s["phase"] == "window"]
+            tput = [s["throughput"] for s in window if s["throughput"] is not None]
+            util = [s["host_util"] for s in window if s["host_util"] is not None]
+            mean = sum(tput) / len(tput) if tput else float("nan")
+            cpu = 100 * sum(util) / len(util) if util else float("nan")
+            p95 = o.detail.get("resp_p95_s") or float("nan")
+            typer.echo(
+                f"step {o.index + 1}/{total} {o.ratio:g}:1 {o.status}: {mean:,.0f} "
+                f"{spec.workload} events/s, p95 {p95:.3g} s, "
+                f"host CPU {cpu:.0f}%",
+                err=True,
+            )
+
+        typer.echo(f"vmtax: sweep experiment {experiment_id}: {total} steps", err=True)
+        runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
+        runner.execute(experiment_id)
+        _show(store, experiment_id, "table")
+    finally:
+        store.close()
+
+
+def _factory(spec: object, level: str, boot_timeout: float) -> object:
+    from vmtax.sweep.guests import local_factory, qemu_factory
+
+    if level == "L0":
+        return local_factory(spec)  # type: ignore[arg-type]
+    return qemu_factory(spec, boot_timeout=boot_timeout)  # type: ignore[arg-type]
+
+
+def _version() -> str:
+    from vmtax import __version__
+
+    return __version__
+
+
+def _experiment_id(store: object, which: str) -> int:
+    if which == "latest":
+        from sqlalchemy import select
+
+        from vmtax.store.models import Experiment
+
+        t = Experiment.__table__
+        with store.engine.connect() as c:  # type: ignore[attr-defined]
+            found = c.execute(
+                select(t.c.id).where(t.c.suite == "sweep").order_by(t.c.id.desc()).limit(1)
+            ).scalar()
+        if found is None:
+            raise VmtaxError("no sweep in the store yet (run `vmtax sweep`)")
+        return int(found)
+    try:
+        return int(which)
+    except ValueError:
+        raise UsageError(f"EXP must be an experiment id or latest, got {which!r}") from None
+
+
+def _show(store: object, experiment_id: int, fmt: str, output: Path | None = None) -> None:
+    from rich.console import Console
+
+    from vmtax.report import sweep as sweep_report
+    from vmtax.sweep.summary import summarise
+
+    summary = summarise(store, experiment_id)  # type: ignore[arg-type]
+    if fmt == "json":
+        text = json.dumps(summary.as_json(), indent=2)
+    elif fmt == "markdown":
+        text = sweep_report.markdown(summary)
+    elif fmt == "html":
+        css_path = Path(sweep_report.__file__).parent / "templates" / "report.css"
+        css = css_path.read_text("utf-8") if css_path.is_file() else ""
+        text = sweep_report.html_page(summary, css)
+    else:
+        if output is None:
+            Console(width=max(160, Console().width)).print(sweep_report.terminal(summary))
+            return
+        text = sweep_report.markdown(summary)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}", err=True)
+    else:
+        typer.echo(text)
+
+
+@sweep_app.command("show")
+def show(
+    experiment: Annotated[str, typer.Argument(help="Sweep experiment id, or latest.")] = "latest",
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | json | html")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
+) -> None:
+    """Show a sweep: per step throughput (mean, 95% CI), response time (mean, p95),
+    utilisation and steal; the knee, why the curve is flat, the response-time rise, the SLO.
+
+    Example: vmtax sweep show latest --format json
+    """
+    from vmtax.store import Store
+
+    if fmt not in SHOW_FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(SHOW_FORMATS)})")
+    if output is not None and not output.parent.is_dir():
+        raise VmtaxError(f"cannot write {output}: directory {output.parent} does not exist")
+    store = Store.open(db, read_only=True)
+    try:
+        _show(store, _experiment_id(store, experiment), fmt, output)
+    finally:
+        store.close()

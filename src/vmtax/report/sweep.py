@@ -1,0 +1,205 @@
+"""A sweep's figures for people: throughput and response time against the overcommit ratio,
+with their intervals and the utilisation beside them, as a terminal table, markdown, or an
+HTML section with an inline SVG figure (labels escaped by Jinja2's autoescape)."""
+
+from __future__ import annotations
+
+import html as html_lib
+from typing import Any
+
+import jinja2
+import matplotlib
+from matplotlib.figure import Figure
+from rich.table import Table
+
+from vmtax.report.svg import RC, to_png, to_svg
+from vmtax.report.terminal import fmt
+from vmtax.sweep.summary import SweepSummary
+
+HEADERS = (
+    "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
+    "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "status",
+)  # fmt: skip
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def rows(summary: SweepSummary) -> list[list[str]]:
+    out = []
+    for s in summary.steps:
+        ci = (
+            "-"
+            if s.throughput_low is None
+            else f"{fmt(s.throughput_low)}..{fmt(s.throughput_high)}"
+        )
+        out.append(
+            [
+                f"{s.ratio:g}:1",
+                str(s.guests),
+                str(s.vcpus),
+                fmt(s.throughput),
+                ci,
+                fmt(s.resp_mean_s),
+                fmt(s.resp_p95_s),
+                _pct(s.host_util),
+                _pct(s.guest_util),
+                _pct(s.steal),
+                _pct(s.vcpu_wait),
+                fmt(s.rss_mb),
+                fmt(s.major_faults),
+                s.status if not s.error else f"{s.status}: {s.error}",
+            ]
+        )
+    return out
+
+
+def findings(summary: SweepSummary) -> list[str]:
+    """The analysis in sentences."""
+    out = []
+    k = summary.knee
+    if k:
+        out.append(
+            f"Throughput stops scaling at {k['ratio']:g}:1 "
+            f"(95% interval {k['low']:g} to {k['high']:g}:1)."
+        )
+    else:
+        out.append(f"No knee: {summary.knee_reason}.")
+    f = summary.flat
+    if f:
+        why = (
+            "the host CPUs are saturated"
+            if f["kind"] == "saturated"
+            else "CPU is left idle (the limit is not the CPUs)"
+        )
+        out.append(
+            f"After the knee host CPU utilisation averages {100 * f['utilisation']:.1f}% "
+            f"({100 * f['low']:.1f} to {100 * f['high']:.1f}%): flat because {why}."
+        )
+    r = summary.resp_rise_ratio
+    out.append(
+        f"Response time first rises significantly at {r:g}:1 (Holm-adjusted, vs the first step)."
+        if r is not None
+        else "Response time does not rise significantly at any step."
+    )
+    slo = summary.slo
+    out.append(
+        f"SLO p95 <= {slo['limit_s']:g} s holds up to {slo['max_ratio']:g}:1."
+        if slo["max_ratio"] is not None
+        else f"SLO p95 <= {slo['limit_s']:g} s fails from the first step."
+    )
+    failed = [s for s in summary.steps if s.status != "ok"]
+    if failed:
+        out.append(f"Step {failed[0].ratio:g}:1 failed: {failed[0].error}")
+    return out
+
+
+def terminal(summary: SweepSummary) -> Table:
+    spec = summary.spec
+    table = Table(
+        title=f"Sweep {summary.experiment_id} ({spec['axis']} axis, {summary.throughput_unit}, "
+        f"{summary.status})",
+        header_style="bold",
+        caption=" ".join(findings(summary)),
+    )
+    for h in HEADERS:
+        table.add_column(h, justify="left" if h == "status" else "right")
+    for r in rows(summary):
+        table.add_row(*r)
+    return table
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(summary: SweepSummary) -> str:
+    spec = summary.spec
+    lines = [
+        f"## Overcommitment sweep {summary.experiment_id}",
+        "",
+        f"Axis `{spec['axis']}`, workload `{spec['workload']}` ({summary.throughput_unit}), "
+        f"window {spec['timing']['window_s']:g} s sampled every {spec['timing']['interval_s']:g} s "
+        f"after {spec['timing']['warmup_s']:g} s of warm-up; status {summary.status}.",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
+    ]
+    lines += ["| " + " | ".join(_md(c) for c in r) + " |" for r in rows(summary)]
+    lines += ["", *(f"- {_md(f)}" for f in findings(summary)), ""]
+    return "\n".join(lines)
+
+
+def figure(summary: SweepSummary) -> Figure:
+    """Throughput (with CI) and p95 response time against the ratio; host CPU beside them."""
+    ok = [s for s in summary.steps if s.status == "ok" and s.throughput is not None]
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=(9.0, 3.2))
+        ax1, ax2, ax3 = fig.subplots(1, 3)
+        x = [s.ratio for s in ok]
+        y = [s.throughput for s in ok]
+        lo = [s.throughput - (s.throughput_low or s.throughput) for s in ok]
+        hi = [(s.throughput_high or s.throughput) - s.throughput for s in ok]
+        ax1.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color="#1f77b4")
+        ax1.set_title("Throughput")
+        ax1.set_ylabel(summary.throughput_unit)
+        if summary.knee:
+            k = summary.knee
+            ax1.axvspan(k["low"], k["high"], color="#ff7f0e", alpha=0.15, lw=0)
+            ax1.axvline(k["ratio"], color="#ff7f0e", ls="--", lw=1, label="knee")
+            ax1.legend()
+        ax2.plot(x, [s.resp_p95_s for s in ok], marker="o", color="#d62728", label="p95")
+        ax2.plot(x, [s.resp_mean_s for s in ok], marker=".", color="#9467bd", label="mean")
+        ax2.axhline(summary.slo["limit_s"], color="#7f7f7f", ls=":", lw=1)
+        ax2.set_title("Response time (s)")
+        ax2.legend()
+        ax3.plot(x, [100 * (s.host_util or 0) for s in ok], marker="o", label="host CPU")
+        ax3.plot(x, [100 * (s.vcpu_wait or 0) for s in ok], marker=".", label="vCPU wait")
+        ax3.set_title("Utilisation (%)")
+        ax3.set_ylim(0, 105)
+        ax3.legend()
+        for ax in (ax1, ax2, ax3):
+            ax.set_xlabel("overcommit ratio (:1)")
+        fig.tight_layout()
+    return fig
+
+
+_SECTION = jinja2.Environment(autoescape=True).from_string(
+    """<section id="sweep-{{ s.experiment_id }}">
+<h2>Overcommitment sweep {{ s.experiment_id }}</h2>
+<p class="muted">Axis <code>{{ s.spec.axis }}</code>, workload <code>{{ s.spec.workload }}</code>
+({{ s.throughput_unit }}); {{ s.spec.timing.warmup_s }} s warm-up, {{ s.spec.timing.window_s }} s
+window sampled every {{ s.spec.timing.interval_s }} s; status {{ s.status }}.</p>
+<figure>{{ svg | safe }}</figure>
+<table><thead><tr>{% for h in headers %}<th>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>{% for r in rows %}<tr>{% for c in r %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</tbody>
+</table>
+<ul>{% for f in findings %}<li>{{ f }}</li>{% endfor %}</ul>
+</section>"""
+)
+
+
+def html_section(summary: SweepSummary) -> str:
+    svg = to_svg(figure(summary), f"sweep-{summary.experiment_id}")
+    return _SECTION.render(
+        s=summary, svg=svg, headers=HEADERS, rows=rows(summary), findings=findings(summary)
+    )
+
+
+def html_page(summary: SweepSummary, css: str = "") -> str:
+    """A self-contained page holding only the sweep section (``vmtax sweep show --format
+    html``)."""
+    title = html_lib.escape(f"vmtax sweep {summary.experiment_id}")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+        f"<style>{css}</style></head><body><main>{html_section(summary)}</main></body></html>\n"
+    )
+
+
+def png(summary: SweepSummary) -> bytes:
+    return to_png(figure(summary))
+
+
+def as_dict(summary: SweepSummary) -> dict[str, Any]:
+    return summary.as_json()

@@ -1,0 +1,383 @@
+"""The sweep loop: for each step, start the guests, run the workload in all of them at once,
+sample a warm-up and a steady-state window at a fixed interval, and commit the step.
+
+Each guest runs one closed-loop client: the agent's probe in the guest repeats a transaction
+(``events`` events of the probe) back to back, or with ``think_time_s`` between transactions.
+A transaction's response time is its wall time in the guest; it is counted in the sample
+interval in which its record reached the host. The controller samples the host (CPU
+utilisation, each QEMU process's CPU, run-queue wait, RSS, major faults) and the memory cap's
+paging counters at the same instants.
+
+A step is committed whole (its samples with it) or not at all; ``--resume`` runs the steps
+without an ``ok`` row. A guest that cannot boot, or a workload that breaks, stores the step as
+``failed`` with a one-line reason and ends the sweep there; the committed steps stay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vmtax.errors import VmtaxError
+from vmtax.store import Store
+from vmtax.sweep import host
+from vmtax.sweep import store as sweep_store
+from vmtax.sweep.cgroup import MemoryCap, swap_total_kb
+from vmtax.sweep.spec import StepSize, SweepSpec
+from vmtax.targets.base import Target
+
+#: The guest kernel's clock tick (USER_HZ): /proc/stat counts steal in these.
+GUEST_HZ = 100
+#: Grace after the window for the agents to stop by their own --timeout.
+END_GRACE_S = 30.0
+
+
+class SweepError(VmtaxError):
+    """A step could not be measured; the steps before it are stored."""
+
+
+@dataclass
+class Transaction:
+    t: float  # host monotonic time the record arrived
+    guest: int
+    events: int
+    wall_s: float
+    steal_ticks: int | None
+
+
+@dataclass
+class Guest:
+    """One guest of a step: its target, size and (for QEMU) its process id."""
+
+    target: Target
+    vcpus: int
+    memory_mb: int
+    pid: int | None = None
+    cpus: str | None = None  # --cpus for the agent (L0 processes are placed round-robin)
+
+
+#: Starts one guest (a booted target) for a step: (step, guest index, vCPUs, MiB) -> Guest.
+GuestFactory = Callable[[StepSize, int, int, int], Guest]
+
+
+def workload_args(spec: SweepSpec, guest: Guest, seconds: float) -> list[str]:
+    """The agent invocation of one client for ``seconds`` (closed loop, no warm-up of its
+    own: the sweep's warm-up window is the warm-up)."""
+    runs = 1 if spec.think_time_s > 0 else 1_000_000  # the agent's maximum
+    args = ["run", spec.workload, "--runs", str(runs), "--iterations", str(spec.events)]
+    args += ["--warmup", "0", "--duration", "86400", "--timeout", f"{max(0.5, seconds):.2f}"]
+    if spec.workload == "cpu":
+        args += ["--param", f"max_prime={spec.max_prime}"]
+    elif spec.workload == "threads":
+        args += ["--param", f"threads={guest.vcpus}", "--param", "locks=64"]
+    else:
+        args += ["--param", f"block_kb={memory_block_kb(guest.memory_mb)}", "--param", "oper=write"]
+    if guest.cpus:
+        args += ["--cpus", guest.cpus]
+    return args
+
+
+def memory_block_kb(memory_mb: int) -> int:
+    """The memory workload's block: the largest power of two within 60% of the guest's
+    memory above what its kernel and initramfs keep (about 80 MiB)."""
+    usable_kb = max(1024, int((memory_mb - 80) * 1024 * 0.6))
+    return 1 << (usable_kb.bit_length() - 1)
+
+
+class Client(threading.Thread):
+    """One closed-loop client driving the agent in one guest until ``end``."""
+
+    def __init__(
+        self, index: int, guest: Guest, spec: SweepSpec, end: float, out: list[Transaction]
+    ) -> None:
+        super().__init__(name=f"sweep-client-{index}", daemon=True)
+        self.index, self.guest, self.spec, self.end, self.out = index, guest, spec, end, out
+        self.stop = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                left = self.end - time.monotonic()
+                if left < 0.5:
+                    return
+                args = workload_args(self.spec, self.guest, left)
+                target = self.guest.target
+                got = 0
+                for line in target.run_agent(args, left + END_GRACE_S):
+                    if '"run_summary"' not in line[:40]:
+                        continue
+                    got += 1
+                    rec = json.loads(line)
+                    self.out.append(
+                        Transaction(
+                            time.monotonic(),
+                            self.index,
+                            int(rec["n"]),
+                            float(rec["wall_s"]),
+                            rec.get("steal_ticks"),
+                        )
+                    )
+                if not got and self.end - time.monotonic() > 2:
+                    why = (target.last_stderr.strip().splitlines() or ["no transaction"])[-1]
+                    raise VmtaxError(f"the workload ended without a transaction: {why}")
+                if self.spec.think_time_s > 0:
+                    self.stop.wait(self.spec.think_time_s)
+        except (VmtaxError, ValueError, KeyError) as exc:
+            self.error = f"guest {self.index + 1}: {' '.join(str(exc).split())}"
+
+
+@dataclass
+class StepOutcome:
+    index: int
+    ratio: float
+    status: str
+    error: str | None = None
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class SweepRunner:
+    """Runs a sweep's missing steps and stores each as it ends."""
+
+    def __init__(
+        self,
+        store: Store,
+        spec: SweepSpec,
+        factory: GuestFactory,
+        *,
+        level: str = "L1",
+        on_step: Callable[[StepOutcome], None] | None = None,
+        ram_dir: Path | None = None,
+    ) -> None:
+        self.store = store
+        self.spec = spec
+        self.factory = factory
+        self.level = level
+        self.on_step = on_step or (lambda _o: None)
+        self.ram_dir = ram_dir
+        self.guests: list[Guest] = []
+        self.cap: MemoryCap | None = None
+
+    # -- guests ----------------------------------------------------------------------------
+    def _stop_guests(self, keep: int = 0) -> None:
+        while len(self.guests) > keep:
+            guest = self.guests.pop()
+            with contextlib.suppress(Exception):
+                guest.target.close()
+
+    def _start_guests(self, size: StepSize) -> None:
+        """Guests for ``size``; on the guests axis the previous step's guests stay."""
+        same = all(
+            i < size.guests and g.vcpus == size.vcpus[i] and g.memory_mb == size.memory_mb[i]
+            for i, g in enumerate(self.guests)
+        )
+        if not same:
+            self._stop_guests()
+        elif len(self.guests) > size.guests:
+            self._stop_guests(size.guests)
+        for i in range(len(self.guests), size.guests):
+            try:
+                guest = self.factory(size, i, size.vcpus[i], size.memory_mb[i])
+            except VmtaxError as exc:
+                raise SweepError(
+                    f"step {size.index + 1} ({size.ratio:g}:1): guest {i + 1} of {size.guests} "
+                    f"failed to boot: {' '.join(exc.message.split())}"
+                ) from None
+            self.guests.append(guest)
+            if self.cap is not None and guest.pid is not None:
+                self.cap.add(guest.pid)
+
+    # -- one step --------------------------------------------------------------------------
+    def run_step(self, size: StepSize) -> StepOutcome:
+        spec, timing = self.spec, self.spec.timing
+        outcome = StepOutcome(size.index, size.ratio, "ok")
+        self._start_guests(size)
+        n_warm = math.ceil(timing.warmup_s / timing.interval_s) if timing.warmup_s else 0
+        n_total = n_warm + timing.samples
+        txns: list[Transaction] = []
+        t0 = time.monotonic()
+        # The clients run a little past the last sample, so that none stops inside it.
+        end = t0 + n_total * timing.interval_s + 0.5
+        clients = [Client(i, g, spec, end, txns) for i, g in enumerate(self.guests)]
+        for c in clients:
+            c.start()
+        pids = [g.pid for g in self.guests if g.pid is not None]
+        ncpus = spec.host_cpus
+        prev = host.snapshot(pids)
+        prev_cg = self.cap.stat() if self.cap else None
+        window: list[Transaction] = []
+        try:
+            for seq in range(n_total):
+                time.sleep(max(0.0, t0 + (seq + 1) * timing.interval_s - time.monotonic()))
+                snap = host.snapshot(pids)
+                cg = self.cap.stat() if self.cap else None
+                got = [x for x in txns if prev.t < x.t <= snap.t]
+                phase = "warmup" if seq < n_warm else "window"
+                if phase == "window":
+                    window += got
+                outcome.samples.append(self._sample(phase, t0, prev, snap, got, ncpus, prev_cg, cg))
+                prev, prev_cg = snap, cg
+                broken = [c.error for c in clients if c.error]
+                if broken:
+                    outcome.status, outcome.error = "failed", broken[0]
+                    break
+        finally:
+            for c in clients:
+                c.stop.set()
+        for c in clients:
+            c.join(timeout=END_GRACE_S + 15)
+        broken = [c.error for c in clients if c.error]
+        if broken and outcome.status == "ok":
+            outcome.status, outcome.error = "failed", broken[0]
+        resp = np.asarray([x.wall_s for x in window])
+        outcome.detail = {
+            "asked_ratio": size.asked,
+            "vcpus_per_guest": list(size.vcpus),
+            "memory_mb_per_guest": list(size.memory_mb),
+            "window_transactions": int(resp.size),
+            "resp_p95_s": float(np.percentile(resp, 95)) if resp.size else None,
+            "resp_mean_s": float(resp.mean()) if resp.size else None,
+            "level": self.level,
+            "guests": [g.target.provenance() for g in self.guests],
+        }
+        return outcome
+
+    def _sample(
+        self,
+        phase: str,
+        t0: float,
+        a: host.Snapshot,
+        b: host.Snapshot,
+        got: list[Transaction],
+        ncpus: int,
+        cg_a: dict[str, int] | None,
+        cg_b: dict[str, int] | None,
+    ) -> dict[str, Any]:
+        dt = b.t - a.t
+        resp = np.asarray([x.wall_s for x in got])
+        per_guest = []
+        for i, g in enumerate(self.guests):
+            mine = [x for x in got if x.guest == i]
+            row: dict[str, Any] = {
+                "guest": i + 1,
+                "throughput": sum(x.events for x in mine) / dt if dt > 0 else None,
+                "steal": _steal(mine),
+            }
+            if g.pid is not None:
+                row.update(host.guest_delta(a, b, g.pid, g.vcpus, ncpus))
+            per_guest.append(row)
+
+        def total(key: str) -> float | None:
+            vals = [r[key] for r in per_guest if r.get(key) is not None]
+            return float(sum(vals)) if vals else None
+
+        waits = [r["wait"] for r in per_guest if r.get("wait") is not None]
+        steals = [r["steal"] for r in per_guest if r.get("steal") is not None]
+        memory = None
+        if self.cap is not None and cg_a is not None and cg_b is not None:
+            memory = self.cap.paging(cg_a, cg_b, dt)
+        return {
+            "phase": phase,
+            "t_s": b.t - t0,
+            "throughput": sum(x.events for x in got) / dt if dt > 0 else None,
+            "transactions": len(got),
+            "resp_mean_s": float(resp.mean()) if resp.size else None,
+            "resp_p95_s": float(np.percentile(resp, 95)) if resp.size else None,
+            "host_util": host.host_util(a, b),
+            "guest_util": total("cpu"),
+            "steal": float(np.mean(steals)) if steals else None,
+            "vcpu_wait": float(np.mean(waits)) if waits else None,
+            "rss_mb": total("rss_mb"),
+            "major_faults": total("major_faults"),
+            "memory": memory,
+            "per_guest": per_guest,
+        }
+
+    # -- the whole sweep ---------------------------------------------------------------------
+    def execute(self, experiment_id: int) -> list[StepOutcome]:
+        """Run every step not yet committed; mark the experiment ok, failed or interrupted."""
+        done = sweep_store.committed_steps(self.store, experiment_id)
+        out: list[StepOutcome] = []
+        status = "ok"
+        try:
+            if self.spec.cap_mb:
+                self.cap = MemoryCap(f"vmtax-sweep-{experiment_id}", self.spec.cap_mb)
+            for size in self.spec.steps():
+                if size.index in done:
+                    continue
+                started = datetime.now(UTC)
+                try:
+                    outcome = self.run_step(size)
+                except SweepError as exc:
+                    outcome = StepOutcome(size.index, size.ratio, "failed", exc.message)
+                self._commit(experiment_id, size, outcome, started)
+                out.append(outcome)
+                self.on_step(outcome)
+                if outcome.status != "ok":
+                    status = "failed"
+                    raise SweepError(f"{outcome.error} [experiment {experiment_id}]")
+        except BaseException:
+            if status == "ok":
+                status = "interrupted"
+            raise
+        finally:
+            self._stop_guests()
+            if self.cap is not None:
+                self.cap.close()
+            self.store.finish_experiment(experiment_id, status)
+        return out
+
+    def _commit(
+        self, experiment_id: int, size: StepSize, outcome: StepOutcome, started: datetime
+    ) -> None:
+        detail = dict(outcome.detail)
+        if self.cap is not None:
+            detail["memory_cap"] = {
+                "cgroup_version": self.cap.version,
+                "limit_mb": self.cap.limit_mb,
+                "swap_mb": swap_total_kb() // 1024,
+                "guest_ram": "file-backed (share=on)" if self.ram_dir else "anonymous",
+            }
+        sweep_store.add_step(
+            self.store,
+            experiment_id,
+            step_index=size.index,
+            ratio=size.ratio,
+            axis=self.spec.axis,
+            status=outcome.status,
+            guests=size.guests,
+            vcpus=sum(size.vcpus),
+            guest_memory_mb=sum(size.memory_mb),
+            host_cpus=self.spec.host_cpus,
+            host_memory_mb=size.cap_mb,
+            started_at=started,
+            detail=detail,
+            error=outcome.error,
+            samples=outcome.samples,
+        )
+
+
+def _steal(mine: list[Transaction]) -> float | None:
+    """Guest-reported steal: its /proc/stat steal ticks over the transactions' wall time."""
+    known = [x for x in mine if x.steal_ticks is not None]
+    wall = sum(x.wall_s for x in known)
+    if not known or wall <= 0:
+        return None
+    return sum(int(x.steal_ticks or 0) for x in known) / GUEST_HZ / wall
+
+
+def spec_for_resume(plan: dict[str, Any]) -> SweepSpec:
+    if "sweep" not in plan:
+        raise VmtaxError("that experiment is not a sweep (run `vmtax sweep` to start one)")
+    return replace(SweepSpec.from_plan(plan["sweep"]))

@@ -1,0 +1,193 @@
+"""What a sweep scales, in which steps, for how long, and with which workload.
+
+Axes (the overcommit ratio of each step):
+
+- ``guests``: more guests of a fixed size; ratio = all guests' vCPUs / host CPUs.
+- ``vcpus``: a fixed number of guests with more vCPUs each; ratio = vCPUs / host CPUs.
+- ``memory``: a fixed number of guests with more memory each, under a cgroup memory cap
+  around their QEMU processes; ratio = all guests' memory / the cap.
+
+Presets: timings ``small`` (the default: 10 s warm-up, 30 s window, 5 s samples) and
+``study-b`` (5 min, 10 min, 1 min); steps ``default`` (0.5 to 2.0:1, so the knee can sit where
+the vCPUs begin to outnumber the CPUs) and ``study-b`` (study B's CPU ratios from
+``refs/data/zvm_xen2009_overcommit.csv``, with a memory cap that gives its largest memory
+ratio at the last step).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from vmtax.errors import UsageError
+
+AXES = ("guests", "vcpus", "memory")
+WORKLOADS = ("cpu", "threads", "memory")
+DEFAULT_STEPS = (0.5, 1.0, 1.5, 2.0)
+#: The smallest guest the minimal image boots and serves in (kernel, initramfs, agent).
+MIN_GUEST_MB = 128
+
+
+@dataclass(frozen=True)
+class Timing:
+    warmup_s: float
+    window_s: float
+    interval_s: float
+
+    def check(self) -> None:
+        if self.interval_s <= 0 or self.window_s < self.interval_s or self.warmup_s < 0:
+            raise UsageError(
+                "timing: need interval > 0, window >= interval and warm-up >= 0 "
+                f"(got {self.warmup_s:g}/{self.window_s:g}/{self.interval_s:g} s)"
+            )
+        if self.window_s / self.interval_s < 2:
+            raise UsageError("timing: the window must hold at least 2 samples")
+
+    @property
+    def samples(self) -> int:
+        return int(self.window_s // self.interval_s)
+
+
+TIMINGS = {
+    "small": Timing(10.0, 30.0, 5.0),
+    "study-b": Timing(300.0, 600.0, 60.0),
+}
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """The guests of one step."""
+
+    index: int
+    ratio: float  # achieved (what the sizes give), not just asked for
+    asked: float
+    vcpus: tuple[int, ...]  # per guest
+    memory_mb: tuple[int, ...]  # per guest
+    cap_mb: int | None  # the cgroup memory cap around all guests (memory axis, study-b)
+
+    @property
+    def guests(self) -> int:
+        return len(self.vcpus)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    axis: str = "guests"
+    ratios: tuple[float, ...] = DEFAULT_STEPS
+    timing: Timing = field(default_factory=lambda: TIMINGS["small"])
+    workload: str = "cpu"
+    #: Seconds a client waits between transactions (0: back to back, as study B).
+    think_time_s: float = 0.0
+    #: Work per transaction: events of the agent's probe.
+    events: int = 200
+    #: cpu probe's max_prime (TCG guests: 2000 keeps an event near a quarter millisecond).
+    max_prime: int = 2000
+    host_cpus: int = 2
+    #: guests axis: vCPUs and MiB of each guest; vcpus/memory axes: the number of guests.
+    guest_vcpus: int = 1
+    guest_memory_mb: int = 160
+    guests: int = 1
+    #: memory axis (and study-b): the cgroup cap in MiB the guests' memory is set against.
+    cap_mb: int | None = None
+    accel: str = "tcg"
+    slo_s: float = 2.0
+    steps_preset: str = "default"
+    timing_preset: str = "small"
+
+    def check(self) -> None:
+        if self.axis not in AXES:
+            raise UsageError(f"unknown axis {self.axis!r} (choose {', '.join(AXES)})")
+        if self.workload not in WORKLOADS:
+            raise UsageError(f"unknown workload {self.workload!r} (choose {', '.join(WORKLOADS)})")
+        if not self.ratios or any(not math.isfinite(r) or r <= 0 for r in self.ratios):
+            raise UsageError("steps must be positive ratios, e.g. 0.5,1,1.5,2")
+        if list(self.ratios) != sorted(set(self.ratios)):
+            raise UsageError("steps must be distinct and increasing, e.g. 0.5,1,1.5,2")
+        if self.think_time_s < 0 or self.events < 2 or self.guest_vcpus < 1 or self.guests < 1:
+            raise UsageError("think time >= 0, events >= 2, vCPUs >= 1 and guests >= 1")
+        if self.guest_memory_mb < MIN_GUEST_MB:
+            raise UsageError(f"guest memory must be at least {MIN_GUEST_MB} MiB")
+        if self.axis == "memory" and not self.cap_mb:
+            raise UsageError("the memory axis needs a memory cap (--cap-mb)")
+        if self.axis == "vcpus" and self.workload == "cpu":
+            raise UsageError(
+                "the vcpus axis needs a workload that uses every vCPU: --workload threads"
+            )
+        self.timing.check()
+        for r in self.ratios:
+            self.size(0, r)
+
+    def size(self, index: int, ratio: float) -> StepSize:
+        """The guests of the step at ``ratio`` on this spec's machine."""
+        if self.axis == "guests":
+            n = max(1, round(ratio * self.host_cpus / self.guest_vcpus))
+            vcpus = (self.guest_vcpus,) * n
+            mem = (self.guest_memory_mb,) * n
+            achieved = n * self.guest_vcpus / self.host_cpus
+        elif self.axis == "vcpus":
+            total = max(self.guests, round(ratio * self.host_cpus))
+            vcpus = tuple(
+                total // self.guests + (i < total % self.guests) for i in range(self.guests)
+            )
+            mem = (self.guest_memory_mb,) * self.guests
+            achieved = total / self.host_cpus
+        else:
+            assert self.cap_mb
+            each = int(ratio * self.cap_mb / self.guests)
+            if each < MIN_GUEST_MB:
+                raise UsageError(
+                    f"step {ratio:g}:1 gives each of {self.guests} guests {each} MiB, below "
+                    f"{MIN_GUEST_MB}: raise --cap-mb or use fewer guests"
+                )
+            vcpus = (self.guest_vcpus,) * self.guests
+            mem = (each,) * self.guests
+            achieved = each * self.guests / self.cap_mb
+        return StepSize(index, round(achieved, 4), ratio, vcpus, mem, self.cap_mb)
+
+    def steps(self) -> list[StepSize]:
+        return [self.size(i, r) for i, r in enumerate(self.ratios)]
+
+    def as_plan(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ratios"] = list(self.ratios)
+        return out
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any]) -> SweepSpec:
+        data = dict(plan)
+        data["ratios"] = tuple(data["ratios"])
+        data["timing"] = Timing(**data["timing"])
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def study_b_steps(platform: str = "z/VM") -> tuple[tuple[float, ...], float | None]:
+    """Study B's CPU overcommit ratios and its largest memory overcommit, from the dataset."""
+    from vmtax.refs.datasets import load
+
+    df = load("zvm_xen2009_overcommit")
+    rows = df[df["platform"] == platform]
+    if rows.empty:
+        raise UsageError(f"study B has no platform {platform!r} (z/VM or Xen)")
+    ratios = tuple(float(r) for r in rows["cpu_overcommit"])
+    mem = [float(m) for m in rows["memory_overcommit"] if m]
+    return ratios, (max(mem) if mem else None)
+
+
+def apply_presets(spec: SweepSpec, *, steps: str, timing: str) -> SweepSpec:
+    """The spec with a steps preset (``default``/``study-b``) and a timing preset."""
+    if timing not in TIMINGS:
+        raise UsageError(f"unknown timing preset {timing!r} (choose {', '.join(TIMINGS)})")
+    spec = replace(spec, timing=TIMINGS[timing], timing_preset=timing)
+    if steps == "default":
+        return replace(spec, steps_preset=steps)
+    if steps != "study-b":
+        raise UsageError(f"unknown steps preset {steps!r} (choose default or study-b)")
+    ratios, mem_ratio = study_b_steps()
+    spec = replace(spec, ratios=ratios, steps_preset=steps)
+    if spec.axis == "guests" and mem_ratio and spec.cap_mb is None:
+        # The study's memory overcommit at its last step, scaled to these guests.
+        last = spec.size(len(ratios) - 1, ratios[-1])
+        spec = replace(spec, cap_mb=int(sum(last.memory_mb) / mem_ratio))
+    return spec

@@ -1,0 +1,101 @@
+"""Sweep steps and samples in the results store (tables ``sweep_steps`` / ``sweep_samples``).
+
+A sweep is an experiment (``suite = "sweep"``, its spec in ``plan``); each step is written
+with all its samples in one transaction when it ends, so a step is either committed whole or
+absent, and ``--resume`` redoes exactly the steps without an ``ok`` row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import select
+
+from vmtax.store import Store
+from vmtax.store.models import SweepSample, SweepStep
+
+SAMPLE_FIELDS = (
+    "phase", "t_s", "throughput", "transactions", "resp_mean_s", "resp_p95_s", "host_util",
+    "guest_util", "steal", "vcpu_wait", "rss_mb", "major_faults", "memory", "per_guest",
+)  # fmt: skip
+
+
+def add_step(
+    store: Store,
+    experiment_id: int,
+    *,
+    step_index: int,
+    ratio: float,
+    axis: str,
+    status: str,
+    guests: int,
+    vcpus: int,
+    guest_memory_mb: int,
+    host_cpus: int,
+    host_memory_mb: int | None,
+    started_at: datetime,
+    detail: dict[str, Any] | None = None,
+    error: str | None = None,
+    samples: Sequence[dict[str, Any]] = (),
+) -> int:
+    """Write one step and its samples atomically; returns the step's id."""
+    if status not in ("ok", "failed"):
+        raise ValueError(f"step status must be ok or failed, not {status!r}")
+    values = {
+        "experiment_id": experiment_id,
+        "step_index": step_index,
+        "ratio": float(ratio),
+        "axis": axis,
+        "status": status,
+        "guests": guests,
+        "vcpus": vcpus,
+        "guest_memory_mb": guest_memory_mb,
+        "host_cpus": host_cpus,
+        "host_memory_mb": host_memory_mb,
+        "detail": detail,
+        "error": error,
+        "started_at": started_at,
+        "ended_at": datetime.now(UTC),
+    }
+    with store._guard(), store.engine.begin() as connection:
+        result = connection.execute(SweepStep.__table__.insert().values(**values))
+        step_id = int(result.inserted_primary_key[0])
+        rows = [
+            {"step_id": step_id, "seq": i, **{k: s.get(k) for k in SAMPLE_FIELDS}}
+            for i, s in enumerate(samples)
+        ]
+        if rows:
+            connection.execute(SweepSample.__table__.insert(), rows)
+    return step_id
+
+
+def committed_steps(store: Store, experiment_id: int) -> set[int]:
+    """Indices of the steps already stored as ``ok``."""
+    t = SweepStep.__table__
+    query = select(t.c.step_index).where(t.c.experiment_id == experiment_id, t.c.status == "ok")
+    with store._guard(), store.engine.connect() as connection:
+        return {int(r[0]) for r in connection.execute(query)}
+
+
+def steps(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Every stored step of a sweep (ok and failed), in step order."""
+    t = SweepStep.__table__
+    query = select(t).where(t.c.experiment_id == experiment_id).order_by(t.c.step_index, t.c.id)
+    with store._guard(), store.engine.connect() as connection:
+        return pd.DataFrame(connection.execute(query).mappings().all(), columns=list(t.c.keys()))
+
+
+def samples(store: Store, step_ids: Sequence[int]) -> pd.DataFrame:
+    """The samples of the given steps, in order."""
+    t = SweepSample.__table__
+    columns = list(t.c.keys())
+    if not step_ids:
+        return pd.DataFrame(columns=columns)
+    query = (
+        select(t).where(t.c.step_id.in_([int(i) for i in step_ids])).order_by(t.c.step_id, t.c.seq)
+    )
+    with store._guard(), store.engine.connect() as connection:
+        return pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)

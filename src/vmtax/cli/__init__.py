@@ -39,7 +39,6 @@ def _register_commands() -> None:
         results_cmd,
         run_cmd,
         sweep_cmd,
-        workloads_cmd,
     )
 
     for module in (
@@ -54,7 +53,6 @@ def _register_commands() -> None:
         refs_cmd,
         image_cmd,
         db_cmd,
-        workloads_cmd,
     ):
         module.register(app)
 

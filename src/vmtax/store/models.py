@@ -9,7 +9,6 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
-    Boolean,
     DateTime,
     Float,
     ForeignKey,

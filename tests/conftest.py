@@ -179,3 +179,31 @@ def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'vmtax.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(autouse=True)
+def _no_report_after_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vmtax run` writes a report of each experiment it makes (VMTAX_RUN_REPORT); the tests
+    that measure do not need one each, so it is off unless a test turns it on (test_readme)."""
+    monkeypatch.setenv("VMTAX_RUN_REPORT", "none")
+
+
+@pytest.fixture
+def netns_fleet(tmp_path: Path) -> Iterator:
+    """A factory: ``netns_fleet(n)`` starts n sshd hosts, each in its own network namespace
+    (see test_fleet_netns.py); all are torn down, and checked gone, after the test."""
+    from test_fleet_netns import NetnsFleet
+
+    made: list[NetnsFleet] = []
+
+    def make(n: int) -> NetnsFleet:
+        fleet = NetnsFleet(tmp_path / f"fleet{len(made)}", n)
+        made.append(fleet)
+        fleet.start()
+        return fleet
+
+    yield make
+    for fleet in made:
+        fleet.teardown()
+    for fleet in made:
+        assert fleet.leftovers() == [], "the fleet left something behind"

@@ -266,24 +266,6 @@ class NetnsFleet:
         return out
 
 
-@pytest.fixture
-def netns_fleet(tmp_path):
-    """A factory: ``netns_fleet(n)`` starts n hosts; all are torn down (and checked) after."""
-    made: list[NetnsFleet] = []
-
-    def make(n: int) -> NetnsFleet:
-        fleet = NetnsFleet(tmp_path / f"fleet{len(made)}", n)
-        made.append(fleet)
-        fleet.start()
-        return fleet
-
-    yield make
-    for fleet in made:
-        fleet.teardown()
-    for fleet in made:
-        assert fleet.leftovers() == [], "the fleet left something behind"
-
-
 def vmtax_cmd() -> list[str]:
     return [sys.executable, "-c", "from vmtax.cli import main; main()"]
 

@@ -14,6 +14,8 @@ from vmtax.report import compare_format as fmt_mod
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vmtax.model import Fit
+
 JSON_KEYS = ("benchmark", "level", "dvh", "predicted", "low", "high", "unit")
 
 
@@ -175,9 +177,9 @@ def measured_output(
     return render_measured(result, found.vm_level, found.notes, fmt)
 
 
-def render_measured(result: object, vm_level: int, notes: list[str], fmt: str) -> object:
+def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> object:
     """Predictions beside measurements, in one of the formats."""
-    preds = result.predictions  # type: ignore[attr-defined]
+    preds = result.predictions
     if fmt == "json":
         return _records(preds, (*JSON_KEYS, "measured", "error_pct"))
     if fmt == "csv":
@@ -195,7 +197,7 @@ def render_measured(result: object, vm_level: int, notes: list[str], fmt: str) -
         "95% prediction intervals"
     )
     table = fmt_mod.render_frame(view, fmt, head)
-    return _joined(table, _notes(result.params, [*notes, *result.notes], fmt), fmt)  # type: ignore[attr-defined]
+    return _joined(table, _notes(result.params, [*notes, *result.notes], fmt), fmt)
 
 
 def _joined(table: object, text: str, fmt: str) -> object:

@@ -223,9 +223,8 @@ def _show(store: object, experiment_id: int, fmt: str, output: Path | None = Non
     elif fmt == "markdown":
         text = sweep_report.markdown(summary)
     elif fmt == "html":
-        css_path = Path(sweep_report.__file__).parent / "templates" / "report.css"
-        css = css_path.read_text("utf-8") if css_path.is_file() else ""
-        text = sweep_report.html_page(summary, css)
+        part = sweep_report.Section(experiment_id, sweep_report.html_section(summary), "")
+        text = sweep_report.standalone([part], "html")
     else:
         if output is None:
             Console(width=max(160, Console().width)).print(sweep_report.terminal(summary))

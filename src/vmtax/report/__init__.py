@@ -41,8 +41,16 @@ def write_report(
     """Build the report of the runs ``selectors`` pick and write it to ``output``."""
     from vmtax.report import analysis, inputs
 
+    from vmtax.report.sweep import sections, selected_sweeps, standalone
+
+    sweeps = sections(store, selected_sweeps(store, selectors))
+    if sweeps and not (store.runs(list(selectors))["status"] == "ok").any():
+        # The selectors picked sweeps and no runs: the report is the sweeps alone.
+        _atomic_write(output, standalone(sweeps, fmt))
+        return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
     data = inputs.load(store, selectors, baseline, command)
     model = analysis.build(data, resamples=resamples, seed=seed)
+    model.sweeps = sweeps
     return write_model(model, output, fmt=fmt)
 
 

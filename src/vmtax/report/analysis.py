@@ -63,6 +63,8 @@ class ReportModel:
     experiments: list[list[tuple[str, str]]]
     report_command: str
     warnings: list[str]
+    #: Overcommitment sweeps among the selected experiments (report/sweep.py Section).
+    sweeps: tuple[Any, ...] = ()
     prediction: Table | None = None  # the nested-cost model's table (report/prediction.py)
 
 

@@ -4,7 +4,9 @@ HTML section with an inline SVG figure (labels escaped by Jinja2's autoescape)."
 
 from __future__ import annotations
 
-import html as html_lib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -12,6 +14,7 @@ import matplotlib
 from matplotlib.figure import Figure
 from rich.table import Table
 
+from vmtax.errors import VmtaxError
 from vmtax.report.svg import RC, to_png, to_svg
 from vmtax.report.terminal import fmt
 from vmtax.sweep.summary import SweepSummary
@@ -187,19 +190,63 @@ def html_section(summary: SweepSummary) -> str:
     )
 
 
-def html_page(summary: SweepSummary, css: str = "") -> str:
-    """A self-contained page holding only the sweep section (``vmtax sweep show --format
-    html``)."""
-    title = html_lib.escape(f"vmtax sweep {summary.experiment_id}")
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
-        f"<style>{css}</style></head><body><main>{html_section(summary)}</main></body></html>\n"
-    )
-
-
 def png(summary: SweepSummary) -> bytes:
     return to_png(figure(summary))
 
 
-def as_dict(summary: SweepSummary) -> dict[str, Any]:
-    return summary.as_json()
+@dataclass(frozen=True)
+class Section:
+    """A sweep as the report shows it (``report.html.j2`` / ``report.md.j2``)."""
+
+    experiment_id: int
+    html: str
+    markdown: str
+
+
+def selected_sweeps(store: Any, selectors: Sequence[str]) -> list[int]:  # noqa: ANN401
+    """The sweep experiments the selectors' ``exp=`` terms name (``latest``: the newest
+    experiment, if it is a sweep)."""
+    from vmtax.store.select import parse
+
+    ids: list[int] = []
+    for text in selectors:
+        for term in parse(text).experiment_terms():
+            if term == "latest":
+                latest = store.latest_experiment_id()
+                if latest is not None:
+                    ids.append(int(latest))
+            elif term.isdigit():
+                ids.append(int(term))
+    out = []
+    for exp_id in dict.fromkeys(ids):
+        try:
+            plan = store.experiment(exp_id).get("plan") or {}
+        except VmtaxError:
+            continue
+        if "sweep" in plan:
+            out.append(exp_id)
+    return out
+
+
+def sections(store: Any, experiment_ids: Sequence[int]) -> tuple[Section, ...]:  # noqa: ANN401
+    from vmtax.sweep.summary import summarise
+
+    out = []
+    for exp_id in experiment_ids:
+        summary = summarise(store, exp_id)
+        out.append(Section(exp_id, html_section(summary), markdown(summary)))
+    return tuple(out)
+
+
+def standalone(parts: Sequence[Section], fmt: str) -> str:
+    """A report of sweeps alone (the selectors picked no runs)."""
+    if fmt == "markdown":
+        return "# vmtax sweep report\n\n" + "\n".join(p.markdown for p in parts)
+    css_path = Path(__file__).parent / "templates" / "report.css"
+    css = css_path.read_text("utf-8") if css_path.is_file() else ""
+    body = "\n".join(p.html for p in parts)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>vmtax sweep report</title><style>{css}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
+    )

@@ -1,0 +1,46 @@
+"""A sweep with real QEMU (TCG) guests: the first step boots one guest and measures it; at the
+second step the new guest cannot start (its QEMU is given too little memory for the kernel
+and initramfs), which is reported in one line with the first step kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from vmtax.store import Store
+from vmtax.sweep import store as sweep_store
+from vmtax.sweep.guests import qemu_factory
+from vmtax.sweep.run import SweepError, SweepRunner
+from vmtax.sweep.spec import SweepSpec, Timing
+
+
+@pytest.fixture
+def cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+def test_qemu_guest_failing_to_boot_at_step_2_keeps_step_1(store: Store, cache):
+    spec = SweepSpec(ratios=(0.5, 1.0), timing=Timing(2, 6, 2), host_cpus=2, accel="tcg",
+                     events=50)  # fmt: skip
+    exp = store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,
+                                  plan={"sweep": spec.as_plan(), "level": "L1"},
+                                  vmtax_version="test", agent_version=None)  # fmt: skip
+    real = qemu_factory(spec, boot_timeout=240)
+
+    def factory(size, index, vcpus, memory_mb):
+        # The second guest gets 40 MiB: QEMU cannot hold the kernel and initramfs in it.
+        return real(size, index, vcpus, 40 if index == 1 else memory_mb)
+
+    with pytest.raises(SweepError) as err:
+        SweepRunner(store, spec, factory).execute(exp)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("step 2 (1:1): guest 2 of 2 failed to boot")
+    rows = sweep_store.steps(store, exp)
+    assert list(rows["status"]) == ["ok", "failed"]
+    ok_id = int(rows["id"].iloc[0])
+    samples = sweep_store.samples(store, [ok_id])
+    window = samples[samples["phase"] == "window"]
+    assert len(window) == 3 and (window["throughput"] > 0).all()
+    # Host-side figures of a real QEMU process: its CPU share, RSS and run-queue wait.
+    assert (window["guest_util"] > 0).all() and (window["rss_mb"] > 10).all()
+    assert window["vcpu_wait"].notna().all()
+    assert rows["detail"].iloc[0]["guests"][0]["qemu_argv"]

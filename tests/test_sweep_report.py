@@ -1,0 +1,77 @@
+"""A stored sweep with study B's z/VM shape (synthetic samples written through the store, as
+the sweep loop writes them) shown by `vmtax sweep show` and `vmtax report`."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from vmtax.store import Store
+from vmtax.sweep import store as sweep_store
+from vmtax.sweep.spec import SweepSpec, Timing
+from vmtax.sweep.synthetic import study_b
+
+
+@pytest.fixture
+def zvm_db(tmp_path):
+    db = str(tmp_path / "zvm.db")
+    s = study_b("zvm", seed=1)
+    spec = SweepSpec(ratios=s.ratios, timing=Timing(60, 600, 60), host_cpus=8)
+    with Store.open(db) as store:
+        exp = store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,
+                                      plan={"sweep": spec.as_plan(), "level": "L1"},
+                                      vmtax_version="test", agent_version=None)  # fmt: skip
+        for i, r in enumerate(s.ratios):
+            rows = [
+                {"phase": "window", "t_s": 60.0 * (k + 1), "throughput": float(t),
+                 "resp_mean_s": float(rt), "host_util": float(u), "steal": 0.01,
+                 "vcpu_wait": 0.1 * r, "per_guest": [{"guest": 1, "label": "<b>x</b>"}]}
+                for k, (t, rt, u) in enumerate(
+                    zip(s.throughput[i], s.response_s[i], s.utilisation[i], strict=True))
+            ]  # fmt: skip
+            sweep_store.add_step(
+                store, exp, step_index=i, ratio=r, axis="guests", status="ok",
+                guests=int(3 * r * 2), vcpus=int(8 * r), guest_memory_mb=int(9196 * r),
+                host_cpus=8, host_memory_mb=None, started_at=datetime.now(UTC),
+                detail={"resp_p95_s": float(s.response_s[i].mean()) * 22}, samples=rows,
+            )  # fmt: skip
+        store.finish_experiment(exp, "ok")
+    return db
+
+
+def test_show_json_gives_steps_and_the_knee_with_its_interval(cli, zvm_db):
+    res = cli("sweep", "show", "latest", "--format", "json", "--db", zvm_db)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [s["ratio"] for s in data["steps"]] == [1.0, 1.5, 2.0, 2.5, 3.0]
+    assert data["knee"]["low"] <= 2.0 <= data["knee"]["high"] and data["knee"]["ratio"] == 2.0
+    assert data["flat"]["kind"] == "saturated" and data["resp_rise_ratio"] == 2.5
+    step = data["steps"][2]
+    assert step["throughput"]["samples"] == 10
+    assert step["throughput"]["ci_low"] < step["throughput"]["mean"] < step["throughput"]["ci_high"]
+    assert step["utilisation"]["host"] == pytest.approx(1.0, abs=0.02)
+    # p95 = 22 x the mean response time: 1.76 s up to 2:1, 2.2 s at 2.5:1 (over 2 s).
+    assert data["slo"]["max_ratio"] == 2.0
+
+
+def test_markdown_and_table_carry_the_findings(cli, zvm_db):
+    res = cli("sweep", "show", "1", "--format", "markdown", "--db", zvm_db)
+    assert "Throughput stops scaling at 2:1" in res.stdout and "saturated" in res.stdout
+    assert res.stdout.count("\n| ") == 6  # header + 5 steps
+    res = cli("sweep", "show", "1", "--db", zvm_db)
+    assert res.returncode == 0 and "3:1" in res.stdout
+
+
+def test_report_of_a_sweep_alone_html_and_markdown(cli, zvm_db, tmp_path):
+    out = tmp_path / "r.html"
+    res = cli("report", "exp=1", "--db", zvm_db, "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert "<svg" in text and "Overcommitment sweep 1" in text and "knee" in text
+    assert "<b>x</b>" not in text  # nothing from the store reaches the page unescaped
+    md = tmp_path / "r.md"
+    res = cli("report", "exp=1", "--db", zvm_db, "--format", "markdown", "-o", str(md))
+    assert res.returncode == 0, res.stderr
+    assert "| 2:1 |" in md.read_text()

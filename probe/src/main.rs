@@ -73,6 +73,11 @@ enum Cmd {
         #[arg(long)]
         device: String,
     },
+    /// Serve tcp_rr/tcp_stream/tcp_maerts clients of other agents. Example: vmtax-probe netserver --bind 0.0.0.0:12865
+    Netserver {
+        #[arg(long, default_value = "0.0.0.0:12865")]
+        bind: String,
+    },
 }
 
 fn usage_error(msg: &str) -> ! {
@@ -130,6 +135,13 @@ fn main() {
                 Err(e) => usage_error(&e),
             }
         }
+        Cmd::Netserver { bind } => match probes::net::netserver(&bind) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("vmtax-probe: error: netserver: {e}");
+                1
+            }
+        },
         Cmd::Serve { device } => {
             let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
             match serve::serve(&device, reconnect) {

@@ -29,6 +29,8 @@ from vmtax.contract import Fingerprint, ProbeInfo, read_stream
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.plan.plan import Plan, Step
 from vmtax.targets.base import AgentTimeout, Target, TargetError
+from vmtax.workloads import infos as workload_infos
+from vmtax.workloads import run_lines
 
 #: A target whose runs are lost this many times in a row is given up (it is probably gone).
 MAX_CONSECUTIVE_LOST = 3
@@ -149,7 +151,8 @@ def check_probes(plan: Plan, available: Iterable[ProbeInfo]) -> None:
 
     Checked before the experiment starts, so a typo costs nothing but one line.
     """
-    infos = {p.name: p for p in available}
+    # Workloads (real servers and tools) are checked like the agent's probes.
+    infos = {p.name: p for p in [*available, *workload_infos()]}
     unknown = sorted(plan.probes() - set(infos))
     if unknown:
         raise UsageError(
@@ -326,7 +329,8 @@ class Runner:
         lines: list[str] = []
         transport_error: str | None = None
         try:
-            for line in target.run_agent(inv.args, inv.timeout):
+            # A workload's name runs the workload (servers, tools); a probe goes to the agent.
+            for line in run_lines(target, inv.args, inv.timeout):
                 lines.append(line)
         except AgentTimeout as exc:
             transport_error = exc.message

@@ -12,10 +12,14 @@ pub mod cpu;
 #[cfg(target_arch = "x86_64")]
 pub mod cpuid;
 pub mod ctxswitch;
+pub mod http;
 pub mod io;
+pub mod memcache;
 pub mod memory;
+pub mod net;
 pub mod pagefault;
 pub mod pingpong;
+pub mod relay;
 mod roundtrip;
 pub mod syscall;
 pub mod threads;
@@ -244,6 +248,12 @@ pub fn all() -> Vec<&'static dyn Probe> {
         &threads::THREADS,
         &memory::MEMORY,
         &io::IO,
+        &net::TCP_RR,
+        &net::TCP_STREAM,
+        &net::TCP_MAERTS,
+        &relay::RELAY,
+        &http::HTTP,
+        &memcache::MEMCACHE,
     ]
 }
 

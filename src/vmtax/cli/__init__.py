@@ -39,6 +39,7 @@ def _register_commands() -> None:
         results_cmd,
         run_cmd,
         sweep_cmd,
+        workloads_cmd,
     )
 
     for module in (
@@ -53,6 +54,7 @@ def _register_commands() -> None:
         refs_cmd,
         image_cmd,
         db_cmd,
+        workloads_cmd,
     ):
         module.register(app)
 

@@ -1,0 +1,78 @@
+"""`vmtax workloads`: the application benchmarks (real servers and tools) and their contract."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import Annotated
+
+import typer
+
+from vmtax.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+    app.command("workloads")(workloads)
+
+
+def workloads(
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+) -> None:
+    """List the workloads: what one value is, the mechanism, unit, direction, parameters,
+    presets and whether the programs they need are installed.
+
+    Run one like a probe: vmtax run --suite apps-quick, or
+    vmtax run --probe oltp --runs 3 (a suite entry can set params = { preset = "study-a" }).
+
+    Example: vmtax workloads --format json
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from vmtax.workloads import REGISTRY
+
+    if fmt not in ("text", "json"):
+        raise UsageError(f"--format must be text or json, got {fmt!r}")
+    rows = []
+    for w in REGISTRY.values():
+        missing = [n for n in w.needs if not shutil.which(n) and not _pg(n)]
+        rows.append(
+            {
+                **w.info().model_dump(mode="json"),
+                "presets": w.presets,
+                "needs": list(w.needs),
+                "missing": missing,
+                "runs_in_guests": w.agent_only,
+            }
+        )
+    if fmt == "json":
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(header_style="bold")
+    table.add_column("Workload", no_wrap=True)
+    for col in ("One value is", "Unit", "Better", "Parameters (defaults)", "Presets", "Where"):
+        table.add_column(col)
+    for r in rows:
+        params = ", ".join(
+            f"{p['name']}={p['default']}" for p in r["params"] if p["name"] != "preset"
+        )
+        where = "any level (agent only)" if r["runs_in_guests"] else "L0 (server here)"
+        if r["missing"]:
+            where += f"; missing: {', '.join(r['missing'])}"
+        table.add_row(
+            r["name"],
+            r["summary"],
+            r["unit"],
+            r["better"],
+            params,
+            ", ".join(r["presets"]) or "-",
+            where,
+        )
+    Console().print(table)
+
+
+def _pg(name: str) -> bool:
+    from vmtax.workloads.oltp import pg_bin
+
+    return pg_bin(name) != name

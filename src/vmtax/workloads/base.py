@@ -1,0 +1,503 @@
+"""The workload plug-in contract, and what every workload shares.
+
+A workload is an application benchmark against a real server or tool (MariaDB, lighttpd,
+memcached, hackbench, openssl). Each one is a file in this package defining one ``Workload``:
+its name, parameters with defaults, presets, what it measures, the mechanism it exercises,
+its unit and direction. Running one yields the agent's own ``vmtax.probe/1`` JSON lines
+(header, samples, run summary, end), so the runner stores a workload run exactly like a
+probe run and ``compare``, ``artifacts`` and ``report`` work unchanged.
+
+Where the client is the agent itself (``net``, ``relay``, ``http``, ``memcached``), the agent
+prints the stream and the workload only starts the server and renames the header. Where the
+client is a tool (``sysbench``, ``hackbench``, ``openssl``), the workload parses the tool's
+output into per-request or per-iteration values and writes the stream with the contract's
+pydantic models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInfo, RunSummary
+from vmtax.contract import Samples as SamplesRecord
+from vmtax.errors import VmtaxError
+from vmtax.targets.base import Target
+
+ParamValue = bool | int | float | str
+#: Temporary directories of servers are named with this prefix (the cleanup test looks for it).
+TMP_PREFIX = "vmtax-wl-"
+_BATCH = 4096
+
+
+class WorkloadError(VmtaxError):
+    """A workload could not run: a server did not start, a tool failed. One line."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: ParamValue
+    help: str
+    choices: tuple[str, ...] | None = None
+
+    def info(self) -> ParamInfo:
+        kind = (
+            "choice"
+            if self.choices
+            else {bool: "bool", int: "int", float: "float", str: "str"}[type(self.default)]
+        )
+        return ParamInfo(
+            name=self.name,
+            default=self.default,
+            help=self.help,
+            kind=kind,  # type: ignore[arg-type]
+            choices=list(self.choices) if self.choices else None,
+        )
+
+
+@dataclass
+class Invocation:
+    """One run of a workload, parsed from the agent-style arguments the plan builds."""
+
+    name: str
+    params: dict[str, ParamValue]
+    iterations: int | None = None
+    duration: float | None = None
+    warmup: int | None = None
+    timeout: float | None = None
+    cpus: str | None = None
+    kill_after: float = 60.0
+
+    @classmethod
+    def from_args(cls, args: Sequence[str], kill_after: float) -> Invocation:
+        # ["run", NAME, "--runs", "1", "--iterations", N, "--duration", S, "--warmup", W,
+        #  "--timeout", T, "--cpus", C, "--param", "k=v", ...] as plan.Plan.invocation builds.
+        inv = cls(name=args[1], params={}, kill_after=kill_after)
+        it = iter(args[2:])
+        for opt in it:
+            val = next(it, "")
+            if opt == "--iterations":
+                inv.iterations = int(val)
+            elif opt == "--duration":
+                inv.duration = float(val)
+            elif opt == "--warmup":
+                inv.warmup = int(val)
+            elif opt == "--timeout":
+                inv.timeout = float(val)
+            elif opt == "--cpus":
+                inv.cpus = val
+            elif opt == "--param":
+                key, _, raw = val.partition("=")
+                inv.params[key] = raw
+        return inv
+
+
+class Workload:
+    """The plug-in contract. Subclasses set the class attributes and implement ``execute``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]  # what one value is
+    mechanism: ClassVar[str]  # the virtualization mechanism the workload exercises
+    unit: ClassVar[str]
+    better: ClassVar[str]  # "lower" or "higher"
+    throughput_unit: ClassVar[str | None] = None
+    params: ClassVar[tuple[Param, ...]] = ()
+    #: Named parameter sets, e.g. a study's sizes: ``--param preset=study-c``.
+    presets: ClassVar[dict[str, dict[str, ParamValue]]] = {}
+    #: Programs it needs on the machine that runs the server or tool.
+    needs: ClassVar[tuple[str, ...]] = ()
+    #: Run shape when the suite says nothing.
+    default_iterations: ClassVar[int] = 1000
+    default_duration: ClassVar[float] = 2.0
+    default_warmup: ClassVar[int] = 0
+    #: True when only the agent runs (nothing to start): it then runs on any target.
+    agent_only: ClassVar[bool] = False
+
+    def all_params(self) -> tuple[Param, ...]:
+        preset = Param(
+            "preset",
+            "",
+            "a named parameter set: " + (", ".join(self.presets) or "none"),
+            tuple(["", *self.presets]) if self.presets else None,
+        )
+        return (*self.params, preset)
+
+    def info(self) -> ProbeInfo:
+        return ProbeInfo(
+            name=self.name,
+            summary=self.summary,
+            mechanism=self.mechanism,
+            unit=self.unit,
+            better=self.better,  # type: ignore[arg-type]
+            throughput_unit=self.throughput_unit,
+            params=[p.info() for p in self.all_params()],
+            needs_root=False,
+            arches=["x86_64"],
+        )
+
+    def resolve(self, given: dict[str, Any]) -> dict[str, ParamValue]:
+        """Defaults, then the preset's values, then the given ones; typed like the defaults."""
+        known = {p.name: p for p in self.all_params()}
+        for key in given:
+            if key not in known:
+                raise WorkloadError(
+                    f"workload {self.name} has no parameter {key!r} (it has: {', '.join(known)})"
+                )
+        preset = str(given.get("preset", ""))
+        if preset and preset not in self.presets:
+            raise WorkloadError(
+                f"workload {self.name} has no preset {preset!r} "
+                f"(it has: {', '.join(self.presets) or 'none'})"
+            )
+        out: dict[str, ParamValue] = {p.name: p.default for p in self.all_params()}
+        out.update(self.presets.get(preset, {}))
+        for key, raw in given.items():
+            out[key] = _typed(known[key], raw)
+        for p in self.all_params():
+            if p.choices and str(out[p.name]) not in p.choices:
+                raise WorkloadError(
+                    f"workload {self.name}: {p.name}={out[p.name]!r} must be one of "
+                    f"{', '.join(c or '(empty)' for c in p.choices)}"
+                )
+        return out
+
+    def execute(self, ctx: Context) -> Iterator[str]:
+        """Yield the run's ``vmtax.probe/1`` lines (one run)."""
+        raise NotImplementedError
+
+
+def _typed(p: Param, raw: Any) -> ParamValue:
+    if isinstance(p.default, bool):
+        return str(raw).lower() in {"1", "true", "yes", "on"}
+    try:
+        if isinstance(p.default, int):
+            return int(raw)
+        if isinstance(p.default, float):
+            return float(raw)
+    except ValueError:
+        raise WorkloadError(f"parameter {p.name}: {raw!r} is not a number") from None
+    return str(raw)
+
+
+@dataclass
+class Context:
+    """What ``execute`` gets: the target, the run shape and the resolved parameters."""
+
+    workload: Workload
+    target: Target
+    inv: Invocation
+    params: dict[str, ParamValue]
+    env: Callable[[], Fingerprint]
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def iterations(self) -> int:
+        return self.inv.iterations or self.workload.default_iterations
+
+    @property
+    def duration(self) -> float:
+        return self.inv.duration or self.workload.default_duration
+
+    @property
+    def warmup(self) -> int:
+        return self.workload.default_warmup if self.inv.warmup is None else self.inv.warmup
+
+    def repeat(self, once: Callable[[], float]) -> Iterator[str]:
+        """The stream of a run whose values are ``once()`` calls (tool executions): warm-up
+        calls first, then until the run's iterations or duration, whichever comes first."""
+        warm = [once() for _ in range(self.warmup)]
+        values: list[float] = []
+        t0 = time.monotonic()
+        stopped = "iterations"
+        while len(values) < self.iterations:
+            if len(values) >= 2 and time.monotonic() - t0 >= self.duration:
+                stopped = "duration"
+                break
+            values.append(once())
+        yield from self.stream(values, wall_s=time.monotonic() - t0, warm=warm, stopped_by=stopped)
+
+    def left(self) -> float:
+        """Seconds left before the controller's kill deadline, less a margin for cleanup."""
+        return max(1.0, self.inv.kill_after - (time.monotonic() - self.started) - 2.0)
+
+    def agent(self, probe: str, params: dict[str, ParamValue]) -> Iterator[str]:
+        """Run an agent probe on the target with this run's shape; header renamed to us."""
+        args = ["run", probe, "--runs", "1", "--iterations", str(self.iterations)]
+        args += ["--duration", repr(float(self.duration)), "--warmup", str(self.warmup)]
+        if self.inv.timeout:
+            args += ["--timeout", repr(float(self.inv.timeout))]
+        if self.inv.cpus:
+            args += ["--cpus", self.inv.cpus]
+        for key, val in params.items():
+            args += ["--param", f"{key}={_fmt(val)}"]
+        for line in self.target.run_agent(args, self.left()):
+            yield self.rename_header(line)
+
+    def rename_header(self, line: str) -> str:
+        if '"type":"header"' not in line.replace(" ", ""):
+            return line
+        rec = json.loads(line)
+        rec["params"] = {"agent_probe": rec["probe"], **rec["params"], **self.params}
+        rec["probe"] = self.workload.name
+        return json.dumps(rec) + "\n"
+
+    def stream(
+        self,
+        values: Sequence[float] | np.ndarray,
+        *,
+        wall_s: float,
+        warm: Sequence[float] = (),
+        throughput: float | None = None,
+        extra: dict[str, float] | None = None,
+        stopped_by: str = "iterations",
+    ) -> Iterator[str]:
+        """The stream of one complete run from values the controller measured."""
+        yield from self.header()
+        vals = np.asarray(values, dtype=np.float64)
+        if len(vals) < 2:
+            yield self.end(
+                f"{self.workload.name}: only {len(vals)} value(s) measured; need at least 2"
+            )
+            return
+        for i in range(0, len(warm), _BATCH):
+            yield _line(
+                SamplesRecord(
+                    type="samples",
+                    run=0,
+                    unit=self.workload.unit,
+                    warmup=True,
+                    values=list(map(float, warm[i : i + _BATCH])),
+                )
+            )
+        for i in range(0, len(vals), _BATCH):
+            yield _line(
+                SamplesRecord(
+                    type="samples",
+                    run=0,
+                    unit=self.workload.unit,
+                    values=vals[i : i + _BATCH].tolist(),
+                )
+            )
+        summary = RunSummary(
+            type="run_summary",
+            run=0,
+            n=len(vals),
+            mean=float(vals.mean()),
+            median=float(np.median(vals)),
+            stddev=float(vals.std(ddof=1)),
+            min=float(vals.min()),
+            max=float(vals.max()),
+            p95=float(np.percentile(vals, 95)),
+            p99=float(np.percentile(vals, 99)),
+            wall_s=wall_s,
+            ops_per_sec=len(vals) / wall_s if wall_s > 0 else None,
+            throughput=throughput,
+            throughput_unit=self.workload.throughput_unit,
+            cpus=list(range(os.cpu_count() or 1)),
+            stopped_by=stopped_by,  # type: ignore[arg-type]
+            extra={k: float(v) for k, v in (extra or {}).items() if np.isfinite(v)},
+        )
+        yield _line(summary)
+        yield _line(End(type="end", status="ok", runs_completed=1))
+
+    def header(self) -> Iterator[str]:
+        w = self.workload
+        yield _line(
+            Header(
+                type="header",
+                schema=SCHEMA,
+                agent_version=self.env().agent_version,
+                probe=w.name,
+                unit=w.unit,
+                better=w.better,  # type: ignore[arg-type]
+                throughput_unit=w.throughput_unit,
+                mechanism=w.mechanism,
+                params=self.params,
+                runs=1,
+                iterations=self.iterations,
+                duration_s=self.duration,
+                warmup=self.warmup,
+                timeout_s=self.inv.timeout,
+                cpus=None,
+                started_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                env=self.env(),
+            )
+        )
+
+    def end(self, error: str) -> str:
+        return _line(End(type="end", status="error", error=_one_line(error), runs_completed=0))
+
+
+def _line(rec: Any) -> str:
+    return rec.model_dump_json(by_alias=True, exclude_none=False) + "\n"
+
+
+def _fmt(v: ParamValue) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --- servers -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the server binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> bool:
+    """True once something accepts on 127.0.0.1:port; False if ``proc`` exits first."""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Server:
+    """A server process in its own process group and temporary directory.
+
+    ``start`` waits until it accepts on its port; if it exits or does not answer in time,
+    ``WorkloadError`` quotes the last line of its log. ``stop`` (also on ``with`` exit)
+    kills the group and removes the directory, so nothing is left behind.
+    """
+
+    def __init__(self, name: str, *, owner: str | None = None) -> None:
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}-"))
+        self.dir.chmod(0o755)
+        self.owner = owner if os.geteuid() == 0 else None
+        if self.owner:
+            shutil.chown(self.dir, self.owner, self.owner)
+        self.log = self.dir / "server.log"
+        self.port = 0
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run(self, argv: list[str], what: str, timeout: float = 120.0) -> None:
+        """Run a set-up command (initdb, install-db) to completion; errors quote its output."""
+        try:
+            res = subprocess.run(
+                argv,
+                capture_output=True,
+                timeout=timeout,
+                user=self.owner,
+                cwd=self.dir,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
+        except subprocess.TimeoutExpired:
+            raise WorkloadError(f"{self.name}: {what} did not finish in {timeout:g} s") from None
+        if res.returncode != 0:
+            text = (res.stderr or res.stdout).decode("utf-8", "replace")
+            raise WorkloadError(f"{self.name}: {what} failed: {last_line(text)}")
+
+    def start(self, argv: list[str], *, port: int, timeout: float = 30.0) -> None:
+        self.port = port
+        try:
+            with self.log.open("ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    user=self.owner,
+                    cwd=self.dir,
+                )
+        except FileNotFoundError:
+            raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
+        self.procs.append(proc)
+        if not wait_port(port, proc, time.monotonic() + timeout):
+            code = proc.poll()
+            why = f"exited with code {code}" if code is not None else f"silent for {timeout:g} s"
+            raise WorkloadError(f"{self.name} did not start ({why}): {last_line(self.log_text())}")
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=5)
+        self.procs.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "(its log is empty)"
+
+
+def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) -> str:
+    """Run a client tool to completion and return its stdout; errors are one line."""
+    try:
+        res = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            check=False,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise WorkloadError(f"{argv[0]} not found (install it)") from None
+    except subprocess.TimeoutExpired:
+        raise WorkloadError(f"{argv[0]} did not finish in {timeout:g} s") from None
+    out = res.stdout.decode("utf-8", "replace")
+    if res.returncode != 0:
+        err = res.stderr.decode("utf-8", "replace")
+        raise WorkloadError(f"{argv[0]} exited with code {res.returncode}: {last_line(err or out)}")
+    return out
+
+
+def local_only(ctx: Context) -> None:
+    """Server workloads start their server on this machine: refuse other targets clearly."""
+    from vmtax.targets.local import LocalTarget
+
+    inner = ctx.target.__dict__.get("target", ctx.target)
+    if not isinstance(inner, LocalTarget):
+        raise WorkloadError(
+            f"workload {ctx.workload.name} runs its server on this machine (L0) only for now; "
+            f"{ctx.target.name} does not carry {', '.join(ctx.workload.needs) or 'it'}"
+        )

@@ -1,0 +1,88 @@
+"""The workload plug-in contract: every workload declares it, presets and parameters resolve,
+the plan checks workload parameters like probe parameters, and `vmtax workloads` lists them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vmtax.errors import UsageError
+from vmtax.plan.plan import build_plan
+from vmtax.plan.suite import load_suite, parse_suite
+from vmtax.runner import check_probes
+from vmtax.workloads import REGISTRY, infos
+from vmtax.workloads.base import Invocation, WorkloadError
+
+EXPECTED = {"hackbench", "oltp", "http", "memcached", "net", "relay", "crypto"}
+
+
+def test_every_workload_declares_the_contract():
+    assert set(REGISTRY) == EXPECTED
+    for name, w in REGISTRY.items():
+        info = w.info()
+        assert info.name == name
+        assert info.summary and info.mechanism and info.unit
+        assert info.better in ("lower", "higher")
+        names = [p.name for p in info.params]
+        assert "preset" in names and len(names) == len(set(names))
+        # Every preset only sets declared parameters, and resolves.
+        for preset, values in w.presets.items():
+            assert set(values) <= set(names), (name, preset)
+            assert w.resolve({"preset": preset})["preset"] == preset
+
+
+def test_presets_are_the_studies_sizes_and_explicit_params_win():
+    oltp = REGISTRY["oltp"]
+    assert oltp.resolve({})["table_size"] == 10000  # small default
+    a = oltp.resolve({"preset": "study-a"})
+    assert (a["table_size"], a["threads"]) == (1_000_000, 4)
+    assert oltp.resolve({"preset": "study-a", "threads": "8"})["threads"] == 8
+    c = REGISTRY["hackbench"].resolve({"preset": "study-c"})
+    assert (c["groups"], c["loops"]) == (100, 500)
+    assert REGISTRY["http"].resolve({"preset": "study-c"})["file"] == "file41k"
+    with pytest.raises(WorkloadError, match="no preset"):
+        oltp.resolve({"preset": "study-z"})
+    with pytest.raises(WorkloadError, match="no parameter 'rows'"):
+        oltp.resolve({"rows": "5"})
+    with pytest.raises(WorkloadError, match="must be one of"):
+        oltp.resolve({"db": "oracle"})
+
+
+def test_invocation_reads_the_plans_agent_arguments():
+    suite = parse_suite(
+        'name = "t"\n[[probes]]\nprobe = "oltp"\nduration = 2.5\niterations = 7\n'
+        'params = { db = "pgsql" }\n',
+        "t.toml",
+    )
+    plan = build_plan(suite, source="t", seed=1, targets=[{"kind": "local"}])
+    inv = plan.invocation(plan.steps[0], None)
+    parsed = Invocation.from_args(inv.args, inv.timeout)
+    assert (parsed.name, parsed.duration, parsed.iterations) == ("oltp", 2.5, 7)
+    assert parsed.params == {"db": "pgsql"}
+
+
+def test_the_plan_check_knows_workload_parameters():
+    suite, _ = load_suite("apps-quick")
+    assert {e.probe for e in suite.probes} == EXPECTED
+    plan = build_plan(suite, source="builtin", seed=1, targets=[{"kind": "local"}])
+    check_probes(plan, infos())
+    bad = parse_suite('name = "t"\n[[probes]]\nprobe = "http"\nparams = { size = 1 }\n', "t")
+    with pytest.raises(UsageError, match="no parameter 'size'"):
+        check_probes(build_plan(bad, source="t", seed=1, targets=[{"kind": "local"}]), infos())
+    bad = parse_suite('name = "t"\n[[probes]]\nprobe = "net"\nparams = { test = "udp" }\n', "t")
+    with pytest.raises(UsageError, match="must be one of"):
+        check_probes(build_plan(bad, source="t", seed=1, targets=[{"kind": "local"}]), infos())
+
+
+def test_vmtax_workloads_lists_them(cli):
+    res = cli("workloads", "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)}
+    assert set(rows) == EXPECTED
+    assert rows["oltp"]["presets"]["study-a"]["table_size"] == 1_000_000
+    assert rows["net"]["runs_in_guests"] and not rows["oltp"]["runs_in_guests"]
+    assert all(not r["missing"] for r in rows.values()), rows  # everything is installed here
+    text = cli("workloads")
+    assert text.returncode == 0 and "hackbench" in text.stdout
+    assert cli("workloads", "--format", "xml").returncode == 2

@@ -157,7 +157,7 @@ def test_bad_input_read_only_directory(tmpfs, cli):
     assert str(where) in line
     missing_parent = f"sqlite:///{where / 'sub' / 'vmtax.db'}"
     line = one_line_error(cli("db", "upgrade", "--db", missing_parent))
-    assert "cannot create directory" in line
+    assert "does not exist" in line
 
 
 def test_bad_input_locked_database(sqlite_url, cli):

@@ -122,6 +122,7 @@ def artifacts_cmd(
     from vmtax.cli.compare_cmd import emit
     from vmtax.stats.artifacts import as_matrix, detect
     from vmtax.store import Store
+    from vmtax.store.select import resolve
 
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
@@ -134,10 +135,10 @@ def artifacts_cmd(
         raise UsageError(f"no completed runs match {selector!r} in {store.url_display}")
     base_runs = pd.DataFrame()
     if baseline:
-        base_runs = store.runs([baseline])
-        base_runs = base_runs[base_runs["status"] == "ok"]
-        if base_runs.empty:
-            raise UsageError(f"baseline {baseline!r} matches no completed run")
+        # The selector scopes the baseline, as in compare and report (one resolver).
+        resolved = resolve(store, [selector], baseline)
+        assert resolved.baseline_mask is not None
+        base_runs = resolved.runs[resolved.baseline_mask]
     ids = [int(i) for i in pd.concat([runs["run_id"], base_runs.get("run_id", pd.Series())])]
     samples = store.samples(ids)
     found = _matrices(runs, samples)

@@ -167,6 +167,7 @@ def measured(
     """Load runs (selectors OR baseline) and samples from the store and compare them."""
     from vmtax.stats.compare import compare
     from vmtax.store import Store
+    from vmtax.store.select import resolve
 
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
@@ -176,7 +177,10 @@ def measured(
         raise UsageError(
             f"no completed runs match {' '.join(selectors) or 'the store'} in {store.url_display}"
         )
-    runs = store.runs([*selectors, baseline]) if selectors else chosen
+    # The positional selectors scope the baseline: exp=latest --baseline level=L0 is the
+    # latest experiment's L0 (the same resolver serves report and artifacts).
+    resolved = resolve(store, selectors, baseline)
+    runs = resolved.runs
     ok = runs[runs["status"] == "ok"]
     wants_mean = any(
         m.strip().lower() in ("auto", "mean") for part in metric for m in part.split(",")
@@ -185,7 +189,8 @@ def measured(
     return compare(
         runs,
         samples,
-        baseline,
+        resolved.baseline_mask,
+        label=baseline,
         metric=metric,
         test=test,
         adjust=adjust,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -64,20 +68,75 @@ def report(
         raise VmtaxError(f"cannot write {out}: directory {out.parent} does not exist")
     store = Store.open(db)
     try:
-        result = write_report(
-            store,
-            list(selectors or ["exp=latest"]),
-            out,
-            fmt=fmt,
-            baseline=baseline,
-            command=["vmtax", *sys.argv[1:]],
-            resamples=resamples,
-            seed=seed,
-        )
+        with _progress() as step:
+            result = write_report(
+                store,
+                list(selectors or ["exp=latest"]),
+                out,
+                fmt=fmt,
+                baseline=baseline,
+                command=["vmtax", *sys.argv[1:]],
+                resamples=resamples,
+                seed=seed,
+                progress=step,
+            )
     finally:
         store.close()
-    typer.echo(
+    typer.echo(_wrote(result))
+
+
+def _wrote(result: Any) -> str:  # noqa: ANN401
+    return (
         f"wrote {result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
         + (f", PNGs in {result.extra}" if result.extra else "")
         + ")"
     )
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Callable[[str], None]]:
+    """The report's steps on stderr, with the time taken so far (a spinner on a terminal;
+    nothing when stderr is not one)."""
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    start = time.monotonic()
+    if not err.is_terminal:
+        yield lambda _name: None
+        return
+    with err.status("report: starting") as status:
+
+        def step(name: str) -> None:
+            status.update(f"report: {name} ({time.monotonic() - start:.0f} s)")
+
+        yield step
+
+
+#: Where `vmtax run` writes the report of the experiment it just made: a path ({id} is the
+#: experiment id), or "none" for no report.
+RUN_REPORT_ENV = "VMTAX_RUN_REPORT"
+RUN_REPORT_DEFAULT = "vmtax-report-{id}.html"
+
+
+def after_run(store: Any, exp_id: int) -> None:  # noqa: ANN401
+    """The report of a finished `vmtax run`, written beside its table: where it went, or one
+    line saying why it was not written (the runs are stored either way)."""
+    from vmtax.report import write_report
+
+    where = os.environ.get(RUN_REPORT_ENV, RUN_REPORT_DEFAULT).strip()
+    if where.lower() in ("", "none", "0", "off"):
+        return
+    out = Path(where.replace("{id}", str(exp_id))).expanduser()
+    try:
+        with _progress() as step:
+            result = write_report(
+                store,
+                [f"exp={exp_id}"],
+                out,
+                command=["vmtax", "report", f"exp={exp_id}", "-o", str(out)],
+                progress=step,
+            )
+    except VmtaxError as exc:
+        print(f"vmtax: report not written: {exc.message}", file=sys.stderr)
+        return
+    typer.echo(f"report: {_wrote(result).removeprefix('wrote ')}")

@@ -260,9 +260,11 @@ def _execute(
 
 
 def _finish(store: Any, exp_id: int, *, status: str) -> None:
+    from vmtax.cli.report_cmd import after_run
     from vmtax.cli.results_cmd import out_console, print_table
 
     print_table(out_console(), store, exp_id)
+    after_run(store, exp_id)  # the report, written beside the table (VMTAX_RUN_REPORT)
     typer.echo(f"experiment {exp_id}")
     del status
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,16 @@ def write_report(
     command: Sequence[str] = (),
     resamples: int = 10_000,
     seed: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> Written:
-    """Build the report of the runs ``selectors`` pick and write it to ``output``."""
+    """Build the report of the runs ``selectors`` pick and write it to ``output``.
+
+    ``progress`` is called with the name of each step as it starts (loading, statistics,
+    timing artifacts, figures, writing)."""
     from vmtax.report import analysis, inputs
 
+    step = progress or (lambda _name: None)
+    step("loading runs and samples")
     from vmtax.report.sweep import sections, selected_sweeps, standalone
 
     sweeps = sections(store, selected_sweeps(store, selectors))
@@ -49,8 +55,10 @@ def write_report(
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
     data = inputs.load(store, selectors, baseline, command)
+    data.extra["progress"] = step
     model = analysis.build(data, resamples=resamples, seed=seed)
     model.sweeps = sweeps
+    step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
     return write_model(model, output, fmt=fmt)
 
 
@@ -76,9 +84,18 @@ def _atomic_write(path: Path, text: str) -> None:
     # A reader (or a browser reloading) never sees half a report.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
     try:
+        # mkstemp creates the file 0600; a report is for sharing: the umask's usual mode.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -18,7 +18,9 @@ from matplotlib.figure import Figure
 
 from vmtax.errors import UsageError
 from vmtax.report import figures, prediction, refdata, words
+from vmtax.report.compare_format import fmt_ci, fmt_p, fmt_ratio
 from vmtax.report.inputs import ReportInput
+from vmtax.report.terminal import P95_NOTE, p95_below_mean
 
 LEVEL_ORDER = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
 PARALLEL_CELLS = 200_000  # below this many samples a process pool costs more than it saves
@@ -90,36 +92,27 @@ def build(
 ) -> ReportModel:
     """Run the statistics on ``data`` and lay out every section of the report."""
     from vmtax.stats.artifacts import as_matrix, detect
-    from vmtax.stats.compare import compare
     from vmtax.stats.describe import describe
 
     runs = data.runs
     if runs.empty or not (runs["status"] == "ok").any():
         raise UsageError("no completed runs match the selectors: nothing to report")
     raw = runs[runs["status"] == "ok"]
-    baseline = data.baseline or default_baseline(raw)
     # Name configurations as compare does, so that its rows, describe's rows and the figures
     # agree when one key occurs in several experiments.
     ok = raw.assign(config=_display_keys(raw))
     order = _config_order(ok)
     colors = figures.palette(order)
-    comparison = compare(
-        raw,
-        data.samples,
-        baseline,
-        metric=_metrics(ok),
-        noise=noise,
-        resamples=resamples,
-        seed=seed,
-    )
-    all_rows = _sorted(comparison.rows, order)
-    # The headline metric is the per-iteration mean (response time); throughput rows only
-    # feed the ΔL(n−1) column of the study-A tables.
+    progress = data.extra.get("progress") or (lambda _step: None)
+    progress("statistics")
+    baseline, all_rows, notes = _comparison(data, raw, noise, resamples, seed)
+    # The headline metric is the per-iteration mean (response time), exactly as `vmtax compare`
+    # computes and prints it; throughput rows only feed the ΔL(n−1) column of the tables.
+    all_rows = _sorted(all_rows, order)
     rows = all_rows[all_rows["metric"] == "mean"].reset_index(drop=True)
     described = _sorted(describe(ok), order)
     baseline_configs = list(dict.fromkeys(rows.loc[rows["is_baseline"].astype(bool), "config"]))
-    warnings = [w for w in comparison.warnings if "metric throughput is missing" not in w]
-    warnings += _grouped_warnings(rows)
+    warnings = notes + _grouped_warnings(rows)
 
     figs: list[FigureSpec] = []
     probes = list(dict.fromkeys(described["probe"]))
@@ -149,22 +142,25 @@ def build(
             )
         )
     matrices = _matrices(ok, data.samples, order)
+    progress("timing artifacts")
     results = _detect_all(matrices, baseline_configs, detect, as_matrix, seed)
+    progress("figures")
     sample_figs, findings = _sample_figures(probes, described, matrices, results, colors)
     figs.extend(sample_figs)
     sweep = _sweep(described, ok)
     if sweep is not None:
         figs.append(sweep)
     figs.extend(_reference_figures())
+    from vmtax.report.apps import study_c_table  # imports this module's Table
 
     return ReportModel(
         title="vmtax report: " + (", ".join(data.selectors) or "all results"),
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         baseline=baseline,
         baseline_configs=baseline_configs,
-        summary=words.summary(rows),
+        summary=words.summary(rows) if baseline else [_NO_BASELINE],
         overhead_table=_overhead_table(rows, order),
-        studya_tables=_studya_tables(described, all_rows),
+        studya_tables=[*_studya_tables(described, all_rows), *study_c_table(ok, baseline_configs)],
         figures=figs,
         artifacts=findings,
         environment=_environment(data.configurations, order),
@@ -330,9 +326,44 @@ def _detect_all(
         return {key: f.result() for key, f in futures.items()}
 
 
-def _metrics(ok: pd.DataFrame) -> list[str]:
-    has_throughput = pd.to_numeric(ok["throughput"], errors="coerce").notna().any()
-    return ["mean", "throughput"] if has_throughput else ["mean"]
+_NO_BASELINE = (
+    "No baseline was given and one configuration was selected, so nothing is compared: the "
+    "tables, distributions, artifacts and environment below describe it alone. To compare "
+    "levels, measure several (vmtax run --levels L0,L1) and add --baseline level=L0."
+)
+
+
+def _comparison(
+    data: ReportInput, raw: pd.DataFrame, noise: float, resamples: int, seed: int
+) -> tuple[str, pd.DataFrame, list[str]]:
+    """The comparison rows: the headline (metric auto) computed exactly as `vmtax compare`
+    computes it, with the same baseline, family of tests and seed, so both print one number;
+    then throughput, for the ΔL(n−1) column only. No baseline and one configuration: none."""
+    from vmtax.stats.compare import COLUMNS, compare
+
+    base = data.baseline_mask
+    label = data.baseline
+    if base is None:
+        if raw["configuration_id"].nunique() < 2:
+            return "", pd.DataFrame(columns=COLUMNS), []
+        label = default_baseline(raw)
+        base = label
+    opts = {"label": label, "noise": noise, "resamples": resamples, "seed": seed}
+    try:
+        head = compare(data.runs, data.samples, base, metric="auto", **opts)
+    except UsageError as exc:
+        if not exc.message.startswith("nothing to compare"):
+            raise
+        # Only the baseline was selected: describe it, say so.
+        return str(label), pd.DataFrame(columns=COLUMNS), [exc.message]
+    frames, notes = [head.rows], list(head.warnings)
+    if pd.to_numeric(raw["throughput"], errors="coerce").notna().any():
+        try:
+            thr = compare(data.runs, None, base, metric="throughput", **opts)
+            frames.append(thr.rows[thr.rows["probe"] != "geomean"])
+        except UsageError:
+            pass  # no probe has throughput on both sides: the ΔL(n−1) cells stay empty
+    return str(label), pd.concat(frames, ignore_index=True), notes
 
 
 def _ragged(run_values: Sequence[np.ndarray]) -> np.ndarray:
@@ -408,7 +439,7 @@ def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
                 rows=body,
                 numeric=[False] + [True] * 8,
                 note="ΔL(n−1): relative change from the nearest lower level of the same "
-                "configuration chain (study A).",
+                "configuration chain (study A)." + (" " + P95_NOTE if p95_below_mean(sub) else ""),
             )
         )
     return tables
@@ -423,9 +454,9 @@ def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
             [
                 str(r.probe),
                 str(r.config),
-                f"{r.overhead:.3g}×",
-                f"{r.ci_low:.3g}–{r.ci_high:.3g}×",
-                "-" if pd.isna(r.p_adjusted) else f"{r.p_adjusted:.3g}",
+                f"{fmt_ratio(r.overhead)}×",
+                f"{fmt_ci(r.ci_low, r.ci_high)}×",
+                fmt_p(r.p_adjusted) or "-",
                 words.short_verdict(str(r.verdict)),
             ]
         )

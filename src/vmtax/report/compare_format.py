@@ -49,21 +49,32 @@ def _num(x: Any, digits: int = 4) -> str:
     return f"{x:,.{decimals}f}" if magnitude >= 4 else f"{x:.{decimals}f}"
 
 
-def _p(x: Any) -> str:
+def fmt_p(x: Any) -> str:
+    """A p-value as every output shows it (compare, report, markdown): one place, one rounding."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return ""
     return f"{x:.2g}" if x < 0.001 else f"{x:.3f}"
+
+
+def fmt_ratio(x: Any) -> str:
+    """An overhead ratio as every output shows it."""
+    if x is None or not math.isfinite(float(x)):
+        return ""
+    return f"{float(x):.3f}"
+
+
+def fmt_ci(low: Any, high: Any) -> str:
+    """A confidence interval of a ratio as every output shows it: ``[low, high]``."""
+    if low is None or not math.isfinite(float(low)):
+        return ""
+    return f"[{fmt_ratio(low)}, {fmt_ratio(high)}]"
 
 
 def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
     """The rounded, human-readable view of ``Comparison.rows``."""
     out = []
     for rec in rows.to_dict(orient="records"):
-        ci = (
-            ""
-            if not math.isfinite(rec["ci_low"])
-            else f"[{rec['ci_low']:.3f}, {rec['ci_high']:.3f}]"
-        )
+        ci = fmt_ci(rec["ci_low"], rec["ci_high"])
         out.append(
             {
                 "probe": rec["probe"],
@@ -75,10 +86,10 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
                 "delta_prev_pct": _num(rec["delta_prev_pct"], 3),
                 "stderr": _num(rec["stderr"], 3),
                 "stderr_pct": _num(rec["stderr_pct"], 3),
-                "overhead": "" if not math.isfinite(rec["overhead"]) else f"{rec['overhead']:.3f}",
+                "overhead": fmt_ratio(rec["overhead"]),
                 "ci": ci,
-                "p_value": _p(rec["p_value"]),
-                "p_adjusted": _p(rec["p_adjusted"]),
+                "p_value": fmt_p(rec["p_value"]),
+                "p_adjusted": fmt_p(rec["p_adjusted"]),
                 "verdict": rec["verdict"],
             }
         )

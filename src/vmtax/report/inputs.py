@@ -28,6 +28,9 @@ class ReportInput:
     experiments: Sequence[Mapping[str, Any]]
     selectors: Sequence[str] = ()
     baseline: str | None = None
+    #: Which runs form the baseline, as vmtax.store.select.resolve found them (None: the
+    #: ``baseline`` selector is applied to ``runs`` as it is, or there is no baseline).
+    baseline_mask: pd.Series | None = None
     command: Sequence[str] = ()
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -39,8 +42,12 @@ def load(
     baseline: str | None,  # noqa: ANN401
     command: Sequence[str] = (),
 ) -> ReportInput:
-    """Read the runs the selectors pick, their samples, configurations and experiments."""
-    runs = store.runs(list(selectors))
+    """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
+    `vmtax compare` scopes it), their samples, configurations and experiments."""
+    from vmtax.store.select import resolve
+
+    resolved = resolve(store, list(selectors), baseline)
+    runs = resolved.runs
     ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
     samples = store.samples(ok_ids) if ok_ids else {}
     experiments = [
@@ -54,6 +61,7 @@ def load(
         experiments=experiments,
         selectors=list(selectors),
         baseline=baseline,
+        baseline_mask=resolved.baseline_mask,
         command=list(command),
         source=getattr(store, "url_display", ""),
     )

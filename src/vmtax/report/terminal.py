@@ -47,7 +47,26 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
             str(row.n_runs),
         ]
         table.add_row(*([str(row.config)] if several else []), *cells)
+    if p95_below_mean(described_df):
+        table.caption = P95_NOTE
     return table
+
+
+#: Why a row can show a p95 below its mean (said wherever such a row is shown).
+P95_NOTE = (
+    "p95 is the mean of the runs' 95th percentiles and Resp. mean the mean of their means; "
+    "a p95 below the mean means a few very slow iterations (under 5%) pull the mean up: "
+    "the runs are skewed (see vmtax artifacts)."
+)
+
+
+def p95_below_mean(described_df: pd.DataFrame) -> bool:
+    """Does any row have a p95 below its mean response time?"""
+    if described_df.empty:
+        return False
+    p95 = pd.to_numeric(described_df["p95"], errors="coerce")
+    mean = pd.to_numeric(described_df["resp_mean"], errors="coerce")
+    return bool((p95 < mean).any())
 
 
 def fmt(x: object) -> str:

@@ -7,6 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from vmtax.report.compare_format import fmt_ratio
+
 ALPHA = 0.05
 
 _VERDICTS = {
@@ -31,7 +33,7 @@ def verdict(code: str) -> str:
 
 
 def _ci(low: float, high: float) -> str:
-    return f"95% CI {low:.3g}–{high:.3g}×"
+    return f"95% CI {fmt_ratio(low)}–{fmt_ratio(high)}×"
 
 
 def summary(rows: pd.DataFrame) -> list[str]:
@@ -57,7 +59,7 @@ def summary(rows: pd.DataFrame) -> list[str]:
         )
         ratio = float(head["overhead"])
         lines.append(
-            f"{config}: {ratio:.3g}× the baseline's cost ({what}, "
+            f"{config}: {fmt_ratio(ratio)}× the baseline's cost ({what}, "
             f"{_ci(float(head['ci_low']), float(head['ci_high']))}): "
             f"{verdict(str(head['verdict']))}."
         )

@@ -8,7 +8,9 @@
   at lag k (its periodogram has equal peaks at every harmonic, which is why the lag domain is
   used to name the period). The p-value is a permutation test: the indicator is shuffled
   within each run, which keeps the spike rate and destroys any order (the search and its test
-  read at most the first ``PERIODIC_MAX_ITERATIONS`` of each run). The iteration indices
+  read at most the first ``PERIODIC_MAX_ITERATIONS`` of each run; it stops early, with Besag
+  and Clifford's sequential p-value, once ``SEQUENTIAL_EXCEED`` shuffles are as extreme as the
+  data, which leaves every verdict as the full test's). The iteration indices
   slow in (almost) every run are those whose spike count across runs is improbable under the
   overall spike rate (binomial test, Bonferroni over the indices).
 - **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the circular
@@ -53,6 +55,7 @@ SHAPE_MAX_SAMPLES = 2000  # per side, for the AD permutation test and the KDE
 MAX_REPORTED_INDICES = 200
 PERIODIC_MAX_ITERATIONS = 65_536  # per run, for the period search (see periodic())
 TIE = 1e-9  # correlations this close to the observed one count as ties (as large)
+SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
 
 
 @dataclass
@@ -261,20 +264,26 @@ def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Period
     weights = np.divide(1.0, runs * energy, out=np.zeros(runs), where=energy > 0)
     acf = _acf(ind, mean, weights, max_lag)
     lag, peak = _first_peak(acf, max_lag)
+    if lag is None or peak < MIN_ACF:
+        # No peak strong enough to be a period: no p-value can make one, so none is computed.
+        return Periodic(False, None, peak if lag else None, None, indices, rate)
     stat = float(acf[2:].max())
     rng = np.random.default_rng(seed)
     exceed, done = 0, 0
     # About 16 MiB of FFT input per batch: enough to amortise the calls; bigger batches were
     # slower (memory traffic).
     chunk = max(1, int(2**21 // max(1, runs * (n + max_lag))))
-    while done < resamples:
+    while done < resamples and exceed < SEQUENTIAL_EXCEED:
         b = min(chunk, resamples - done)
         shuffled = _shuffles(ind, b, rng)
         null = _acf(shuffled, mean, weights, max_lag)[:, 2:].max(axis=-1)
         # FFT rounding must not break ties between equal arrangements in the data's favour.
         exceed += int((null >= stat - TIE).sum())
         done += b
-    p = (exceed + 1) / (resamples + 1)
+    # Besag & Clifford's sequential p-value: once SEQUENTIAL_EXCEED shuffles have matched the
+    # data, p = exceed / done is already far above ALPHA and the rest cannot change the verdict
+    # (most runs have no period, and this is what made reports of long runs slow).
+    p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
     found = lag is not None and p < ALPHA and peak >= MIN_ACF
     return Periodic(
         found, int(lag) if found and lag else None, peak if lag else None, p, indices, rate

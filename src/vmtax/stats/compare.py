@@ -178,6 +178,7 @@ def compare(
     noise: float = 0.02,
     resamples: int = 10_000,
     seed: int = 0,
+    label: str | None = None,
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
@@ -194,7 +195,7 @@ def compare(
     if not 0 <= noise < 1:
         raise UsageError(f"noise must be a fraction in [0, 1), got {noise}")
     metrics = _metrics(metric)
-    label = baseline if isinstance(baseline, str) else "(mask)"
+    label = label or (baseline if isinstance(baseline, str) else "(mask)")
     ok = runs[runs["status"] == "ok"].copy()
     if ok.empty:
         raise UsageError("no completed runs match the selectors")

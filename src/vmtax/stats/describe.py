@@ -13,6 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from vmtax.stats.compare import level_number
+
 CONFIDENCE = 0.95
 
 COLUMNS = [
@@ -67,10 +69,13 @@ def describe(runs_df: pd.DataFrame) -> pd.DataFrame:
             }
         )
     out = pd.DataFrame(rows, columns=COLUMNS)
-    # Configurations in the order they ran, probes alphabetically within each.
-    order = {c: i for i, c in enumerate(dict.fromkeys(out["config"]))}
-    out["_c"] = out["config"].map(order)
-    return out.sort_values(["_c", "probe"], kind="stable").drop(columns="_c").reset_index(drop=True)
+    # Configurations by level (L0, L1, ..., L10: natural order; others last), then in the order
+    # they ran; probes alphabetically within each.
+    first = {c: i for i, c in enumerate(dict.fromkeys(out["config"]))}
+    levels = out["level"].map(level_number).fillna(np.inf)
+    out["_l"], out["_c"] = levels, out["config"].map(first)
+    out = out.sort_values(["_l", "_c", "probe"], kind="stable")
+    return out.drop(columns=["_l", "_c"]).reset_index(drop=True)
 
 
 def mean_interval(values: pd.Series) -> tuple[float, float, float, float, float]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -134,3 +135,90 @@ def _resolve_exp(value: str, latest: Callable[[], int | None]) -> int | None:
 
 def _is_int(value: str) -> bool:
     return value.isascii() and value.isdigit()
+
+
+# -- the baseline, scoped by the positional selectors -------------------------------------------
+
+
+def scoped_baseline(selectors: Sequence[str], baseline: str) -> list[str]:
+    """The baseline as selectors, scoped to the experiments the positional selectors name.
+
+    ``compare exp=latest --baseline level=L0`` means the L0 of the latest experiment, not every
+    L0 in the store: when every positional selector names an experiment and the baseline names
+    none, the baseline is taken within each of those experiments. A baseline that names its own
+    experiment, or positional selectors that may match any experiment, leave it as given.
+    """
+    base = parse(baseline)
+    parsed = [parse(s) for s in selectors]
+    if base.experiment_terms() or not parsed or any(not p.experiment_terms() for p in parsed):
+        return [base.text]
+    exps = dict.fromkeys(v.lower() for p in parsed for v in p.experiment_terms())
+    return [f"exp={e},{base.text}" for e in exps]
+
+
+@dataclass
+class Resolved:
+    """What a command compares: the runs of its selectors plus the baseline's runs, and which
+    of them form the baseline (None without a baseline)."""
+
+    runs: pd.DataFrame
+    baseline_mask: pd.Series | None
+    baseline: str | None
+    selectors: list[str]
+
+
+def resolve(store: Any, selectors: Sequence[str], baseline: str | None) -> Resolved:  # noqa: ANN401
+    """Load the runs of ``selectors`` (OR) and of the scoped ``baseline`` from ``store``, once
+    for every command that takes a baseline (compare, report, artifacts).
+
+    Raises UsageError when the baseline matches no run of the store, or, for one probe, more
+    than one configuration: the message lists the candidates with their experiment, its start
+    time and the labels, and how to pick one.
+    """
+    chosen = list(selectors)
+    runs = store.runs(chosen)
+    if not baseline:
+        return Resolved(runs, None, None, chosen)
+    scoped = scoped_baseline(chosen, baseline)
+    base_runs = store.runs(scoped)
+    both = pd.concat([runs, base_runs], ignore_index=True).drop_duplicates("run_id")
+    both = both.sort_values("run_id").reset_index(drop=True)
+    base_mask = both["run_id"].isin(set(base_runs.loc[base_runs["status"] == "ok", "run_id"]))
+    if not base_mask.any():
+        where = " within " + " or ".join(scoped) if scoped != [baseline] else ""
+        raise UsageError(f"baseline {baseline!r} matches no completed run{where}")
+    _check_one_configuration(store, both[base_mask], baseline)
+    return Resolved(both, base_mask, baseline, chosen)
+
+
+def _check_one_configuration(store: Any, base: pd.DataFrame, baseline: str) -> None:  # noqa: ANN401
+    per_probe = base.groupby("probe")["configuration_id"].nunique()
+    if (per_probe <= 1).all():
+        return
+    probe = str(per_probe[per_probe > 1].index[0])
+    cands = base[base["probe"] == probe].drop_duplicates("configuration_id")
+    started = _start_times(store)
+    described = []
+    for rec in cands.sort_values(["experiment_id", "configuration_id"]).itertuples(index=False):
+        when = started.get(int(rec.experiment_id))
+        labels = " ".join(f"{k}={v}" for k, v in sorted((rec.labels or {}).items())) or "none"
+        described.append(
+            f"experiment {int(rec.experiment_id)}"
+            + (f" started {when}" if when else "")
+            + f", {rec.level}, labels {labels}"
+        )
+    example = f"exp={int(cands['experiment_id'].max())},{baseline}"
+    raise UsageError(
+        f"baseline {baseline!r} matches {len(cands)} configurations for probe {probe}: "
+        + "; ".join(described)
+        + f"; narrow it, e.g. --baseline {example}"
+    )
+
+
+def _start_times(store: Any) -> dict[int, str]:  # noqa: ANN401
+    exps = store.experiments()
+    return {
+        int(e): t.strftime("%Y-%m-%d %H:%M:%S UTC")
+        for e, t in zip(exps["experiment_id"], exps["started_at"], strict=True)
+        if not pd.isna(t)
+    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -58,10 +59,10 @@ def test_guest_boots(accel: str, timeout: float, *, cpu: str | None = None) -> V
             if not guest.running():
                 return Verdict(False, f"QEMU exited under accel={accel}: {guest.console_tail(2)}")
             time.sleep(0.1)
+        tail = guest.console_tail(1)
+        shown = "its console stayed empty" if tail == "(empty)" else f"its console showed {tail}"
         return Verdict(
-            False,
-            f"a test guest did not boot under accel={accel} within {timeout:g} s "
-            f"(console: {guest.console_tail(1)})",
+            False, f"a test guest did not boot under accel={accel} within {timeout:g} s; {shown}"
         )
     except TargetError as exc:
         return Verdict(False, f"QEMU could not start a guest under accel={accel}: {_short(exc)}")
@@ -102,9 +103,18 @@ def choose_accel(requested: str = "auto", *, notice: bool = True) -> str:
     if verdict.kvm_ok:
         return "kvm"
     if requested == "kvm":
-        raise VmtaxError(f"accel=kvm refused: {verdict.reason}")
+        raise VmtaxError(f"accel=kvm refused: {one_line(verdict.reason)}")
     if notice:
         print(
-            f"vmtax: KVM refused ({verdict.reason}); using accel=tcg (emulation)", file=sys.stderr
+            f"vmtax: KVM refused: {one_line(verdict.reason)}; using accel=tcg (emulation)",
+            file=sys.stderr,
         )
     return "tcg"
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """A guest console's text fit for one message line: escape sequences and control
+    characters (a BIOS clears the screen with them) removed, whitespace collapsed, shortened."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|[\x00-\x1f\x7f]", " ", text)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

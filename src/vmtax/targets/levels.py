@@ -58,15 +58,34 @@ def _round(mb: int) -> int:
     return max(MIN_GUEST_MB, mb // 256 * 256)
 
 
+#: Without an explicit machine size, guests share a safe budget, not the whole machine: at
+#: most this fraction of MemAvailable and at most GUEST_MEMORY_CAP_MB (a probe needs little
+#: memory; a guest as big as the host pushes the host into swap).
+GUEST_MEMORY_FRACTION = 0.25
+GUEST_MEMORY_CAP_MB = 4096
+
+
 def size_levels(
     levels: list[str], preset: str, *, cpus: int | None = None, memory_mb: int | None = None
 ) -> dict[str, Sizing]:
-    """vCPUs and memory for each guest level (L1..) under ``preset``."""
+    """vCPUs and memory for each guest level (L1..) under ``preset``.
+
+    ``memory_mb`` is the memory the preset divides (study A's 16 GB, say); by default it is
+    the guest budget, min(GUEST_MEMORY_FRACTION x MemAvailable, GUEST_MEMORY_CAP_MB), and
+    the Sizing records it as ``host_memory_mb``.
+    """
     if preset not in PRESETS:
         raise UsageError(f"unknown sizing preset {preset!r} (choose {', '.join(PRESETS)})")
-    host_cpus, host_mb = host_resources()
+    host_cpus, _total_mb = host_resources()
     cpus = cpus or host_cpus
-    memory_mb = memory_mb or host_mb
+    if not memory_mb:
+        available_mb = _total_mb
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available_mb = int(line.split()[1]) // 1024
+                    break
+        memory_mb = min(int(available_mb * GUEST_MEMORY_FRACTION), GUEST_MEMORY_CAP_MB)
     depth = max(int(lv[1]) for lv in levels)
     mem_step = _round(memory_mb // MEMORY_STEP_FRACTION)
     out: dict[str, Sizing] = {}

@@ -21,12 +21,21 @@ from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
     "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
-    "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "status",
+    "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "paged MiB/s",
+    "status",
 )  # fmt: skip
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _paged(paging: dict[str, float] | None) -> str:
+    """Pages read and written inside the memory cap, MiB/s (4 KiB pages)."""
+    if not paging:
+        return "-"
+    pages = paging.get("pgpgin_per_s", 0.0) + paging.get("pgpgout_per_s", 0.0)
+    return fmt(pages * 4096 / 2**20)
 
 
 def rows(summary: SweepSummary) -> list[list[str]]:
@@ -52,6 +61,7 @@ def rows(summary: SweepSummary) -> list[list[str]]:
                 _pct(s.vcpu_wait),
                 fmt(s.rss_mb),
                 fmt(s.major_faults),
+                _paged(s.paging),
                 s.status if not s.error else f"{s.status}: {s.error}",
             ]
         )

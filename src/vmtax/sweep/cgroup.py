@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from vmtax.errors import VmtaxError
@@ -50,6 +51,8 @@ class MemoryCap:
     def __init__(self, name: str, limit_mb: int) -> None:
         self.limit_mb = int(limit_mb)
         self.version, self.path = self._make(name)
+        #: Where this process itself is, to come back to after ``inside()``.
+        self.home = self.path.parent
         self._write_limits()
 
     @staticmethod
@@ -90,16 +93,25 @@ class MemoryCap:
             with contextlib.suppress(VmtaxError):  # absent without swap accounting
                 self._write("memory.swap.max", str(swap))
         else:
-            # Charges of pages touched before the move go with the process (QEMU starts
-            # paused, so that is little more than its own binary).
-            with contextlib.suppress(VmtaxError):
-                self._write("memory.move_charge_at_immigrate", "3")
             self._write("memory.limit_in_bytes", str(limit))
             with contextlib.suppress(VmtaxError):  # absent without swap accounting
                 self._write("memory.memsw.limit_in_bytes", str(limit + swap))
 
     def add(self, pid: int) -> None:
         self._write("cgroup.procs", str(pid))
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        """Run the block with this process in the cap, so that what it starts (QEMU) is
+        born there and every page it touches is charged to the cap from the first. A
+        process moved in later would leave its earlier pages charged outside. Charges are
+        not moved (v1 ``move_charge_at_immigrate`` stays 0), so this process's own memory
+        stays where it was."""
+        self.add(os.getpid())
+        try:
+            yield
+        finally:
+            (self.home / "cgroup.procs").write_text(str(os.getpid()))
 
     def stat(self) -> dict[str, int]:
         """Counters that show paging: major faults, pages in/out, swap, usage, OOM kills."""

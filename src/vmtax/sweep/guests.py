@@ -4,29 +4,58 @@ reference and for quick checks)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
-from vmtax.sweep.run import Guest, GuestFactory
+from vmtax.sweep.cgroup import swap_total_kb
+from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
 
 
-def qemu_factory(spec: SweepSpec, *, boot_timeout: float = 300.0) -> GuestFactory:
-    """Boot each guest from the minimal image and wait for its agent. vCPUs are not pinned:
-    with more vCPUs than CPUs the host scheduler shares the CPUs, which is what is measured."""
-    from vmtax.targets.base import find_agent
-    from vmtax.targets.images import build_minimal
-    from vmtax.targets.qemu import GuestSpec, QemuTarget
+class QemuGuests:
+    """Boots each guest from the minimal image and waits for its agent. vCPUs are not
+    pinned: with more vCPUs than CPUs the host scheduler shares the CPUs, which is what a
+    sweep measures.
 
-    image = build_minimal(find_agent())
+    Under a memory cap on a machine without swap, guest RAM is a shared file
+    (``memory-backend-file,share=on``) in a temporary directory on disk, so reclaim inside
+    the cap can write guest pages out and fault them back (anonymous RAM could not be paged
+    at all). ``close()`` removes the directory."""
 
-    def make(size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
-        gspec = GuestSpec(vcpus=vcpus, memory_mb=memory_mb, accel=spec.accel, pin=False,
-                          scratch_mb=0)  # fmt: skip
+    def __init__(self, spec: SweepSpec, *, boot_timeout: float = 300.0) -> None:
+        from vmtax.targets.base import find_agent
+        from vmtax.targets.images import build_minimal
+
+        self.spec = spec
+        self.boot_timeout = boot_timeout
+        self.image = build_minimal(find_agent())
+        self.file_backed = bool(spec.cap_mb) and swap_total_kb() == 0
+        self.ram_dir: Path | None = None
+        self._made = 0
+
+    def __call__(self, size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
+        from vmtax.targets.qemu import GuestSpec, QemuTarget
+
+        extra: tuple[str, ...] = ()
+        if self.file_backed:
+            if self.ram_dir is None:
+                self.ram_dir = Path(tempfile.mkdtemp(prefix="vmtax-sweep-ram-", dir="/var/tmp"))
+            self._made += 1
+            ram = self.ram_dir / f"guest{self._made}.ram"
+            extra = (
+                "-object",
+                f"memory-backend-file,id=vmtax-ram,size={memory_mb}M,mem-path={ram},share=on",
+                "-machine",
+                "memory-backend=vmtax-ram",
+            )
+        gspec = GuestSpec(vcpus=vcpus, memory_mb=memory_mb, accel=self.spec.accel, pin=False,
+                          scratch_mb=0, extra_args=extra)  # fmt: skip
         target = QemuTarget(
             "L1",
             gspec,
-            image=image,
-            boot_timeout=boot_timeout,
+            image=self.image,
+            boot_timeout=self.boot_timeout,
             labels={"sweep_step": str(size.index), "guest": str(index + 1)},
         )
         target.name = f"qemu-guest{index + 1}"
@@ -34,17 +63,34 @@ def qemu_factory(spec: SweepSpec, *, boot_timeout: float = 300.0) -> GuestFactor
         assert target.guest is not None and target.guest.proc is not None
         return Guest(target, vcpus, memory_mb, pid=target.guest.proc.pid)
 
-    return make
+    def close(self) -> None:
+        if self.ram_dir is not None:
+            shutil.rmtree(self.ram_dir, ignore_errors=True)
+            self.ram_dir = None
 
 
-def local_factory(spec: SweepSpec, agent: str | Path | None = None) -> GuestFactory:
+def qemu_factory(spec: SweepSpec, *, boot_timeout: float = 300.0) -> QemuGuests:
+    return QemuGuests(spec, boot_timeout=boot_timeout)
+
+
+def local_factory(spec: SweepSpec, agent: str | Path | None = None) -> LocalGuests:
+    return LocalGuests(spec, agent)
+
+
+class LocalGuests:
     """Agent processes on this machine, client i placed on CPU i mod the CPU count."""
-    from vmtax.targets.local import LocalTarget
 
-    def make(size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
+    def __init__(self, spec: SweepSpec, agent: str | Path | None = None) -> None:
+        self.spec = spec
+        self.agent = agent
+
+    def __call__(self, size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
+        from vmtax.targets.local import LocalTarget
+
         del size
-        target = LocalTarget(agent, level="L0", name=f"local-{index + 1}")
+        target = LocalTarget(self.agent, level="L0", name=f"local-{index + 1}")
         target.prepare()
-        return Guest(target, vcpus, memory_mb, cpus=str(index % spec.host_cpus))
+        return Guest(target, vcpus, memory_mb, cpus=str(index % self.spec.host_cpus))
 
-    return make
+    def close(self) -> None:
+        """Nothing to remove: each agent process ends with its request."""

@@ -3,8 +3,9 @@
 - host CPU utilisation: busy / all jiffies of the ``cpu`` line of /proc/stat (1.0 = every CPU
   busy, as study B's "100% = all CPUs");
 - per guest (its QEMU process): CPU time (utime + stime), resident memory (VmRSS), major
-  faults, and the run-queue wait of all its threads (/proc/PID/task/*/schedstat, field 2):
-  the time its vCPU threads were ready but not running. That is exactly what a KVM guest sees
+  faults, and the run-queue wait of its vCPU threads (/proc/PID/task/*/schedstat, field 2;
+  QEMU names them "CPU n/..."; all threads for other processes): the time they were ready
+  but not running. That is exactly what a KVM guest sees
   as steal time; a TCG guest has no steal clock, so vmtax measures it from the host side too.
 """
 
@@ -58,9 +59,13 @@ def proc_snapshot(pid: int) -> ProcSnap:
             if line.startswith("VmRSS:"):
                 snap.rss_kb = int(line.split()[1])
                 break
+        waits: dict[bool, int] = {True: 0, False: 0}
         for task in (base / "task").iterdir():
             with contextlib.suppress(OSError, ValueError, IndexError):
-                snap.wait_ns += int((task / "schedstat").read_text().split()[1])
+                # QEMU names its vCPU threads "CPU n/TCG" or "CPU n/KVM".
+                vcpu = (task / "comm").read_text().startswith("CPU ")
+                waits[vcpu] += int((task / "schedstat").read_text().split()[1])
+        snap.wait_ns = waits[True] or waits[False]
         snap.alive = True
     except (OSError, ValueError, IndexError):
         snap.alive = False

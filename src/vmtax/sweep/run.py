@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -158,14 +157,12 @@ class SweepRunner:
         *,
         level: str = "L1",
         on_step: Callable[[StepOutcome], None] | None = None,
-        ram_dir: Path | None = None,
     ) -> None:
         self.store = store
         self.spec = spec
         self.factory = factory
         self.level = level
         self.on_step = on_step or (lambda _o: None)
-        self.ram_dir = ram_dir
         self.guests: list[Guest] = []
         self.cap: MemoryCap | None = None
 
@@ -188,15 +185,17 @@ class SweepRunner:
             self._stop_guests(size.guests)
         for i in range(len(self.guests), size.guests):
             try:
-                guest = self.factory(size, i, size.vcpus[i], size.memory_mb[i])
+                if self.cap is not None:
+                    with self.cap.inside():
+                        guest = self.factory(size, i, size.vcpus[i], size.memory_mb[i])
+                else:
+                    guest = self.factory(size, i, size.vcpus[i], size.memory_mb[i])
             except VmtaxError as exc:
                 raise SweepError(
                     f"step {size.index + 1} ({size.ratio:g}:1): guest {i + 1} of {size.guests} "
                     f"failed to boot: {' '.join(exc.message.split())}"
                 ) from None
             self.guests.append(guest)
-            if self.cap is not None and guest.pid is not None:
-                self.cap.add(guest.pid)
 
     # -- one step --------------------------------------------------------------------------
     def run_step(self, size: StepSize) -> StepOutcome:
@@ -333,6 +332,9 @@ class SweepRunner:
             raise
         finally:
             self._stop_guests()
+            close = getattr(self.factory, "close", None)
+            if close is not None:
+                close()
             if self.cap is not None:
                 self.cap.close()
             self.store.finish_experiment(experiment_id, status)
@@ -342,12 +344,13 @@ class SweepRunner:
         self, experiment_id: int, size: StepSize, outcome: StepOutcome, started: datetime
     ) -> None:
         detail = dict(outcome.detail)
+        file_backed = bool(getattr(self.factory, "file_backed", False))
         if self.cap is not None:
             detail["memory_cap"] = {
                 "cgroup_version": self.cap.version,
                 "limit_mb": self.cap.limit_mb,
                 "swap_mb": swap_total_kb() // 1024,
-                "guest_ram": "file-backed (share=on)" if self.ram_dir else "anonymous",
+                "guest_ram": "file-backed (share=on)" if file_backed else "anonymous",
             }
         sweep_store.add_step(
             self.store,

@@ -52,6 +52,8 @@ class GuestSpec:
     #: QEMU -cpu model; None = ``host`` under KVM (as study A), ``max`` under TCG.
     cpu: str | None = None
     extra_append: tuple[str, ...] = ()
+    #: More QEMU arguments, appended as given (a sweep backs guest RAM with a file).
+    extra_args: tuple[str, ...] = ()
 
 
 def qemu_binary() -> str:
@@ -118,6 +120,7 @@ def qemu_argv(
             "-device",
             "virtio-blk-pci,drive=scratch",
         ]
+    argv += list(spec.extra_args)
     if paused:
         argv.append("-S")
     return argv

@@ -1,0 +1,67 @@
+"""Benchmark: the default `vmtax sweep` (QEMU TCG guests, steps 0.5, 1, 1.5, 2:1 of 1-vCPU
+guests on this machine's CPUs, 10 s warm-up, 30 s window, 5 s samples). Target: <= 10 min
+on 2 cores.
+
+Peer measured in the same run, to report a ratio rather than a machine-dependent time: the
+same sweep at level L0 (the agent as processes on this machine, no guest to boot), whose
+wall time is the floor set by the timings themselves (4 steps x 40 s of windows).
+
+It prints each sweep's table, the knee, and the load average before and after (the machine
+may be shared; other load raises host CPU utilisation and lowers the guests' throughput).
+
+Run: python bench/sweep_bench.py   (VMTAX_PROBE names the agent; the store is temporary)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BUDGET_S = 600.0
+VMTAX = shutil.which("vmtax") or str(Path(sys.executable).parent / "vmtax")
+
+
+def sweep(db: str, *extra: str) -> tuple[float, dict]:
+    cmd = [VMTAX, "sweep", "--db", db, *extra]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - t0
+    show = [VMTAX, "sweep", "show", "latest", "--format", "json"]
+    out = subprocess.run([*show, "--db", db], check=True, capture_output=True, text=True)
+    return wall, json.loads(out.stdout)
+
+
+def line(name: str, data: dict) -> str:
+    knee = data["knee"]
+    where = f"{knee['ratio']:g}:1 [{knee['low']:g}, {knee['high']:g}]" if knee else "none"
+    flat = data["flat"]["kind"] if data["flat"] else "-"
+    steps = ", ".join(
+        f"{s['ratio']:g}: {s['throughput']['mean'] or 0:,.0f}/s "
+        f"at host CPU {100 * (s['utilisation']['host'] or 0):.0f}%"
+        for s in data["steps"]
+    )
+    return f"{name}: knee {where} ({flat}); {steps}"
+
+
+def main() -> None:
+    print(f"load average before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
+        db = str(Path(tmp) / "bench.db")
+        t_l1, l1 = sweep(db)
+        t_l0, l0 = sweep(db, "--level", "L0")
+    print(f"load average after: {os.getloadavg()}")
+    print(line("L1 (TCG guests)", l1))
+    print(line("L0 (processes)", l0))
+    verdict = "ok" if t_l1 <= BUDGET_S else "OVER"
+    print(f"default sweep: {t_l1:.0f} s (budget {BUDGET_S:.0f} s: {verdict})")
+    print(f"L0 peer: {t_l0:.0f} s; ratio L1/L0 = {t_l1 / t_l0:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -68,6 +68,12 @@ enum Cmd {
         #[arg(long)]
         timeout: Option<f64>,
     },
+    /// Sample the machine's interference (clock, steal, other CPU use, runnable tasks) as one JSON line. Example: vmtax-probe noise --window 0.05
+    Noise {
+        /// Seconds to sample over
+        #[arg(long, default_value_t = 0.05)]
+        window: f64,
+    },
     /// Serve requests on a virtio-serial port or tty. Example: vmtax-probe serve --device /dev/vport0p1
     Serve {
         #[arg(long)]
@@ -142,6 +148,13 @@ fn main() {
                 1
             }
         },
+        Cmd::Noise { window } => {
+            if !(window.is_finite() && (0.0..=60.0).contains(&window)) {
+                usage_error(&format!("--window must be between 0 and 60 seconds, got {window}"));
+            }
+            println!("{}", probes::noise::sample(window));
+            0
+        }
         Cmd::Serve { device } => {
             let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
             match serve::serve(&device, reconnect) {

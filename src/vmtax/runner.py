@@ -199,6 +199,7 @@ class Runner:
         progress: Progress | None = None,
         max_workers: int = 4,
         fingerprints: dict[int, Fingerprint] | None = None,
+        step_source: Callable[..., Iterable[Step]] | None = None,
     ) -> None:
         if len(targets) != len(plan.targets):
             raise VmtaxError(
@@ -212,6 +213,10 @@ class Runner:
         self.progress: Progress = progress or _NoProgress()
         self.max_workers = max(1, max_workers)
         self._fingerprints = dict(fingerprints or {})
+        # Where a target's steps come from: its planned steps, or a callable
+        # (slot, config_id, target, planned, store_call) -> steps that may add more as it
+        # goes (adaptive sampling, vmtax.sampling).
+        self.step_source = step_source
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -265,7 +270,7 @@ class Runner:
     ) -> None:
         target = self.targets[slot]
         steps = [s for s in self.plan.steps_for(slot) if s.index not in done]
-        if not steps:  # resumed, and this target had finished: do not even boot it
+        if not steps and self.step_source is None:  # resumed, and this target had finished
             return
         try:
             target.prepare()
@@ -296,7 +301,9 @@ class Runner:
             )
             outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
             lost_in_a_row = 0
-            for step in steps:
+            source = self.step_source
+            todo = steps if source is None else source(slot, config_id, target, steps, self._store)
+            for step in todo:
                 if self._stop.is_set():
                     return
                 status = self._run_step(experiment_id, config_id, target, step, fp, outcome)

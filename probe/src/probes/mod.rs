@@ -17,6 +17,7 @@ pub mod io;
 pub mod memcache;
 pub mod memory;
 pub mod net;
+pub mod noise;
 pub mod pagefault;
 pub mod pingpong;
 pub mod relay;

@@ -165,6 +165,7 @@ def measured(
     db: str | None,
 ) -> Comparison:
     """Load runs (selectors OR baseline) and samples from the store and compare them."""
+    from vmtax.sampling.outcome import imprecise as imprecise_of
     from vmtax.stats.compare import compare
     from vmtax.store import Store
     from vmtax.store.select import resolve
@@ -191,6 +192,7 @@ def measured(
         samples,
         resolved.baseline_mask,
         label=baseline,
+        imprecise=imprecise_of(store, runs),
         metric=metric,
         test=test,
         adjust=adjust,

@@ -8,6 +8,7 @@ import random
 import re
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -92,18 +93,37 @@ def run(
     accept_new_host_key: Annotated[
         bool, typer.Option(help="Trust an SSH host key seen for the first time.")
     ] = False,
+    precision: Annotated[
+        str | None,
+        typer.Option(
+            help="Add runs until each probe's 95% CI half-width is at most this share of its "
+            "mean, e.g. 2% (default: the suite's; --runs N turns it off)."
+        ),
+    ] = None,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            help="Time budget of adaptive sampling, e.g. 60s or 5m (default: the suite's)."
+        ),
+    ] = None,
+    min_runs: Annotated[
+        int | None, typer.Option(help="Runs every probe gets before adaptive sampling looks.")
+    ] = None,
 ) -> None:
     """Run a suite of probes, store every run and print the study-A table.
 
     Example: vmtax run --suite quick --runs 5 --label note=baseline
 
     Example: vmtax run --levels L0,L1 (or --depth 2 for L0, L1 and L2 nested in L1)
+
+    Example: vmtax run --precision 2% --budget 60s --min-runs 5
     """
     from vmtax import runner as rn
     from vmtax.plan.plan import build_plan
     from vmtax.plan.suite import load_suite
     from vmtax.plan.targets import make_targets
 
+    sampling = _sampling_options(precision, budget, min_runs, runs)
     if runs is not None and runs < 1:
         raise UsageError(f"--runs must be a positive integer, got {runs}")
     if timeout is not None and timeout <= 0:
@@ -131,7 +151,9 @@ def run(
     store = _open_store(db)
     local = _local_target()
     available = rn.list_probes(local)
+    started = time.monotonic()
     local_fp = rn.fingerprint(local)
+    run_overhead = time.monotonic() - started  # what every run repeats (adaptive run length)
     chosen_seed = (
         seed
         if seed is not None
@@ -148,7 +170,12 @@ def run(
         runs=runs,
         timeout=timeout,
         duration=duration,
+        **sampling,
     )
+    if plan.sampling:
+        from vmtax.sampling.runlength import apply
+
+        apply(plan, overhead_s=run_overhead, fixed=duration is not None)
     rn.check_probes(plan, available)
     built, limit = make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {
@@ -198,7 +225,7 @@ def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
     plan = Plan.from_dict(plan_data)
     done = set(store.completed_plan_indices(exp_id))
     missing = [s for s in plan.steps if s.index not in done]
-    if not missing:
+    if not missing and (not plan.sampling or exp["status"] == "ok"):
         typer.echo(f"experiment {exp_id} has every planned run; nothing to resume")
         _finish(store, exp_id, status="ok")
         return
@@ -243,6 +270,7 @@ def _execute(
         progress=bar,
         max_workers=max_workers,
         fingerprints=fingerprints,
+        step_source=_adaptive(store, plan, exp_id),
     )
     try:
         with bar, _sigterm_as_interrupt():
@@ -265,8 +293,41 @@ def _finish(store: Any, exp_id: int, *, status: str) -> None:
 
     print_table(out_console(), store, exp_id)
     after_run(store, exp_id)  # the report, written beside the table (VMTAX_RUN_REPORT)
+    from vmtax.sampling.outcome import lines as precision_lines
+
+    for line in precision_lines(store, exp_id):  # adaptive sampling: who missed the target
+        typer.echo(line)
     typer.echo(f"experiment {exp_id}")
     del status
+
+
+def _sampling_options(
+    precision: str | None, budget: str | None, min_runs: int | None, runs: int | None
+) -> dict[str, Any]:
+    """--precision / --budget / --min-runs as build_plan arguments; UsageError when bad."""
+    from vmtax.plan.suite import parse_percent, parse_seconds
+
+    if precision is not None and runs is not None:
+        raise UsageError("give --runs (a fixed number) or --precision (adaptive), not both")
+    if min_runs is not None and min_runs < 2:
+        raise UsageError(f"--min-runs must be at least 2, got {min_runs}")
+    try:
+        pct = None if precision is None else parse_percent(precision)
+    except ValueError as exc:
+        raise UsageError(f"--precision {exc}") from None
+    try:
+        seconds = None if budget is None else parse_seconds(budget)
+    except ValueError as exc:
+        raise UsageError(f"--budget {exc}") from None
+    return {"precision": pct, "budget": seconds, "min_runs": min_runs}
+
+
+def _adaptive(store: Any, plan: Any, exp_id: int) -> Any:
+    if not plan.sampling:
+        return None
+    from vmtax.sampling.adaptive import AdaptiveSampler
+
+    return AdaptiveSampler(store, plan, exp_id)
 
 
 def _command_line(argv: list[str], db_display: str) -> list[str]:

@@ -51,6 +51,7 @@ class Plan:
         entries: dict[str, dict[str, Any]],
         steps: list[Step],
         targets: list[dict[str, Any]],
+        sampling: dict[str, Any] | None = None,
     ) -> None:
         self.suite = suite
         self.source = source
@@ -58,6 +59,9 @@ class Plan:
         self.entries = entries
         self.steps = steps
         self.targets = targets
+        #: Adaptive sampling settings (precision, budget_s, min_runs, ...) or None for a
+        #: fixed number of runs; the steps then hold the first min_runs rounds only.
+        self.sampling = sampling
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,7 +72,7 @@ class Plan:
             "entries": self.entries,
             "targets": self.targets,
             "steps": [[s.target, s.entry, s.run] for s in self.steps],
-        }
+        } | ({"sampling": self.sampling} if self.sampling else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -83,6 +87,7 @@ class Plan:
             entries=data["entries"],
             steps=steps,
             targets=list(data.get("targets", [])),
+            sampling=data.get("sampling"),
         )
 
     def probes(self) -> set[str]:
@@ -133,9 +138,20 @@ def build_plan(
     runs: int | None = None,
     timeout: float | None = None,
     duration: float | None = None,
+    precision: float | None = None,
+    budget: float | None = None,
+    min_runs: int | None = None,
 ) -> Plan:
-    """Resolve the suite (with the user's --probe / --runs) into an ordered plan."""
+    """Resolve the suite (with the user's --probe / --runs) into an ordered plan.
+
+    Sampling is adaptive when a precision is asked for (``precision`` here, else the
+    suite's, unless ``runs`` fixes the number of runs): every entry then gets ``min_runs``
+    planned runs and the adaptive loop (vmtax.sampling) adds the rest while it runs.
+    """
     chosen = _select(suite, probes)
+    sampling = _sampling(suite, runs=runs, precision=precision, budget=budget, min_runs=min_runs)
+    if sampling is not None:
+        runs = sampling["min_runs"]
     entries: dict[str, dict[str, Any]] = {}
     for entry in chosen:
         settings = suite.resolved(entry)
@@ -161,8 +177,39 @@ def build_plan(
             for name in names:
                 steps.append(Step(index=len(steps), target=t, entry=name, run=r))
     return Plan(
-        suite=suite.name, source=source, seed=seed, entries=entries, steps=steps, targets=targets
+        suite=suite.name,
+        source=source,
+        seed=seed,
+        entries=entries,
+        steps=steps,
+        targets=targets,
+        sampling=sampling,
     )
+
+
+#: Adaptive sampling without a time budget still stops at this many runs of an entry.
+MAX_ADAPTIVE_RUNS = 1000
+
+
+def _sampling(
+    suite: Suite,
+    *,
+    runs: int | None,
+    precision: float | None,
+    budget: float | None,
+    min_runs: int | None,
+) -> dict[str, Any] | None:
+    target = precision if precision is not None else (None if runs else suite.precision)
+    if target is None:
+        return None
+    floor = min_runs if min_runs is not None else suite.min_runs
+    return {
+        "precision": float(target),
+        "budget_s": float(budget) if budget is not None else suite.budget,
+        "min_runs": int(floor),
+        "max_runs": MAX_ADAPTIVE_RUNS,
+        "confidence": 0.95,
+    }
 
 
 def _select(suite: Suite, probes: list[str] | None) -> list[Entry]:

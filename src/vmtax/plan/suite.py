@@ -11,7 +11,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from vmtax.errors import UsageError
 
@@ -107,12 +114,58 @@ class Entry(_Strict):
         return self.name or self.probe
 
 
+def parse_percent(value: object) -> float:
+    """``"2%"`` or ``2`` -> 0.02: a relative half-width, in (0, 100) percent."""
+    text = str(value).strip()
+    try:
+        pct = float(text.removesuffix("%"))
+    except ValueError:
+        raise ValueError(f"must be a percentage like 2% or 0.5%, got {text!r}") from None
+    if not 0 < pct < 100:
+        raise ValueError(f"must be a percentage above 0% and below 100%, got {text!r}")
+    return pct / 100.0
+
+
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_seconds(value: object) -> float:
+    """``"60s"``, ``"2m"``, ``"1.5h"``, ``"500ms"`` or a number of seconds -> seconds (> 0)."""
+    text = str(value).strip().lower()
+    unit = next((u for u in sorted(_SECONDS, key=len, reverse=True) if text.endswith(u)), "")
+    try:
+        seconds = float(text.removesuffix(unit) if unit else text) * _SECONDS.get(unit, 1.0)
+    except ValueError:
+        raise ValueError(f"must be a duration like 60s, 2m or 1h, got {text!r}") from None
+    if not (seconds > 0 and seconds < float("inf")):
+        raise ValueError(f"must be a positive duration, got {text!r}")
+    return seconds
+
+
 class Suite(_Strict):
+    """A suite. With ``precision`` set, sampling is adaptive (see docs/statistics.md): each
+    probe gets ``min_runs`` runs, then more until its 95% interval's half-width is at most
+    ``precision`` of the mean or ``budget`` (wall time of the measuring) is spent; the
+    entries' ``runs`` are then unused."""
+
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
     seed: int | None = None
+    precision: float | None = None
+    budget: float | None = None
+    min_runs: Annotated[int, Field(ge=2)] = 5
     defaults: Settings = Field(default_factory=Settings)
     probes: Annotated[list[Entry], Field(min_length=1)]
+
+    @field_validator("precision", mode="before")
+    @classmethod
+    def _percent(cls, value: object) -> float | None:
+        return None if value is None else parse_percent(value)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> float | None:
+        return None if value is None else parse_seconds(value)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Suite:

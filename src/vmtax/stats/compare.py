@@ -14,7 +14,8 @@ For each probe, metric and configuration:
   non-baseline row of the command (Holm by default);
 - ``verdict``: ``slower`` / ``faster`` only when ``p_adjusted < alpha`` AND the whole CI lies
   outside the noise band ``[1 - noise, 1 + noise]``; ``~`` otherwise; ``baseline`` for the
-  baseline's own row.
+  baseline's own row; ``imprecise`` when adaptive sampling left either side short of its
+  precision target (``imprecise`` pairs, see vmtax.sampling.outcome).
 
 One ``geomean`` row per configuration and metric summarises the probes: the geometric mean of
 the overheads, with a CI from the probes' joint bootstrap distribution. It is not a test, so
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +180,7 @@ def compare(
     resamples: int = 10_000,
     seed: int = 0,
     label: str | None = None,
+    imprecise: Collection[tuple[int, str]] = (),
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
@@ -274,6 +276,8 @@ def compare(
     geo = _geomean_rows(frame, dists, noise, seed)
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
+    if imprecise:
+        _mark_imprecise(frame, ok, set(imprecise))
     frame["is_baseline"] = frame["is_baseline"].astype(bool)
     return Comparison(
         rows=frame[COLUMNS].reset_index(drop=True),
@@ -286,6 +290,31 @@ def compare(
         metrics=metrics,
         warnings=notes,
     )
+
+
+def _mark_imprecise(frame: pd.DataFrame, ok: pd.DataFrame, imprecise: set[tuple[int, str]]) -> None:
+    """Adaptive sampling ended these (configuration_id, probe) pairs short of their precision
+    target: a row on either side of one, and a geomean over one, gets the verdict
+    ``imprecise`` instead of slower / faster / ~."""
+    pairs = zip(ok["configuration_id"].astype(int), ok["probe"].astype(str), strict=True)
+    hit = [pair in imprecise for pair in pairs]
+    flagged = set(zip(ok.loc[hit, "probe"].astype(str), ok.loc[hit, "_key"], strict=True))
+    base = frame[frame["is_baseline"].astype(bool)]
+    base_of = dict(zip(base["probe"], base["config"], strict=True))
+    bad = {
+        i
+        for i, probe, key, is_base in zip(
+            frame.index, frame["probe"], frame["config"], frame["is_baseline"], strict=True
+        )
+        if not is_base and ((probe, key) in flagged or (probe, base_of.get(probe)) in flagged)
+    }
+    spoilt = {(frame.at[i, "metric"], frame.at[i, "config"]) for i in bad}
+    for i in frame.index[(frame["probe"] == "geomean").to_numpy()]:
+        if (frame.at[i, "metric"], frame.at[i, "config"]) in spoilt:
+            bad.add(i)
+    for i in sorted(bad):
+        frame.at[i, "verdict"] = "imprecise"
+        _warn(frame, i, "imprecise: adaptive sampling did not reach its precision target")
 
 
 def _warn(frame: pd.DataFrame, i: int, text: str) -> None:

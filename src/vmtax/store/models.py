@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -229,3 +230,51 @@ class ExitCount(Base):
     count: Mapped[int] = mapped_column(BigInteger, nullable=False)
     time_ns: Mapped[int | None] = mapped_column(BigInteger)
     timed: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class SamplingLook(Base):
+    """One look of adaptive sampling at one configuration (``vmtax run --precision``): the
+    decision per probe, the budget spent so far and the machine's noise sampled just before
+    the runs the look judged and just after them (see vmtax.sampling)."""
+
+    __tablename__ = "sampling_looks"
+    __table_args__ = (Index("ix_sampling_looks_experiment", "experiment_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), nullable=False
+    )
+    configuration_id: Mapped[int] = mapped_column(
+        ForeignKey("configurations.id", ondelete="CASCADE"), nullable=False
+    )
+    look: Mapped[int] = mapped_column(Integer, nullable=False)
+    spent_s: Mapped[float] = mapped_column(Float, nullable=False)
+    decisions: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    noise_before: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    noise_after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class SamplingOutcome(Base):
+    """Where adaptive sampling left one probe of one configuration: precise (the target was
+    reached) or imprecise (the budget ended first), with the half-width reached and the run
+    length that was chosen. Rewritten by each resume of the experiment."""
+
+    __tablename__ = "sampling_outcomes"
+
+    configuration_id: Mapped[int] = mapped_column(
+        ForeignKey("configurations.id", ondelete="CASCADE"), primary_key=True
+    )
+    probe: Mapped[str] = mapped_column(String(100), primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), nullable=False
+    )
+    n_runs: Mapped[int] = mapped_column(Integer, nullable=False)
+    mean: Mapped[float | None] = mapped_column(Float)
+    half_width: Mapped[float | None] = mapped_column(Float)  # relative to the mean
+    target: Mapped[float] = mapped_column(Float, nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)  # precise | imprecise
+    reason: Mapped[str] = mapped_column(String(16), nullable=False)
+    duration_s: Mapped[float | None] = mapped_column(Float)
+    iterations: Mapped[int | None] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

@@ -78,7 +78,8 @@ def local_factory(spec: SweepSpec, agent: str | Path | None = None) -> LocalGues
 
 
 class LocalGuests:
-    """Agent processes on this machine, client i placed on CPU i mod the CPU count."""
+    """Agent processes on this machine: a one-thread client i on CPU i mod the CPU count, a
+    multi-threaded one (the vcpus axis) on all CPUs."""
 
     def __init__(self, spec: SweepSpec, agent: str | Path | None = None) -> None:
         self.spec = spec
@@ -90,7 +91,10 @@ class LocalGuests:
         del size
         target = LocalTarget(self.agent, level="L0", name=f"local-{index + 1}")
         target.prepare()
-        return Guest(target, vcpus, memory_mb, cpus=str(index % self.spec.host_cpus))
+        # One thread: its own CPU, round-robin; several (threads workload): all CPUs.
+        n = self.spec.host_cpus
+        cpus = str(index % n) if vcpus == 1 else ",".join(str(c) for c in range(n))
+        return Guest(target, vcpus, memory_mb, cpus=cpus)
 
     def close(self) -> None:
         """Nothing to remove: each agent process ends with its request."""

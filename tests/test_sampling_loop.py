@@ -1,0 +1,202 @@
+"""Adaptive sampling end to end with the real agent on this machine: runs are added until the
+target is met or the budget is spent, looks and noise are stored, the run length chosen is
+recorded, imprecise probes are named (and compare shows no verdict for them), and a resumed
+experiment keeps every committed run and only adds new ones."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from vmtax.plan.plan import Plan, build_plan
+from vmtax.plan.suite import parse_suite
+from vmtax.runner import Runner
+from vmtax.sampling import design, noise, outcome
+from vmtax.sampling.adaptive import AdaptiveSampler
+from vmtax.store import Store
+from vmtax.store.models import SamplingLook
+from vmtax.targets.base import find_agent
+from vmtax.targets.local import LocalTarget
+
+SUITE = """
+name = "adaptive"
+precision = "{precision}"
+budget = "{budget}"
+min_runs = 3
+[defaults]
+iterations = 2000
+duration = 0.02
+warmup = 10
+timeout = 30
+[[probes]]
+probe = "syscall"
+[[probes]]
+probe = "cpu"
+iterations = 20
+params = {{ max_prime = 200 }}
+"""
+
+
+@pytest.fixture(scope="module")
+def agent() -> str:
+    return str(find_agent())
+
+
+@pytest.fixture
+def cli_agent(agent: str) -> str:
+    return agent
+
+
+def _suite(tmp_path: Path, precision: str, budget: str) -> str:
+    path = tmp_path / "adaptive.toml"
+    path.write_text(SUITE.format(precision=precision, budget=budget))
+    return str(path)
+
+
+def _exp(stdout: str) -> int:
+    m = re.search(r"^experiment (\d+)$", stdout, re.M)
+    assert m, stdout
+    return int(m.group(1))
+
+
+def test_loose_target_stops_at_the_floor_with_looks_noise_and_run_length(tmp_path, cli):
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    run = cli("run", "--suite", _suite(tmp_path, "60%", "60s"), "--db", db, "--seed", "3")
+    assert run.returncode == 0, run.stderr
+    exp = _exp(run.stdout)
+    assert re.search(r"^precision L0.*: 2 of 2 probes within ±60%", run.stdout, re.M), run.stdout
+    assert "imprecise" not in run.stdout
+    with Store.open(db) as store:
+        runs = store.runs([f"exp={exp}"])
+        counts = runs[runs["status"] == "ok"].groupby("probe").size().to_dict()
+        # 3 planned runs, then straight to the floor: no probe stops before it.
+        assert set(counts) == {"cpu", "syscall"}
+        assert all(n >= design.STOP_FLOOR for n in counts.values())
+        assert runs["plan_index"].is_unique
+        found = outcome.outcomes(store, [exp]).set_index("probe")
+        assert set(found["status"]) == {"precise"} and set(found["reason"]) == {"target"}
+        assert (found["half_width"] <= 0.6).all()
+        assert found["n_runs"].to_dict() == counts  # it stopped where it was judged precise
+        plan = store.experiment(exp)["plan"]
+        chosen = plan["sampling"]["run_length"]
+        assert set(chosen) == {"syscall", "cpu"}
+        assert all(
+            0.02 <= c["duration_s"] <= 0.02 and "overhead" in c["why"] for c in chosen.values()
+        )
+        with store.engine.connect() as c:
+            looks = c.execute(select(SamplingLook.__table__)).mappings().all()
+    assert [look["look"] for look in looks] == list(range(len(looks))) and len(looks) >= 2
+    assert looks[0]["decisions"]["cpu"]["n"] == 3  # the planned rounds, then the floor
+    assert looks[1]["decisions"]["cpu"]["n"] == design.STOP_FLOOR
+    for look in looks:
+        for sample in (look["noise_before"], look["noise_after"]):
+            assert sample["type"] == "noise", sample
+            assert sample["ticks_per_add"] > 0 and sample["procs_running"] >= 0
+            assert 0 <= sample["other_cpu_pct"] <= 100
+
+
+def test_unreachable_target_ends_with_the_budget_named_imprecise_without_verdict(tmp_path, cli):
+    db = f"sqlite:///{tmp_path / 'b.db'}"
+    # 0.01% cannot be reached by syscall runs here; 60% by cpu at the floor can.
+    suite = _suite(tmp_path, "0.01%", "4s")
+    run = cli("run", "--suite", suite, "--db", db, "--seed", "4")
+    assert run.returncode == 0, run.stderr
+    exp = _exp(run.stdout)
+    missed = [line for line in run.stdout.splitlines() if line.startswith("imprecise:")]
+    assert missed and all("the time budget ran out" in line for line in missed), run.stdout
+    assert any(re.search(r"imprecise: syscall at L0.*: ±[\d.]+% after \d+ runs", m) for m in missed)
+    with Store.open(db) as store:
+        found = outcome.outcomes(store, [exp])
+        assert set(found["status"]) == {"imprecise"} and set(found["reason"]) == {"budget"}
+        plan = store.experiment(exp)["plan"]
+    assert plan["sampling"]["budget_s"] == 4.0 and plan["sampling"]["precision"] == 0.0001
+
+    # A second experiment with a loose target, then compare the two: the imprecise side
+    # gives `imprecise` in the verdict column, never slower/faster/~.
+    run2 = cli("run", "--suite", _suite(tmp_path, "60%", "60s"), "--db", db, "--seed", "5",
+               "--label", "side=b")  # fmt: skip
+    assert run2.returncode == 0, run2.stderr
+    cmp = cli("compare", "--db", db, "--baseline", f"exp={exp}", "--format", "json")
+    assert cmp.returncode == 0, cmp.stderr
+    rows = json.loads(cmp.stdout)["rows"]
+    probes = [r for r in rows if r["probe"] in ("syscall", "cpu") and not r["is_baseline"]]
+    assert probes and {r["verdict"] for r in probes} == {"imprecise"}
+
+
+def test_resume_keeps_committed_runs_and_adds_new_ones(tmp_path, agent, monkeypatch):
+    monkeypatch.setenv("VMTAX_PROBE", agent)
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    suite = parse_suite(SUITE.format(precision="0.01%", budget="8s"), "adaptive.toml")
+    plan = build_plan(suite, source="t", seed=9, targets=[{"kind": "local", "level": "L0"}])
+    assert plan.sampling and len(plan.steps) == 6  # min_runs rounds only
+    with Store.open(db) as store:
+        exp = store.create_experiment(
+            command=["t"],
+            suite="adaptive",
+            seed=9,
+            plan=plan.to_dict(),
+            vmtax_version="t",
+            agent_version=None,
+        )
+
+        class StopAfter:
+            """Stops the runner after n runs, as a killed controller would (mid-look)."""
+
+            def __init__(self, n: int) -> None:
+                self.n = n
+                self.runner: Runner | None = None
+
+            def add_target(self, name: str, total: int) -> None:
+                del name, total
+
+            def advance(self, name: str, description: str) -> None:
+                self.n -= 1
+                if self.n == 0 and self.runner is not None:
+                    self.runner._stop.set()
+
+        # First session: stopped after 8 runs (2 beyond the plan: adaptive steps).
+        stopper = StopAfter(8)
+        first = Runner(store, plan, [LocalTarget()], progress=stopper,
+                       step_source=AdaptiveSampler(store, plan, exp))  # fmt: skip
+        stopper.runner = first
+        first.execute(exp)
+        store.finish_experiment(exp, "interrupted")
+        before = store.runs([f"exp={exp}"])
+        assert store.experiment(exp)["status"] == "interrupted"
+        ok_before = before[before["status"] == "ok"]
+        assert len(ok_before) >= 7 and ok_before["plan_index"].max() >= 6
+
+        # Resume from the stored plan: nothing committed is run again.
+        stored = Plan.from_dict(store.experiment(exp)["plan"])
+        done = store.completed_plan_indices(exp)
+        second = Runner(store, stored, [LocalTarget()],
+                        step_source=AdaptiveSampler(store, stored, exp))  # fmt: skip
+        result = second.execute(exp, done)
+        assert result.status == "ok"
+        after = store.runs([f"exp={exp}"])
+        ok_after = after[after["status"] == "ok"]
+        assert ok_after["plan_index"].is_unique
+        kept = ok_after.set_index("plan_index").loc[ok_before["plan_index"], "run_id"]
+        assert sorted(kept) == sorted(ok_before["run_id"])  # the same rows, not redone
+        assert len(ok_after) > len(ok_before)
+        found = outcome.outcomes(store, [exp])
+        assert set(found["probe"]) == {"syscall", "cpu"}
+
+
+def test_noise_sample_from_the_agent_and_clock_change(agent, monkeypatch):
+    monkeypatch.setenv("VMTAX_PROBE", agent)
+    target = LocalTarget()
+    target.prepare()
+    a, b = noise.sample(target, 0.01), noise.sample(target, 0.01)
+    assert "error" not in a and a["chunks"] >= 1 and a["clock"] in ("tsc", "monotonic_ns")
+    change = noise.clock_change(a, b)
+    assert -0.9 < change < 10
+    assert noise.clock_change(a, {"error": "x"}) != noise.clock_change(a, {"error": "x"})  # NaN
+    summary = noise.summary([a, b])
+    assert set(summary) == {"other_cpu_pct", "procs_running", "steal_ticks", "clock_change"}
+    broken = noise.sample(target, 61)  # the agent refuses: recorded, not raised
+    assert "error" in broken and "window" in broken["error"]

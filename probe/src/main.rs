@@ -7,6 +7,7 @@ mod clock;
 #[cfg(target_arch = "x86_64")]
 mod cpuid;
 mod env;
+mod exits;
 mod output;
 mod params;
 mod pid1;
@@ -74,6 +75,11 @@ enum Cmd {
         #[arg(long, default_value_t = 0.05)]
         window: f64,
     },
+    /// Count a KVM guest's VM exits by reason (root, tracefs). Example: vmtax-probe exits start --qemu auto
+    Exits {
+        #[command(subcommand)]
+        action: ExitsCmd,
+    },
     /// Serve requests on a virtio-serial port or tty. Example: vmtax-probe serve --device /dev/vport0p1
     Serve {
         #[arg(long)]
@@ -83,6 +89,33 @@ enum Cmd {
     Netserver {
         #[arg(long, default_value = "0.0.0.0:12865")]
         bind: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum ExitsCmd {
+    /// Set up in-kernel histograms of kvm_exit/kvm_entry for a guest's vCPU threads
+    Start {
+        /// The guest's qemu-system process: auto (the only one) or its PID
+        #[arg(long)]
+        qemu: Option<String>,
+        /// Thread ids to record besides (or instead of) the qemu vCPU threads (repeatable)
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
+        /// Where tracefs is mounted (default: /sys/kernel/tracing, then /sys/kernel/debug/tracing)
+        #[arg(long)]
+        tracefs: Option<String>,
+        /// Mount tracefs on /sys/kernel/tracing if it is not mounted (for vmtax's own guests)
+        #[arg(long)]
+        mount: bool,
+        /// Entries per histogram (the kernel's default is 2048)
+        #[arg(long)]
+        size: Option<u32>,
+    },
+    /// Print the profile as one JSON object and remove what start set up
+    Stop {
+        #[arg(long)]
+        tracefs: Option<String>,
     },
 }
 
@@ -155,6 +188,10 @@ fn main() {
             println!("{}", probes::noise::sample(window));
             0
         }
+        Cmd::Exits { action: ExitsCmd::Start { qemu, pids, tracefs, mount, size } } => {
+            exits::start(&exits::StartOpts { qemu, pids, tracefs, mount, size })
+        }
+        Cmd::Exits { action: ExitsCmd::Stop { tracefs } } => exits::stop(tracefs.as_deref()),
         Cmd::Serve { device } => {
             let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
             match serve::serve(&device, reconnect) {

@@ -45,6 +45,14 @@ class Progress(Protocol):
     def advance(self, name: str, description: str) -> None: ...
 
 
+class RunObserver(Protocol):
+    """Told about each run (e.g. ``vmtax.hostprof.recorder``): before it starts and after it
+    is stored, with its run id and status. An observer must not raise."""
+
+    def before_run(self, target: Target, step: Step) -> None: ...
+    def after_run(self, target: Target, step: Step, run_id: int, status: str) -> None: ...
+
+
 class _NoProgress:
     def add_target(self, name: str, total: int) -> None:
         del name, total
@@ -199,6 +207,7 @@ class Runner:
         progress: Progress | None = None,
         max_workers: int = 4,
         fingerprints: dict[int, Fingerprint] | None = None,
+        observers: Iterable[RunObserver] = (),
         step_source: Callable[..., Iterable[Step]] | None = None,
     ) -> None:
         if len(targets) != len(plan.targets):
@@ -213,6 +222,7 @@ class Runner:
         self.progress: Progress = progress or _NoProgress()
         self.max_workers = max(1, max_workers)
         self._fingerprints = dict(fingerprints or {})
+        self.observers = list(observers)
         # Where a target's steps come from: its planned steps, or a callable
         # (slot, config_id, target, planned, store_call) -> steps that may add more as it
         # goes (adaptive sampling, vmtax.sampling).
@@ -335,6 +345,8 @@ class Runner:
         entry = self.plan.entries[step.entry]
         lines: list[str] = []
         transport_error: str | None = None
+        for observer in self.observers:
+            observer.before_run(target, step)
         try:
             # A workload's name runs the workload (servers, tools); a probe goes to the agent.
             for line in run_lines(target, inv.args, inv.timeout):
@@ -357,7 +369,7 @@ class Runner:
         }
         if stream.runs:
             run = stream.runs[0]
-            self._store(
+            run_id = self._store(
                 self.store.add_run,
                 **common,
                 summary=run.summary.model_dump(mode="json"),
@@ -366,6 +378,7 @@ class Runner:
                 status="ok",
             )
             outcome.ok += 1
+            self._observed(target, step, run_id, "ok")
             return "ok"
         if self._stop.is_set():
             transport_error = "interrupted"
@@ -382,7 +395,7 @@ class Runner:
         if stream.problem and stream.problem not in reason and status == "lost":
             reason = f"{reason} ({stream.problem})"
         reason = _one_line(f"{entry['probe']}: {reason}")
-        self._store(
+        run_id = self._store(
             self.store.add_run,
             **common,
             summary=None,
@@ -396,7 +409,12 @@ class Runner:
         else:
             outcome.failed += 1
         outcome.first_problem = outcome.first_problem or reason
+        self._observed(target, step, run_id, status)
         return status
+
+    def _observed(self, target: Target, step: Step, run_id: int, status: str) -> None:
+        for observer in self.observers:
+            observer.after_run(target, step, run_id, status)
 
 
 def _one_line(text: str) -> str:

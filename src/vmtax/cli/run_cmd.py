@@ -93,6 +93,13 @@ def run(
     accept_new_host_key: Annotated[
         bool, typer.Option(help="Trust an SSH host key seen for the first time.")
     ] = False,
+    exits: Annotated[
+        bool,
+        typer.Option(
+            help="Record each run's VM exits by reason on the level whose KVM runs it "
+            "(see vmtax exits and docs/exits.md)."
+        ),
+    ] = False,
     precision: Annotated[
         str | None,
         typer.Option(
@@ -180,7 +187,7 @@ def run(
     built, limit = make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {
         "controller": rn.controller_identity(),
-        "options": {"level": level, "labels": labels},
+        "options": {"level": level, "labels": labels, "exits": exits},
     }
     exp_id = store.create_experiment(
         command=_command_line(sys.argv[1:], store.url_display),
@@ -202,6 +209,7 @@ def run(
         labels=labels,
         max_workers=limit or 4,
         fingerprints=fps,
+        exits=exits,
     )
 
 
@@ -242,6 +250,7 @@ def _resume(ref: str, *, db: str | None, accept_new_host_key: bool) -> None:
         labels=options.get("labels") or {},
         max_workers=limit or 4,
         fingerprints={},
+        exits=bool(options.get("exits")),
     )
 
 
@@ -256,6 +265,7 @@ def _execute(
     labels: dict[str, str],
     max_workers: int,
     fingerprints: dict[int, Any],
+    exits: bool = False,
 ) -> None:
     from vmtax.runner import Runner
 
@@ -270,6 +280,7 @@ def _execute(
         progress=bar,
         max_workers=max_workers,
         fingerprints=fingerprints,
+        observers=_exit_recorders(store, exits),
         step_source=_adaptive(store, plan, exp_id),
     )
     try:
@@ -285,6 +296,14 @@ def _execute(
     problem = outcome.summary_error()
     if problem:
         raise VmtaxError(problem)
+
+
+def _exit_recorders(store: Any, exits: bool) -> list[Any]:
+    if not exits:
+        return []
+    from vmtax.hostprof.recorder import Recorder
+
+    return [Recorder(store)]
 
 
 def _finish(store: Any, exp_id: int, *, status: str) -> None:

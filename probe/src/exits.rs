@@ -1,0 +1,590 @@
+//! `exits start` / `exits stop`: count a KVM guest's VM exits by reason, and the time KVM
+//! spent handling them, with in-kernel tracefs histogram triggers. Nothing is streamed to
+//! user space: the kernel keeps one counter per exit reason and `stop` reads the totals.
+//!
+//! It runs on the machine whose KVM runs the measured guest (the host, a vmtax L1 guest
+//! through its host-side port, an SSH host). `start` sets up a tracefs instance of our own
+//! (`instances/vmtax`) and a synthetic event, all filtered to the guest's vCPU threads
+//! (`CPU n/KVM` of its qemu-system process):
+//!
+//! - `kvm:kvm_exit`: `hist:keys=exit_reason` counts exits by reason;
+//! - `kvm:kvm_exit`: `hist:keys=common_pid:ts0=common_timestamp,r=exit_reason` remembers
+//!   when and why each vCPU thread last left its guest;
+//! - `kvm:kvm_entry`: on the next entry of the same thread, `onmatch(kvm.kvm_exit)` emits
+//!   the synthetic event `vmtax_exit(reason, lat)` with `lat` = entry - exit in ns (a
+//!   variable is read once, so each exit pairs with exactly the next entry);
+//! - `synthetic:vmtax_exit`: `hist:keys=reason:vals=hitcount,lat` sums the handling time.
+//!
+//! `stop` reads both histograms, prints one JSON object and removes everything `start` set up.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const INSTANCE: &str = "vmtax";
+pub const SYNTH: &str = "vmtax_exit";
+const TRACEFS_CANDIDATES: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// One entry of a histogram: its keys and values, by field name.
+#[derive(Debug, Default, PartialEq)]
+pub struct HistEntry {
+    pub keys: BTreeMap<String, u64>,
+    pub vals: BTreeMap<String, u64>,
+}
+
+/// One histogram of an event's `hist` file (an event may carry several).
+#[derive(Debug, Default, PartialEq)]
+pub struct Hist {
+    pub trigger: String,
+    pub entries: Vec<HistEntry>,
+    pub hits: u64,
+    pub dropped: u64,
+}
+
+/// Parse the text of a tracefs `hist` file: one `Hist` per `# trigger info:` section.
+///
+/// Entries look like `{ exit_reason:        114 } hitcount:     101356  lat:  7093726` and a
+/// section ends with `Totals:` / `Hits:` / `Entries:` / `Dropped:`. Keys printed with a
+/// modifier (e.g. `.hex`) or symbolically are kept when they parse as numbers.
+pub fn parse_hist(text: &str) -> Vec<Hist> {
+    let mut out: Vec<Hist> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(info) = line.strip_prefix("# trigger info:") {
+            out.push(Hist { trigger: info.trim().to_string(), ..Hist::default() });
+            continue;
+        }
+        let Some(cur) = out.last_mut() else { continue };
+        if let Some(rest) = line.strip_prefix('{') {
+            let Some((keys, vals)) = rest.split_once('}') else { continue };
+            cur.entries.push(HistEntry { keys: pairs(keys, ','), vals: pairs(vals, ' ') });
+        } else if let Some(v) = line.strip_prefix("Hits:") {
+            cur.hits = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = line.strip_prefix("Dropped:") {
+            cur.dropped = v.trim().parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// `name: value` pairs; keys are separated by commas, values by whitespace.
+fn pairs(text: &str, sep: char) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    if sep == ',' {
+        for part in text.split(',') {
+            if let Some((k, v)) = part.split_once(':') {
+                if let Some(n) = number(v) {
+                    out.insert(k.trim().to_string(), n);
+                }
+            }
+        }
+        return out;
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut i = 0;
+    while i + 1 < words.len() {
+        if let Some(name) = words[i].strip_suffix(':') {
+            if let Some(n) = number(words[i + 1]) {
+                out.insert(name.to_string(), n);
+            }
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn number(text: &str) -> Option<u64> {
+    let t = text.split_whitespace().next()?;
+    match t.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// Whether a thread name is a KVM vCPU thread of QEMU (`CPU 0/KVM`).
+pub fn is_vcpu_thread(comm: &str) -> bool {
+    let c = comm.trim();
+    c.strip_prefix("CPU ")
+        .and_then(|r| r.strip_suffix("/KVM"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A trigger filter that keeps only events of these threads.
+pub fn pid_filter(pids: &[u32]) -> String {
+    let terms: Vec<String> = pids.iter().map(|p| format!("common_pid == {p}")).collect();
+    format!("if {}", terms.join(" || "))
+}
+
+/// The triggers `start` writes, in the order it writes them (event path, trigger text).
+pub fn triggers(pids: &[u32], size: Option<u32>) -> Vec<(&'static str, String)> {
+    let f = pid_filter(pids);
+    let sz = size.map(|s| format!(":size={s}")).unwrap_or_default();
+    vec![
+        ("synthetic/vmtax_exit", format!("hist:keys=reason:vals=hitcount,lat:sort=reason{sz}")),
+        ("kvm/kvm_exit", format!("hist:keys=common_pid:ts0=common_timestamp,r=exit_reason{sz} {f}")),
+        (
+            "kvm/kvm_entry",
+            format!(
+                "hist:keys=common_pid:lat=common_timestamp-$ts0,rr=$r{sz}:onmatch(kvm.kvm_exit).trace({SYNTH},$rr,$lat) {f}"
+            ),
+        ),
+        ("kvm/kvm_exit", format!("hist:keys=exit_reason:vals=hitcount:sort=exit_reason{sz} {f}")),
+    ]
+}
+
+/// The command that removes a trigger as the `trigger` file lists it.
+pub fn removal(listed: &str) -> Option<String> {
+    let t = listed.trim();
+    if t.is_empty() || t.starts_with('#') {
+        return None;
+    }
+    let t = t.strip_suffix("[active]").or_else(|| t.strip_suffix("[paused]")).unwrap_or(t).trim_end();
+    Some(format!("!{t}"))
+}
+
+/// The profile `stop` prints.
+#[derive(Debug, Default, PartialEq, serde::Serialize)]
+pub struct Profile {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub isa: String,
+    pub reasons: Vec<Reason>,
+    pub hits: u64,
+    pub timed: u64,
+    pub dropped: u64,
+    pub complete: bool,
+    pub problems: Vec<String>,
+    pub threads: Vec<u32>,
+    pub window_ns: Option<u64>,
+}
+
+#[derive(Debug, Default, PartialEq, serde::Serialize)]
+pub struct Reason {
+    pub code: u64,
+    pub count: u64,
+    pub time_ns: u64,
+    pub timed: u64,
+}
+
+/// Combine the `kvm_exit` and `vmtax_exit` hist files into a profile.
+pub fn profile(exit_text: &str, synth_text: &str, isa: &str) -> Profile {
+    let mut p = Profile { kind: "exits", isa: isa.to_string(), complete: true, ..Profile::default() };
+    let exit_hists = parse_hist(exit_text);
+    let synth_hists = parse_hist(synth_text);
+    let mut by: BTreeMap<u64, Reason> = BTreeMap::new();
+    let counts = exit_hists.iter().find(|h| h.trigger.starts_with("hist:keys=exit_reason"));
+    match counts {
+        Some(h) => {
+            p.hits = h.hits;
+            for e in &h.entries {
+                if let Some(&code) = e.keys.get("exit_reason") {
+                    let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
+                    r.count += e.vals.get("hitcount").copied().unwrap_or(0);
+                }
+            }
+        }
+        None => p.problems.push("the kvm_exit count histogram is missing".into()),
+    }
+    match synth_hists.iter().find(|h| h.trigger.starts_with("hist:keys=reason")) {
+        Some(h) => {
+            for e in &h.entries {
+                if let Some(&code) = e.keys.get("reason") {
+                    let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
+                    r.time_ns += e.vals.get("lat").copied().unwrap_or(0);
+                    r.timed += e.vals.get("hitcount").copied().unwrap_or(0);
+                }
+            }
+        }
+        None => p.problems.push("the handling-time histogram is missing".into()),
+    }
+    p.dropped = exit_hists.iter().chain(synth_hists.iter()).map(|h| h.dropped).sum();
+    if p.dropped > 0 {
+        p.problems.push(format!("{} events were dropped (histogram full)", p.dropped));
+    }
+    p.reasons = by.into_values().collect();
+    p.timed = p.reasons.iter().map(|r| r.timed).sum();
+    p.complete = p.problems.is_empty();
+    p
+}
+
+// ---- the side effects ----------------------------------------------------------------------
+
+pub struct StartOpts {
+    pub qemu: Option<String>,
+    pub pids: Vec<u32>,
+    pub tracefs: Option<String>,
+    pub mount: bool,
+    pub size: Option<u32>,
+}
+
+fn fail(msg: String) -> i32 {
+    eprintln!("vmtax-probe: error: exits: {msg}");
+    1
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn tracefs(explicit: Option<&str>, mount: bool) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        let p = PathBuf::from(p);
+        return if p.join("instances").is_dir() {
+            Ok(p)
+        } else {
+            Err(format!("no tracefs at {} (no instances directory)", p.display()))
+        };
+    }
+    for c in TRACEFS_CANDIDATES {
+        if Path::new(c).join("instances").is_dir() {
+            return Ok(PathBuf::from(c));
+        }
+    }
+    if mount {
+        let target = TRACEFS_CANDIDATES[0];
+        let (src, tgt) = (std::ffi::CString::new("tracefs").unwrap(), std::ffi::CString::new(target).unwrap());
+        // SAFETY: valid NUL-terminated strings, no mount data.
+        let rc = unsafe { libc::mount(src.as_ptr(), tgt.as_ptr(), src.as_ptr(), 0, std::ptr::null()) };
+        if rc == 0 && Path::new(target).join("instances").is_dir() {
+            return Ok(PathBuf::from(target));
+        }
+        return Err(format!("cannot mount tracefs on {target}: {}", std::io::Error::last_os_error()));
+    }
+    Err(format!(
+        "tracefs is not mounted (looked at {}); mount it with: mount -t tracefs nodev {}",
+        TRACEFS_CANDIDATES.join(" and "),
+        TRACEFS_CANDIDATES[0]
+    ))
+}
+
+/// svm or vmx: which vendor module drives KVM here (or, failing that, the CPU flags).
+fn isa() -> String {
+    if Path::new("/sys/module/kvm_amd").exists() {
+        return "svm".into();
+    }
+    if Path::new("/sys/module/kvm_intel").exists() {
+        return "vmx".into();
+    }
+    let flags = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let words: Vec<&str> = flags.lines().find(|l| l.starts_with("flags")).unwrap_or("").split_whitespace().collect();
+    if words.contains(&"svm") {
+        "svm".into()
+    } else if words.contains(&"vmx") {
+        "vmx".into()
+    } else {
+        "unknown".into()
+    }
+}
+
+fn comm(path: &Path) -> String {
+    fs::read_to_string(path.join("comm")).unwrap_or_default().trim().to_string()
+}
+
+/// The pid of the only qemu-system process.
+fn auto_qemu() -> Result<u32, String> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if comm(&e.path()).starts_with("qemu-system") {
+            found.push(pid);
+        }
+    }
+    found.sort_unstable();
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err("no qemu-system process is running (the guest ended before recording started?)".into()),
+        many => Err(format!(
+            "{} qemu-system processes ({}); name one with --qemu PID",
+            many.len(),
+            many.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// The threads of process `pid` to record: its KVM vCPU threads.
+///
+/// QEMU names them `CPU n/KVM` only with `-name ...,debug-threads=on`; without it every
+/// thread of the process is kept, which records the same exits (only a thread inside
+/// KVM_RUN, a vCPU thread, hits kvm_exit). Either way the process must hold KVM vCPUs
+/// (`anon_inode:kvm-vcpu:N` file descriptors).
+fn vcpu_threads(pid: u32) -> Result<Vec<u32>, String> {
+    let dir = PathBuf::from(format!("/proc/{pid}/task"));
+    let rd = fs::read_dir(&dir)
+        .map_err(|_| format!("process {pid} does not exist (the guest ended before recording started?)"))?;
+    let tasks: Vec<(u32, String)> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()).map(|t| (t, comm(&e.path()))))
+        .collect();
+    let vcpus = fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("anon_inode:kvm-vcpu"))
+                })
+                .count()
+        })
+        .unwrap_or(0);
+    if vcpus == 0 {
+        return Err(format!(
+            "process {pid} ({}) has no KVM vCPUs: is its guest running under accel=kvm?",
+            comm(Path::new(&format!("/proc/{pid}")))
+        ));
+    }
+    let named: Vec<u32> = tasks.iter().filter(|(_, c)| is_vcpu_thread(c)).map(|(t, _)| *t).collect();
+    let mut tids = if named.is_empty() { tasks.iter().map(|(t, _)| *t).collect() } else { named };
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+fn append(path: &Path, text: &str) -> Result<(), String> {
+    let mut f = fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(text.as_bytes()).map_err(|e| format!("writing {:?} to {}: {e}", text, path.display()))
+}
+
+fn state_file() -> PathBuf {
+    std::env::temp_dir().join(format!("vmtax-exits-{INSTANCE}.json"))
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec for clock_gettime to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Remove every trigger of our instance, our synthetic event and the instance. Idempotent.
+fn teardown(root: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let inst = root.join("instances").join(INSTANCE);
+    if inst.is_dir() {
+        // Entry first (it refers to kvm_exit's variables), the synthetic event's hist last.
+        for ev in ["kvm/kvm_entry", "kvm/kvm_exit", "synthetic/vmtax_exit"] {
+            let file = inst.join("events").join(ev).join("trigger");
+            let listed = fs::read_to_string(&file).unwrap_or_default();
+            // onmatch triggers and variable users go before the variables they read.
+            let mut lines: Vec<&str> = listed.lines().collect();
+            lines.sort_by_key(|l| !l.contains("onmatch"));
+            lines.sort_by_key(|l| l.contains("ts0="));
+            for l in lines {
+                if let Some(cmd) = removal(l) {
+                    if let Err(e) = append(&file, &cmd) {
+                        problems.push(e);
+                    }
+                }
+            }
+        }
+    }
+    let synth = root.join("synthetic_events");
+    if fs::read_to_string(&synth).unwrap_or_default().lines().any(|l| l.split_whitespace().next() == Some(SYNTH)) {
+        if let Err(e) = append(&synth, &format!("!{SYNTH}")) {
+            problems.push(e);
+        }
+    }
+    if inst.is_dir() {
+        if let Err(e) = fs::remove_dir(&inst) {
+            problems.push(format!("rmdir {}: {e}", inst.display()));
+        }
+    }
+    let _ = fs::remove_file(state_file());
+    problems
+}
+
+pub fn start(o: &StartOpts) -> i32 {
+    if !is_root() {
+        return fail("needs root (tracefs triggers are set up by root only)".into());
+    }
+    let root = match tracefs(o.tracefs.as_deref(), o.mount) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    for ev in ["kvm/kvm_exit", "kvm/kvm_entry"] {
+        if !root.join("events").join(ev).is_dir() {
+            return fail(format!("no kvm:{} event in {}: is the kvm module loaded?", &ev[4..], root.display()));
+        }
+    }
+    if !root.join("synthetic_events").exists() {
+        return fail("this kernel has no synthetic events (CONFIG_SYNTH_EVENTS, CONFIG_HIST_TRIGGERS)".into());
+    }
+    let mut pids = o.pids.clone();
+    let qemu = match o.qemu.as_deref() {
+        None if !pids.is_empty() => None,
+        None | Some("auto") => match auto_qemu() {
+            Ok(p) => Some(p),
+            Err(e) => return fail(e),
+        },
+        Some(s) => match s.parse::<u32>() {
+            Ok(p) => Some(p),
+            Err(_) => return fail(format!("--qemu takes auto or a PID, not {s:?}")),
+        },
+    };
+    if let Some(q) = qemu {
+        match vcpu_threads(q) {
+            Ok(t) => pids.extend(t),
+            Err(e) => return fail(e),
+        }
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    let stale = teardown(&root);
+    if !stale.is_empty() {
+        return fail(format!("cannot remove an earlier recording: {}", stale[0]));
+    }
+    let inst = root.join("instances").join(INSTANCE);
+    let setup = || -> Result<(), String> {
+        fs::create_dir(&inst).map_err(|e| format!("mkdir {}: {e}", inst.display()))?;
+        // Events are only soft-enabled by the triggers; keep the unused ring buffer small.
+        let _ = fs::write(inst.join("buffer_size_kb"), "4");
+        append(&root.join("synthetic_events"), &format!("{SYNTH} u32 reason; u64 lat"))?;
+        for (ev, trig) in triggers(&pids, o.size) {
+            append(&inst.join("events").join(ev).join("trigger"), &trig)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = setup() {
+        teardown(&root);
+        return fail(e);
+    }
+    let state = serde_json::json!({"started_ns": now_ns(), "threads": pids, "qemu": qemu, "tracefs": root});
+    let _ = fs::write(state_file(), state.to_string());
+    println!("{}", serde_json::json!({"type": "exits_started", "isa": isa(), "qemu": qemu, "threads": pids}));
+    0
+}
+
+pub fn stop(tracefs_path: Option<&str>) -> i32 {
+    if !is_root() {
+        return fail("needs root (tracefs triggers are set up by root only)".into());
+    }
+    let root = match tracefs(tracefs_path, false) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let inst = root.join("instances").join(INSTANCE);
+    if !inst.is_dir() {
+        return fail("no recording in progress (exits start was not run, or failed)".into());
+    }
+    let read = |ev: &str| fs::read_to_string(inst.join("events").join(ev).join("hist")).unwrap_or_default();
+    // The count first: it is the window's end.
+    let exit_text = read("kvm/kvm_exit");
+    let synth_text = read("synthetic/vmtax_exit");
+    let end = now_ns();
+    let mut p = profile(&exit_text, &synth_text, &isa());
+    if let Ok(s) = fs::read_to_string(state_file()) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&s) {
+            p.threads = v["threads"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+                .unwrap_or_default();
+            p.window_ns = v["started_ns"].as_u64().map(|s| end.saturating_sub(s));
+        }
+    }
+    let problems = teardown(&root);
+    if !problems.is_empty() {
+        p.problems.push(format!("cleanup: {}", problems.join("; ")));
+    }
+    println!("{}", serde_json::to_string(&p).expect("serializable"));
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXIT_HIST: &str = "# event histogram
+#
+# trigger info: hist:keys=common_pid:vals=hitcount:ts0=common_timestamp,r=exit_reason:sort=hitcount:size=2048 if common_pid == 201 [active]
+#
+
+{ common_pid:        201 } hitcount:     101361
+
+Totals:
+    Hits: 101361
+    Entries: 1
+    Dropped: 0
+
+# event histogram
+#
+# trigger info: hist:keys=exit_reason:vals=hitcount:sort=exit_reason:size=2048 if common_pid == 201 [active]
+#
+
+{ exit_reason:        100 } hitcount:          5
+{ exit_reason:        114 } hitcount:     101356
+
+Totals:
+    Hits: 101361
+    Entries: 2
+    Dropped: 3
+";
+
+    const SYNTH_HIST: &str = "# event histogram
+#
+# trigger info: hist:keys=reason:vals=hitcount,lat:sort=reason:size=2048 [active]
+#
+
+{ reason:        114 } hitcount:     101350  lat:    7093726218
+
+Totals:
+    Hits: 101350
+    Entries: 1
+    Dropped: 0
+";
+
+    #[test]
+    fn parses_sections_entries_and_totals() {
+        let h = parse_hist(EXIT_HIST);
+        assert_eq!(h.len(), 2);
+        assert!(h[1].trigger.starts_with("hist:keys=exit_reason"));
+        assert_eq!(h[1].entries[1].keys["exit_reason"], 114);
+        assert_eq!(h[1].entries[1].vals["hitcount"], 101356);
+        assert_eq!((h[1].hits, h[1].dropped), (101361, 3));
+        let s = parse_hist(SYNTH_HIST);
+        assert_eq!(s[0].entries[0].vals["lat"], 7093726218);
+    }
+
+    #[test]
+    fn profile_joins_counts_and_times_and_marks_drops() {
+        let p = profile(EXIT_HIST, SYNTH_HIST, "svm");
+        assert_eq!(p.reasons.len(), 2);
+        assert_eq!(p.reasons[1], Reason { code: 114, count: 101356, time_ns: 7093726218, timed: 101350 });
+        assert_eq!(p.reasons[0].time_ns, 0);
+        assert_eq!(p.dropped, 3);
+        assert!(!p.complete);
+        let clean = profile(&EXIT_HIST.replace("Dropped: 3", "Dropped: 0"), SYNTH_HIST, "svm");
+        assert!(clean.complete, "{:?}", clean.problems);
+        assert!(!profile("", "", "svm").complete);
+    }
+
+    #[test]
+    fn keys_in_hex_or_with_several_fields() {
+        let h = parse_hist("# trigger info: x\n{ a:  0x72, b:   7 } hitcount:  2\nDropped: 0\n");
+        assert_eq!(h[0].entries[0].keys["a"], 114);
+        assert_eq!(h[0].entries[0].keys["b"], 7);
+    }
+
+    #[test]
+    fn vcpu_threads_and_filters() {
+        assert!(is_vcpu_thread("CPU 0/KVM"));
+        assert!(is_vcpu_thread("CPU 12/KVM\n"));
+        assert!(!is_vcpu_thread("CPU /KVM"));
+        assert!(!is_vcpu_thread("CPU 0/TCG"));
+        assert!(!is_vcpu_thread("qemu-system-x86"));
+        assert_eq!(pid_filter(&[3, 4]), "if common_pid == 3 || common_pid == 4");
+        let t = triggers(&[7], Some(128));
+        assert_eq!(t.len(), 4);
+        assert!(t[2].1.contains("onmatch(kvm.kvm_exit).trace(vmtax_exit,$rr,$lat)"));
+        assert!(t[3].1.ends_with(":size=128 if common_pid == 7"));
+    }
+
+    #[test]
+    fn removal_strips_the_state_suffix() {
+        assert_eq!(
+            removal("hist:keys=reason:vals=hitcount [active]").as_deref(),
+            Some("!hist:keys=reason:vals=hitcount")
+        );
+        assert_eq!(removal("# Available triggers:"), None);
+        assert_eq!(removal("  "), None);
+    }
+}

@@ -1,0 +1,132 @@
+"""`vmtax exits`: exit profiles in study E's Table 2 shape (rows exit reasons or groups,
+columns configurations), from profiles recorded by `vmtax run --exits`, or a published table
+(`--dataset virtage_table2`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from vmtax.errors import UsageError, VmtaxError
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the app."""
+    app.command("exits")(exits_cmd)
+
+
+def _experiment(store: Any, ref: str) -> int:
+    from vmtax.cli.results_cmd import experiment_id
+
+    ref = ref.strip()
+    for prefix in ("exp=", "experiment="):
+        if ref.lower().startswith(prefix):
+            ref = ref[len(prefix) :]
+    return experiment_id(store, ref)
+
+
+def exits_cmd(
+    experiment: Annotated[
+        str | None, typer.Argument(help="Experiment: N, latest, exp=N or exp=latest.")
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="The configuration shares are normalised to, KEY=VAL (level=L2, a label, "
+            "recorded_at=L1); default the first (lowest level)."
+        ),
+    ] = None,
+    by: Annotated[str, typer.Option(help="Rows: reason | group (study E's groups).")] = "reason",
+    fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json.")] = "table",
+    dataset: Annotated[
+        str | None,
+        typer.Option(help="Print a published exit-profile table instead, e.g. virtage_table2."),
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
+    ] = None,
+) -> None:
+    """Exit profiles by reason: count, handling time, share of the baseline's total and
+    exits per probe iteration, one column per configuration (and recording level).
+
+    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits
+
+    Example: vmtax exits exp=latest
+
+    Example: vmtax exits 12 --by group --baseline level=L2 --format markdown
+
+    Example: vmtax exits --dataset virtage_table2
+    """
+    from vmtax.report import exits_format
+
+    if fmt not in exits_format.FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(exits_format.FORMATS)}, got {fmt!r}")
+    if by not in {"reason", "group"}:
+        raise UsageError(f"--by must be reason or group, got {by!r}")
+    if dataset is not None:
+        if experiment is not None:
+            raise UsageError("give an experiment or --dataset, not both")
+        _published(dataset, fmt)
+        return
+    if experiment is None:
+        raise UsageError("name an experiment (e.g. exp=latest) or --dataset NAME")
+    from vmtax.hostprof.store import exit_profiles
+    from vmtax.hostprof.table import table2
+    from vmtax.store import Store
+
+    store = Store.open(db, read_only=True)
+    try:
+        exp_id = _experiment(store, experiment)
+        profiles = exit_profiles(store, exp_id)
+    finally:
+        store.close()
+    if profiles.empty:
+        raise VmtaxError(
+            f"experiment {exp_id} has no exit profiles; record them with vmtax run --exits"
+        )
+    frame = table2(profiles, by=by, baseline=baseline)
+    notes = _notes(profiles, frame)
+    title = f"experiment {exp_id} · exits by {by} · share of the baseline's total"
+    _emit(exits_format.render(frame, fmt, title=title, notes=notes), fmt, notes)
+
+
+def _notes(profiles: Any, frame: Any) -> list[str]:
+    base = frame.attrs.get("baseline")
+    out = [f"baseline: {base}"] if base else []
+    bad = profiles.drop_duplicates(["run_id", "recorded_at"])
+    bad = bad[~bad["complete"]]
+    if len(bad):
+        first = next((p for p in bad["problems"] if p), None)
+        why = f" (first: {first[0]})" if first else ""
+        out.append(f"{len(bad)} profiles are incomplete{why}")
+    return out
+
+
+def _published(name: str, fmt: str) -> None:
+    from vmtax.hostprof.table import published
+    from vmtax.report import exits_format
+
+    frame = published(name)
+    totals = frame[frame["row"] == "total"]["share"].tolist()
+    notes = []
+    if len(totals) == 2 and totals[0] > 0:
+        less = 100 * (1 - totals[1] / totals[0])
+        notes.append(f"totals {totals[0]:.3f} and {totals[1]:.3f}: {less:.1f}% less")
+    title = f"{name} (published): exit-handling time by factor, normalised to the first total"
+    _emit(exits_format.render(frame, fmt, title=title, notes=notes, published=True), fmt, notes)
+
+
+def _emit(rendered: Any, fmt: str, notes: list[str]) -> None:  # noqa: ANN401
+    from vmtax.cli.results_cmd import out_console
+
+    if isinstance(rendered, str):
+        sys.stdout.write(rendered)
+        if fmt in {"csv", "json"}:
+            for n in notes:
+                print(f"vmtax: {n}", file=sys.stderr)
+        return
+    console = out_console()
+    for part in rendered:
+        console.print(part)

@@ -1,0 +1,127 @@
+"""Record an exit profile around every probe run (``vmtax run --exits``).
+
+A ``Recorder`` is a run observer (``vmtax.runner.RunObserver``). Before a run it asks the
+agent on each host side of the target (``target.host_sides()``: the levels whose KVM runs the
+measured guest) to ``exits start``; after the run is stored it asks for ``exits stop`` and
+stores the profile against the run id. Nothing here can lose a run: a side that cannot
+record (no tracefs, not root, the guest gone) gets a profile marked incomplete with the
+reason, and a one-line note on stderr the first time.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from vmtax.errors import VmtaxError
+from vmtax.hostprof.store import save_profile
+
+#: Seconds an ``exits start`` or ``exits stop`` request may take (TCG levels are slow).
+REQUEST_TIMEOUT_S = 120.0
+
+
+def host_sides(target: Any) -> dict[str, Any]:
+    """The host sides of ``target`` (level -> Target), or {} when it offers none."""
+    sides = getattr(target, "host_sides", None)
+    if sides is None:
+        return {}
+    try:
+        return dict(sides())
+    except VmtaxError:
+        return {}
+
+
+def _qemu_arg(target: Any, side: Any) -> list[str]:
+    """Which qemu-system process a side records: this machine records the target's own QEMU
+    (other guests may run beside it); inside a vmtax guest it is the only one there."""
+    from vmtax.targets.local import LocalTarget
+
+    if isinstance(side, LocalTarget):
+        proc = getattr(getattr(target, "guest", None), "proc", None)
+        return ["--qemu", str(proc.pid)] if proc is not None else ["--qemu", "auto"]
+    return ["--qemu", "auto"]
+
+
+def _request(side: Any, args: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """Run ``vmtax-probe ARGS`` on ``side``: (its JSON object, "") or (None, the error)."""
+    try:
+        text = "".join(side.run_agent(args, REQUEST_TIMEOUT_S)).strip()
+    except VmtaxError as exc:
+        return None, exc.message
+    for line in reversed(text.splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj, ""
+    err = (side.last_stderr or "").strip().splitlines()
+    msg = err[-1] if err else "no output"
+    return None, msg.removeprefix("vmtax-probe: error: ")
+
+
+class Recorder:
+    """Brackets each run with ``exits start`` / ``exits stop`` on every host side."""
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        note: Callable[[str], None] | None = None,
+        sides: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> None:
+        self.store = store
+        self._note = note or (lambda line: print(f"vmtax: {line}", file=sys.stderr))
+        self._sides = sides
+        self._lock = threading.Lock()
+        self._noted: set[str] = set()
+        #: target name -> level -> (side, error of its start or "")
+        self._started: dict[str, dict[str, tuple[Any, str]]] = {}
+        self.saved: list[int] = []
+
+    def note_once(self, line: str) -> None:
+        with self._lock:
+            if line in self._noted:
+                return
+            self._noted.add(line)
+        self._note(line)
+
+    def before_run(self, target: Any, step: Any) -> None:
+        del step
+        try:
+            sides = (self._sides or host_sides)(target)
+        except Exception as exc:  # an observer must not raise: the run goes on
+            sides = {}
+            self.note_once(f"exits: {target.name}: cannot find its host side: {exc}")
+        if not sides:
+            self.note_once(
+                f"exits: not recorded for {target.name}: no host side reachable "
+                "(only a guest under KVM has one; under TCG nothing is a VM exit)"
+            )
+        started: dict[str, tuple[Any, str]] = {}
+        for level, side in sides.items():
+            mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
+            _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
+            if err:
+                self.note_once(f"exits: {target.name}: {level} cannot record: {err}")
+            started[level] = (side, err)
+        with self._lock:
+            self._started[target.name] = started
+
+    def after_run(self, target: Any, step: Any, run_id: int, status: str) -> None:
+        del step, status
+        with self._lock:
+            started = self._started.pop(target.name, {})
+        for level, (side, err) in started.items():
+            if err:
+                profile: dict[str, Any] = {"complete": False, "problems": [f"start: {err}"]}
+            else:
+                got, stop_err = _request(side, ["exits", "stop"])
+                profile = got or {"complete": False, "problems": [f"stop: {stop_err}"]}
+            try:
+                self.saved.append(save_profile(self.store, run_id, level, profile))
+            except Exception as exc:  # the run is stored already; say why its profile is not
+                self.note_once(f"exits: {target.name}: profile of run {run_id} not stored: {exc}")

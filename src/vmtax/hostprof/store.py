@@ -1,0 +1,136 @@
+"""Read and write exit profiles (tables ``exit_profiles`` and ``exit_counts``).
+
+``exit_profiles(store, experiment_id)`` is the one read API: the nested-cost model and the
+report take its DataFrame, so its column names are part of the interface.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import func, select
+
+from vmtax.hostprof.groups import group_of
+from vmtax.hostprof.reasons import reason_name
+from vmtax.store.models import Configuration, ExitCount, ExitProfile, Run, SampleBlock
+
+#: Columns of ``exit_profiles()``; one row per (run, recording level, reason).
+COLUMNS = [
+    "experiment_id", "config_key", "level", "probe", "run_id", "run_status", "recorded_at",
+    "recorder", "isa", "reason", "code", "group", "count", "time_ns", "timed", "iterations",
+    "complete", "dropped", "problems",
+]  # fmt: skip
+
+
+def save_profile(
+    store: Any, run_id: int, recorded_at: str, profile: dict[str, Any], recorder: str = "tracefs"
+) -> int:
+    """Store one profile (the JSON ``vmtax-probe exits stop`` prints, or a failed recording:
+    ``{"complete": false, "problems": [...]}``) for ``run_id``; returns its id.
+
+    Unknown codes are kept under ``unknown N``; a profile with dropped events, problems or a
+    reason the tables do not know stays stored and is marked incomplete.
+    """
+    isa = str(profile.get("isa") or "")
+    problems = [str(p) for p in profile.get("problems") or []]
+    reasons = list(profile.get("reasons") or [])
+    unknown = [
+        int(r["code"]) for r in reasons if reason_name(isa, int(r["code"])).startswith("unknown")
+    ]
+    if unknown:
+        problems.append(f"unknown exit codes {', '.join(map(str, unknown))} (isa {isa or '?'})")
+    dropped = int(profile.get("dropped") or 0)
+    if dropped and not any("dropped" in p for p in problems):
+        problems.append(f"{dropped} events were dropped")
+    complete = bool(profile.get("complete", False)) and not problems and dropped == 0
+    row = {
+        "run_id": int(run_id),
+        "recorded_at": recorded_at,
+        "recorder": recorder,
+        "isa": isa or None,
+        "hits": profile.get("hits"),
+        "dropped": dropped,
+        "window_ns": profile.get("window_ns"),
+        "complete": complete,
+        "problems": problems or None,
+        "detail": {k: profile[k] for k in ("threads", "timed") if k in profile} or None,
+        "created_at": datetime.now(UTC),
+    }
+    with store._guard(), store.engine.begin() as connection:
+        result = connection.execute(ExitProfile.__table__.insert().values(**row))
+        pid = int(result.inserted_primary_key[0])
+        if reasons:
+            connection.execute(
+                ExitCount.__table__.insert(),
+                [
+                    {
+                        "profile_id": pid,
+                        "code": int(r["code"]),
+                        "reason": reason_name(isa, int(r["code"])),
+                        "count": int(r.get("count") or 0),
+                        "time_ns": None if r.get("time_ns") is None else int(r["time_ns"]),
+                        "timed": None if r.get("timed") is None else int(r["timed"]),
+                    }
+                    for r in reasons
+                ],
+            )
+    return pid
+
+
+def exit_profiles(store: Any, experiment_id: int) -> pd.DataFrame:
+    """Every stored exit count of an experiment, one row per (run, recording level, reason).
+
+    ``iterations`` is what the probe executed in the run, warm-up included (measured plus
+    warm-up samples), so ``count / iterations`` is exits per iteration. A profile with no
+    counts (its recording failed) appears as one row with reason None and count 0.
+    """
+    p, c, r, cfg, s = (
+        ExitProfile.__table__,
+        ExitCount.__table__,
+        Run.__table__,
+        Configuration.__table__,
+        SampleBlock.__table__,
+    )
+    samples = (
+        select(s.c.run_id, func.sum(s.c.count).label("iterations")).group_by(s.c.run_id).subquery()
+    )
+    stmt = (
+        select(
+            r.c.experiment_id,
+            cfg.c.config_key,
+            cfg.c.level,
+            r.c.probe,
+            r.c.id.label("run_id"),
+            r.c.status.label("run_status"),
+            p.c.recorded_at,
+            p.c.recorder,
+            p.c.isa,
+            c.c.reason,
+            c.c.code,
+            c.c.count,
+            c.c.time_ns,
+            c.c.timed,
+            samples.c.iterations,
+            p.c.complete,
+            p.c.dropped,
+            p.c.problems,
+        )  # fmt: skip
+        .select_from(
+            p.join(r, r.c.id == p.c.run_id)
+            .join(cfg, cfg.c.id == r.c.configuration_id)
+            .outerjoin(c, c.c.profile_id == p.c.id)
+            .outerjoin(samples, samples.c.run_id == r.c.id)
+        )
+        .where(r.c.experiment_id == int(experiment_id))
+        .order_by(r.c.id, p.c.recorded_at, c.c.code)
+    )
+    with store._guard(), store.engine.connect() as connection:
+        rows = connection.execute(stmt).all()
+    df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
+    df["group"] = [group_of(x) if isinstance(x, str) else None for x in df["reason"]]
+    for col in ("count", "time_ns", "timed", "iterations", "dropped"):
+        df[col] = pd.to_numeric(df[col]).fillna(0).astype("int64")
+    df["complete"] = df["complete"].astype(bool)
+    return df[COLUMNS].reset_index(drop=True)

@@ -1,0 +1,139 @@
+"""Exit profiles on this machine, whose L0 has no tracefs mounted and no KVM that runs
+guests: the agent's one-line refusals (no tracefs, not root, nothing started) and `vmtax run
+--exits` keeping every run when a host side cannot record. The profiles a real nested KVM
+records are in test_hostprof_testbed.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vmtax.targets.base import find_agent
+
+AGENT = str(find_agent())
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+def _tracefs_mounted() -> bool:
+    return (TRACEFS / "instances").is_dir() or Path("/sys/kernel/debug/tracing/instances").is_dir()
+
+
+def agent(*args: str, user: str | None = None) -> subprocess.CompletedProcess:
+    cmd = [AGENT, *args]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("vmtax-probe: error: exits: ")
+    return lines[0]
+
+
+@pytest.mark.skipif(_tracefs_mounted(), reason="needs a machine without tracefs mounted")
+def test_no_tracefs_is_one_line_and_exit_1():
+    proc = agent("exits", "start", "--qemu", "auto")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "tracefs is not mounted" in one_error_line(proc)
+    stop = agent("exits", "stop")
+    assert stop.returncode == 1
+    assert "tracefs is not mounted" in one_error_line(stop)
+
+
+def test_an_explicit_tracefs_that_is_not_one_is_refused(tmp_path):
+    proc = agent("exits", "start", "--qemu", "auto", "--tracefs", str(tmp_path))
+    assert proc.returncode == 1
+    assert f"no tracefs at {tmp_path}" in one_error_line(proc)
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="setpriv (util-linux) is missing")
+def test_not_root_is_one_line_and_exit_1(tmp_path):
+    nobody = "65534"
+    copy = tmp_path / "vmtax-probe"  # the tree under /root is not readable by nobody
+    shutil.copy(AGENT, copy)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(copy, 0o755)
+    for action in (["start", "--qemu", "auto"], ["stop"]):
+        proc = subprocess.run(
+            ["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+             str(copy), "exits", *action],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        assert "needs root" in one_error_line(proc)
+
+
+def test_bad_qemu_argument_is_a_usage_line(tmp_path):
+    if not _tracefs_mounted():
+        # The tracefs check comes first; point it at a directory that passes it.
+        (tmp_path / "instances").mkdir()
+        (tmp_path / "events" / "kvm" / "kvm_exit").mkdir(parents=True)
+        (tmp_path / "events" / "kvm" / "kvm_entry").mkdir(parents=True)
+        (tmp_path / "synthetic_events").write_text("")
+    proc = agent("exits", "start", "--qemu", "first", "--tracefs", str(tmp_path))
+    assert proc.returncode == 1
+    assert "--qemu takes auto or a PID" in one_error_line(proc)
+
+
+def test_a_guest_gone_before_recording_is_named(tmp_path):
+    # A tracefs-shaped directory stands in for the kernel's (this L0 has none mounted); the
+    # process is real and has exited, as a guest that ended before `exits start`.
+    for d in ("instances", "events/kvm/kvm_exit", "events/kvm/kvm_entry"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "synthetic_events").write_text("")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    proc = agent("exits", "start", "--qemu", str(gone.pid), "--tracefs", str(tmp_path))
+    assert proc.returncode == 1
+    assert "the guest ended before recording started" in one_error_line(proc)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        proc = agent("exits", "start", "--qemu", str(sleeper.pid), "--tracefs", str(tmp_path))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert "has no KVM vCPUs" in one_error_line(proc)
+    assert list((tmp_path / "instances").iterdir()) == []  # nothing was set up
+
+
+def test_run_with_exits_keeps_every_run_when_the_host_side_cannot_record(
+    cli, tmp_path, monkeypatch
+):
+    """`vmtax run --exits` on this machine: the local target has no host side (one line);
+    with this machine as the host side (no tracefs) every run is kept and each gets a
+    profile marked incomplete that says why."""
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    res = cli("run", "--probe", "cpuid", "--runs", "2", "--duration", "0.05", "--exits", "--db", db,
+              agent_path=AGENT)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "exits: not recorded for local: no host side reachable" in res.stderr
+    assert res.stderr.count("no host side reachable") == 1
+
+    from vmtax.hostprof import recorder
+    from vmtax.targets.local import LocalTarget
+
+    monkeypatch.setattr(recorder, "host_sides", lambda target: {"L0": LocalTarget(AGENT)})
+    res = cli("run", "--probe", "cpuid", "--runs", "2", "--duration", "0.05", "--exits", "--db", db,
+              agent_path=AGENT)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    from vmtax.hostprof.store import exit_profiles
+    from vmtax.store import Store
+
+    with Store.open(db) as s:
+        runs = s.runs(["exp=latest"])
+        prof = exit_profiles(s, int(runs["experiment_id"].iloc[0]))
+    assert list(runs["status"]) == ["ok", "ok"]
+    assert len(prof) == 2 and set(prof["run_id"]) == set(runs["run_id"])
+    assert not prof["complete"].any()
+    assert all("tracefs is not mounted" in p[0] for p in prof["problems"]), list(prof["problems"])
+    assert (prof["recorded_at"] == "L0").all()
+    assert res.stderr.count("L0 cannot record: exits: tracefs is not mounted") == 1
+    shown = cli("exits", "exp=latest", "--db", db)
+    assert shown.returncode == 0, shown.stderr
+    assert "2 profiles are incomplete" in shown.stdout

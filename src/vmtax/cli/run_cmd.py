@@ -86,6 +86,14 @@ def run(
     ] = None,
     preset: Annotated[str, typer.Option(help="Guest sizing preset for --levels.")] = "seed-c",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg, for --levels.")] = "auto",
+    inner_accel: Annotated[
+        str,
+        typer.Option(
+            help="tcg | kvm: how L2 and L3 run inside their hypervisor level. kvm boots them "
+            "under the KVM of the level above (on this machine: KVM on the SVM that TCG "
+            "emulates in L1), e.g. --levels L1,L2,L3 --inner-accel kvm."
+        ),
+    ] = "tcg",
     target: Annotated[
         list[str] | None, typer.Option(help="Run on ssh://user@host[:port] (repeatable).")
     ] = None,
@@ -123,6 +131,8 @@ def run(
 
     Example: vmtax run --levels L0,L1 (or --depth 2 for L0, L1 and L2 nested in L1)
 
+    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid
+
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
     """
     from vmtax import runner as rn
@@ -139,6 +149,8 @@ def run(
         raise UsageError(f"--duration must be a positive number of seconds, got {duration:g}")
     if accel not in {"auto", "kvm", "tcg"}:
         raise UsageError(f"--accel must be auto, kvm or tcg, got {accel!r}")
+    if inner_accel not in {"kvm", "tcg"}:
+        raise UsageError(f"--inner-accel must be kvm or tcg, got {inner_accel!r}")
     if level is not None and not _LEVEL.match(level):
         raise UsageError(f"--level must be L0, L1, L2 or L3, got {level!r}")
     labels = parse_labels(label or [])
@@ -148,10 +160,19 @@ def run(
         if not 1 <= depth <= 3:
             raise UsageError(f"--depth must be 1, 2 or 3, got {depth}")
         levels = ",".join(f"L{n}" for n in range(depth + 1))
+    if inner_accel == "kvm" and not re.search(r"L[23]", (levels or "").upper()):
+        raise UsageError("--inner-accel kvm needs a nested level: --levels L1,L2 or L1,L2,L3")
     if resume is not None:
         _resume(resume, db=db, accept_new_host_key=accept_new_host_key)
         return
-    specs = target_specs(levels=levels, preset=preset, accel=accel, ssh=target or [], fleet=targets)
+    specs = target_specs(
+        levels=levels,
+        preset=preset,
+        accel=accel,
+        ssh=target or [],
+        fleet=targets,
+        inner_accel=inner_accel,
+    )
     if level is not None and len(specs) > 1:
         raise UsageError("--level names one machine; with several targets each has its own")
     the_suite, source = load_suite(suite)
@@ -384,7 +405,13 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 
 def target_specs(
-    *, levels: str | None, preset: str, accel: str, ssh: list[str], fleet: str | None
+    *,
+    levels: str | None,
+    preset: str,
+    accel: str,
+    ssh: list[str],
+    fleet: str | None,
+    inner_accel: str = "tcg",
 ) -> list[dict[str, Any]]:
     """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
     specs: list[dict[str, Any]] = []
@@ -395,9 +422,10 @@ def target_specs(
             raise UsageError(f"--levels must be distinct levels like L0,L1,L2, got {levels!r}")
         # L0 goes through the level provisioner too: levels on one machine then take turns,
         # so L0 is never measured while a guest is busy beside it.
-        specs += [
-            {"kind": "level", "level": name, "preset": preset, "accel": accel} for name in names
-        ]
+        level_spec = {"kind": "level", "preset": preset, "accel": accel}
+        if inner_accel != "tcg":
+            level_spec["inner_accel"] = inner_accel
+        specs += [{**level_spec, "level": name} for name in names]
     for url in ssh:
         if not url.startswith("ssh://") or len(url) <= len("ssh://"):
             raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")

@@ -40,6 +40,7 @@ def make_targets(
                     [g["level"] for g in group],
                     preset=spec["preset"],
                     accel=spec["accel"],
+                    inner_accel=spec.get("inner_accel", "tcg"),
                 )
             )
             if len(made) != len(group):
@@ -90,6 +91,7 @@ def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
         a.get("kind") == "level"
         and a.get("preset") == b.get("preset")
         and a.get("accel") == b.get("accel")
+        and a.get("inner_accel", "tcg") == b.get("inner_accel", "tcg")
     )
 
 

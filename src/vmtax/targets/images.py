@@ -32,6 +32,12 @@ FORMAT = 2
 #: What the guest needs: the PCI transport, virtio-serial (the agent's channel), and
 #: virtio-blk + ext4 (which also mounts ext2; it needs crc32c) for the scratch disk.
 MINIMAL_MODULES = ("virtio_pci", "virtio_console", "virtio_blk", "crc32c_generic", "ext4")
+#: What a guest needs to be a KVM host itself: QEMU's TCG emulates AMD SVM (not VMX), so
+#: kvm_amd and what it links (irqbypass, ccp, kvm). The init script inserts kvm_amd with
+#: nested=1 so that the guest it boots can run KVM again.
+KVM_MODULES = ("kvm_amd",)
+#: Inner accelerators a nested image can boot its guest with.
+INNER_ACCELS = ("tcg", "kvm")
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 
 
@@ -172,17 +178,21 @@ def _base_entries(init: bytes, busybox: bytes) -> list[cpio.Entry]:
     return entries
 
 
-def _module_entries(moddir: Path) -> tuple[list[cpio.Entry], list[str]]:
-    """The kernel modules a guest loads (MINIMAL_MODULES and their dependencies) under
-    lib/modules, and etc/vmtax-modules naming them in load order for the init script;
-    with those names."""
+def _module_entries(
+    moddir: Path, wanted: tuple[str, ...] = MINIMAL_MODULES, listing: str = "etc/vmtax-modules"
+) -> tuple[list[cpio.Entry], list[str]]:
+    """The kernel modules a guest loads (``wanted`` and their dependencies) under
+    lib/modules, and ``listing`` naming them in load order for the init script; with those
+    names. The directories come with the default set only (they are in every image)."""
     entries = [cpio.directory("lib"), cpio.directory("lib/modules")]
+    if wanted != MINIMAL_MODULES:
+        entries = []
     names = []
-    for rel in module_closure(moddir, MINIMAL_MODULES):
+    for rel in module_closure(moddir, wanted):
         name = Path(rel).name.split(".ko")[0] + ".ko"
         names.append(name)
         entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
-    entries.append(cpio.regular("etc/vmtax-modules", ("\n".join(names) + "\n").encode()))
+    entries.append(cpio.regular(listing, ("\n".join(names) + "\n").encode()))
     return entries, names
 
 
@@ -264,27 +274,46 @@ def _with_parents(paths: list[str]) -> list[cpio.Entry]:
     return [cpio.directory(d) for d in dirs]
 
 
-def build_nested(agent: Path, depth: int, *, kernel: str | Path | None = None) -> Image:
-    """An image whose guest boots the next level itself (TCG), ``depth`` levels in all:
-    depth 1 is the minimal image; depth n holds QEMU, its libraries and firmware, a kernel
-    and the depth n-1 image, and relays the inner agent's port to its own (cached)."""
+def _binaries_with_libraries(binaries: list[Path]) -> dict[str, tuple[bytes, int]]:
+    """Each binary at its own path and every library it loads (as ldd resolves them)."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for binary in binaries:
+        files[str(binary).lstrip("/")] = (binary.read_bytes(), 0o755)
+        for lib in _shared_libraries(binary):
+            files[str(lib).lstrip("/")] = (lib.resolve().read_bytes(), 0o755)
+    return files
+
+
+def build_nested(
+    agent: Path,
+    depth: int,
+    *,
+    kernel: str | Path | None = None,
+    inner_accel: str = "tcg",
+    extra_binaries: tuple[Path, ...] = (),
+) -> Image:
+    """An image whose guest boots the next level itself, ``depth`` levels in all: depth 1 is
+    the minimal image; depth n holds QEMU, its libraries and firmware, a kernel and the
+    depth n-1 image, and relays the inner agent's port to its own (cached).
+
+    ``inner_accel="tcg"`` boots the inner guest under TCG (QEMU's TCG module is shipped);
+    ``"kvm"`` ships kvm_amd and its dependencies instead and boots it under the guest's own
+    KVM (the init script checks for SVM and /dev/kvm first). ``extra_binaries`` are added
+    with the libraries they load (e.g. ``perf`` for a one-off capture image)."""
+    if inner_accel not in INNER_ACCELS:
+        raise VmtaxError(f"unknown inner accelerator {inner_accel!r} (choose tcg or kvm)")
     if depth <= 1:
         return build_minimal(agent, kernel=kernel)
-    inner = build_nested(agent, depth - 1, kernel=kernel)
+    inner = build_nested(agent, depth - 1, kernel=kernel, inner_accel=inner_accel)
     kernel_path, moddir = find_kernel(kernel)
     qemu = shutil.which("qemu-system-x86_64")
     if not qemu:
         raise VmtaxError("qemu-system-x86_64 not found: install qemu-system-x86")
-    files: dict[str, tuple[bytes, int]] = {
-        "usr/bin/qemu-system-x86_64": (Path(qemu).read_bytes(), 0o755)
-    }
-    # Debian builds TCG as a loadable QEMU module: ship it (and what it links) too.
-    binaries = [Path(qemu), *sorted(Path("/usr/lib/x86_64-linux-gnu/qemu").glob("accel-tcg-*.so"))]
-    for binary in binaries[1:]:
-        files[str(binary).lstrip("/")] = (binary.read_bytes(), 0o755)
-    for binary in binaries:
-        for lib in _shared_libraries(binary):
-            files[str(lib).lstrip("/")] = (lib.resolve().read_bytes(), 0o755)
+    binaries = [Path(qemu)]
+    if inner_accel == "tcg":
+        # Debian builds TCG as a loadable QEMU module: ship it (and what it links) too.
+        binaries += sorted(Path("/usr/lib/x86_64-linux-gnu/qemu").glob("accel-tcg-*.so"))
+    files = _binaries_with_libraries(binaries + [Path(b) for b in extra_binaries])
     for name in QEMU_FIRMWARE:
         # Debian keeps SeaBIOS in its own package directory; the guest gets one -L dir.
         found = [d / name for d in FIRMWARE_DIRS if (d / name).exists()]
@@ -294,17 +323,29 @@ def build_nested(agent: Path, depth: int, *, kernel: str | Path | None = None) -
     files["guest/vmlinuz"] = (inner.kernel.read_bytes(), 0o644)
     files["guest/initrd.cpio"] = (inner.initrd.read_bytes(), 0o644)
     modules, _ = _module_entries(moddir)
+    kvm_names: list[str] = []
+    if inner_accel == "kvm":
+        kvm_modules, kvm_names = _module_entries(moddir, KVM_MODULES, "etc/vmtax-kvm-modules")
+        modules += kvm_modules
     entries = _base_entries(_guest_file("init-nested"), find_busybox().read_bytes()) + modules
+    # The agent here too: it serves the host side (port vmtax-host) of this level.
+    entries.append(cpio.regular("vmtax-probe", agent.read_bytes(), 0o755))
     existing = {e.path for e in entries}
     entries += [d for d in _with_parents(sorted(files)) if d.path not in existing]
     entries += [cpio.regular(path, data, mode) for path, (data, mode) in sorted(files.items())]
-    manifest = {
+    manifest: dict[str, Any] = {
         "depth": depth,
         "inner_image": inner.digest,
         "agent_sha256": inner.manifest.get("agent_sha256"),
         "qemu": qemu,
+        "inner_accel": inner_accel,
     }
-    return _build(f"nested{depth}", kernel_path, entries, manifest)
+    if kvm_names:
+        manifest["kvm_modules"] = kvm_names
+    if extra_binaries:
+        manifest["extra_binaries"] = [str(b) for b in extra_binaries]
+    kind = f"nested{depth}" if inner_accel == "tcg" else f"nested{depth}-kvm"
+    return _build(kind, kernel_path, entries, manifest)
 
 
 def build_accel_test(*, kernel: str | Path | None = None) -> Image:

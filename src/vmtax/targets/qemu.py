@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -54,6 +55,9 @@ class GuestSpec:
     extra_append: tuple[str, ...] = ()
     #: More QEMU arguments, appended as given (a sweep backs guest RAM with a file).
     extra_args: tuple[str, ...] = ()
+    #: Names of more virtio-serial ports, each on its own socket (``host-<name>.sock``):
+    #: the host sides of inner levels (see ``QemuTarget.host_sides``).
+    host_ports: tuple[str, ...] = ()
 
 
 def qemu_binary() -> str:
@@ -82,7 +86,10 @@ def qemu_argv(
         "-nodefaults",
         "-no-user-config",
         "-machine",
-        f"q35,accel={spec.accel}",
+        "q35",
+        # TCG with one host thread per vCPU (MTTCG), as the nested-KVM testbed was tried.
+        "-accel",
+        "tcg,thread=multi" if spec.accel == "tcg" else spec.accel,
         # TCG: the richest emulated CPU; KVM: the host's own CPU model (study A used -cpu host).
         "-cpu",
         spec.cpu or ("host" if spec.accel == "kvm" else "max"),
@@ -113,6 +120,13 @@ def qemu_argv(
             "-device",
             "virtserialport,bus=vser0.0,chardev=vmtax,name=vmtax",
         ]
+        for i, name in enumerate(spec.host_ports):
+            argv += [
+                "-chardev",
+                f"socket,id=host{i},path={workdir / f'host-{name}.sock'},server=on,wait=off",
+                "-device",
+                f"virtserialport,bus=vser0.0,chardev=host{i},name={name}",
+            ]
     if spec.scratch_mb:
         argv += [
             "-drive",
@@ -134,6 +148,78 @@ def _wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> None
         time.sleep(0.01)
 
 
+class AgentChannel:
+    """One virtio-serial port of a guest, through its host socket: requests out as JSON
+    arrays, the agent's lines in."""
+
+    def __init__(self, sock: socket.socket, guest: QemuGuest) -> None:
+        self.sock = sock
+        self.guest = guest
+        self._buf = b""
+        #: Set once the agent's ``serve_ready`` frame has been read.
+        self.agent_version: str | None = None
+
+    def send(self, obj: Any) -> None:
+        try:
+            self.sock.sendall(json.dumps(obj).encode() + b"\n")
+        except OSError as exc:
+            raise TargetError(f"guest channel broke: {exc}") from None
+
+    def readline(self, deadline: float) -> str | None:
+        """The next line from the agent, or None at the deadline. EOF -> TargetError."""
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.sock], [], [], min(left, 1.0))
+            if not ready:
+                if not self.guest.running():
+                    proc = self.guest.proc
+                    raise TargetError(
+                        f"guest stopped (QEMU exit {proc.returncode if proc else '?'}); "
+                        f"console: {self.guest.console_tail()}"
+                    )
+                continue
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise TargetError(
+                    f"guest closed the agent channel; console: {self.guest.console_tail()}"
+                )
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8", "replace").rstrip("\r")
+
+    def wait_ready(self, deadline: float) -> bool:
+        """Read up to the agent's ``serve_ready`` frame; False at the deadline."""
+        while self.agent_version is None:
+            line = self.readline(deadline)
+            if line is None:
+                return False
+            frame = _frame(line)
+            if frame and frame.get("type") == "serve_ready":
+                self.agent_version = str(frame.get("agent_version") or "?")
+        return True
+
+    def request(self, args: list[str], deadline: float) -> Iterator[str | dict[str, Any]]:
+        """Send one request; yield the agent's contract lines, then its ``serve_done`` frame.
+        Returns without the frame at the deadline."""
+        self.send([str(a) for a in args])
+        while True:
+            line = self.readline(deadline)
+            if line is None:
+                return
+            frame = _frame(line)
+            if frame is None:
+                yield line
+            elif frame.get("type") == "serve_done":
+                yield frame
+                return
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
 @dataclass(eq=False)
 class QemuGuest:
     """One running QEMU process and its temporary directory."""
@@ -145,10 +231,11 @@ class QemuGuest:
     workdir: Path | None = None
     argv: list[str] = field(default_factory=list)
     pinning: dict[int, int] = field(default_factory=dict)
-    channel: socket.socket | None = None
+    channel: AgentChannel | None = None
+    #: The sockets of ``spec.host_ports``, by port name.
+    host_channels: dict[str, AgentChannel] = field(default_factory=dict)
     #: The console's last lines, kept when stop() removes the directory.
     console_snapshot: str = ""
-    _buf: bytes = b""
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -175,8 +262,11 @@ class QemuGuest:
                 if self.spec.pin:
                     self._pin(qmp)
                 if self.agent_args is None:
-                    self.channel = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                    self.channel.connect(str(self.workdir / "vmtax.sock"))
+                    # Every port is connected before the guest runs, so that no agent or
+                    # relay inside ever sees its port without a host side.
+                    self.channel = self._connect("vmtax.sock")
+                    for name in self.spec.host_ports:
+                        self.host_channels[name] = self._connect(f"host-{name}.sock")
                 qmp.cmd("cont")
             finally:
                 qmp.close()
@@ -194,6 +284,16 @@ class QemuGuest:
         except BaseException:
             self.stop()
             raise
+
+    def _connect(self, sock_name: str) -> AgentChannel:
+        assert self.workdir is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(self.workdir / sock_name))
+        except OSError:
+            sock.close()
+            raise
+        return AgentChannel(sock, self)
 
     def _monitor(self) -> QEMUMonitorProtocol:
         """Connect to QMP. The socket file appears at bind(), a moment before QEMU listens,
@@ -227,10 +327,11 @@ class QemuGuest:
 
     def stop(self) -> None:
         """Kill QEMU's process group and remove the temporary directory. Idempotent."""
-        if self.channel is not None:
-            with contextlib.suppress(OSError):
-                self.channel.close()
-            self.channel = None
+        for channel in [self.channel, *self.host_channels.values()]:
+            if channel is not None:
+                channel.close()
+        self.channel = None
+        self.host_channels = {}
         if self.proc is not None:
             if self.proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -272,36 +373,16 @@ class QemuGuest:
         tail = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
         return " | ".join(tail[-lines:]) or "(empty)"
 
-    # -- channel ----------------------------------------------------------------------------
+    # -- channel ------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
         if self.channel is None:
             raise TargetError("guest channel is closed")
-        try:
-            self.channel.sendall(json.dumps(obj).encode() + b"\n")
-        except OSError as exc:
-            raise TargetError(f"guest channel broke: {exc}") from None
+        self.channel.send(obj)
 
     def readline(self, deadline: float) -> str | None:
         """The next line from the agent, or None at the deadline. EOF -> TargetError."""
         assert self.channel is not None
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready, _, _ = select.select([self.channel], [], [], min(left, 1.0))
-            if not ready:
-                if not self.running():
-                    raise TargetError(
-                        f"guest stopped (QEMU exit {self.proc.returncode if self.proc else '?'}); "
-                        f"console: {self.console_tail()}"
-                    )
-                continue
-            chunk = self.channel.recv(65536)
-            if not chunk:
-                raise TargetError(f"guest closed the agent channel; console: {self.console_tail()}")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode("utf-8", "replace").rstrip("\r")
+        return self.channel.readline(deadline)
 
 
 @atexit.register
@@ -329,9 +410,18 @@ def _frame(line: str) -> dict[str, Any] | None:
     return None
 
 
+#: What a nested level prints when it cannot run KVM (see guest/init-nested).
+_KVM_BLOCKER = re.compile(r"vmtax-init: (L\d+): nested KVM unavailable: ([^\r\n]*)")
+
+
 class QemuTarget(Target):
     """The agent as PID 1 of a QEMU guest vmtax boots: at L1 from the minimal image; at
-    L2/L3 from a nested image whose guest boots the inner levels (``inner`` sizes) itself."""
+    L2/L3 from a nested image whose guest boots the inner levels (``inner`` sizes) itself,
+    under TCG or, with ``inner_accel="kvm"``, under the KVM of the level above it.
+
+    With ``inner_accel="kvm"`` every hypervisor level inside (L1, and L2 for an L3 target)
+    also runs a second agent as root with tracefs mounted, on a port of its own; see
+    ``host_sides()``."""
 
     def __init__(
         self,
@@ -343,13 +433,21 @@ class QemuTarget(Target):
         labels: dict[str, str] | None = None,
         provenance: dict[str, Any] | None = None,
         inner: list[tuple[int, int]] | None = None,
+        inner_accel: str = "tcg",
     ) -> None:
         self.level = level
         #: (vCPUs, MiB) of each level inside this guest, outermost first.
         self.inner = list(inner or [])
+        self.inner_accel = inner_accel
         if self.inner:
             sizes = ",".join(f"{c}x{m}" for c, m in self.inner)
-            spec = replace(spec, extra_append=(*spec.extra_append, f"vmtax_sizes={sizes}"))
+            append = [f"vmtax_sizes={sizes}"]
+            if inner_accel == "kvm":
+                # Port vmtax-host is L1's own agent; vmtax-host.N goes N levels further in.
+                ports = ("vmtax-host", *(f"vmtax-host.{n}" for n in range(1, len(self.inner))))
+                append += ["vmtax_accel=kvm", "vmtax_level=1"]
+                spec = replace(spec, host_ports=(*spec.host_ports, *ports))
+            spec = replace(spec, extra_append=(*spec.extra_append, *append))
         self.name = f"qemu-{level}"
         self.spec = spec
         self.image = image
@@ -359,61 +457,122 @@ class QemuTarget(Target):
         self.guest: QemuGuest | None = None
         self.agent_version: str | None = None
         self.boot_seconds: float | None = None
+        #: Seconds from power-on until each level's agent was ready (host sides included).
+        self.boot_seconds_by_level: dict[str, float] = {}
 
     def prepare(self) -> None:
         if self.guest is not None and self.guest.running():
             return
         self.close()
         if self.image is None:
-            self.image = build_nested(find_agent(), 1 + len(self.inner))
+            self.image = build_nested(
+                find_agent(), 1 + len(self.inner), inner_accel=self.inner_accel
+            )
         guest = QemuGuest(self.image, self.spec)
         t0 = time.monotonic()
         guest.start()
         self.guest = guest
+        assert guest.channel is not None
         try:
-            deadline = t0 + self.boot_timeout
-            while True:
-                line = guest.readline(deadline)
-                if line is None:
-                    raise AgentTimeout(
-                        f"{self.name}: agent not ready within {self.boot_timeout:g} s of boot; "
-                        f"console: {guest.console_tail()}"
-                    )
-                frame = _frame(line)
-                if frame and frame.get("type") == "serve_ready":
-                    self.agent_version = frame.get("agent_version")
-                    break
+            if not self._wait_ready(guest, t0):
+                raise AgentTimeout(
+                    f"{self.name}: agent not ready within {self.boot_timeout:g} s of boot; "
+                    f"console: {guest.console_tail()}"
+                )
+            self.agent_version = guest.channel.agent_version
+        except TargetError as exc:
+            blocker = _KVM_BLOCKER.search(guest.console_text())
+            self.close()
+            if blocker:
+                raise TargetError(
+                    f"{self.name}: nested KVM unavailable in {blocker[1]}: {blocker[2].strip()}"
+                ) from None
+            raise exc from None
         except BaseException:
             self.close()
             raise
         self.boot_seconds = time.monotonic() - t0
 
+    def _wait_ready(self, guest: QemuGuest, t0: float) -> bool:
+        """Wait for the measured agent's ``serve_ready``; on the way, note when each host
+        side's agent got ready (``boot_seconds_by_level``: when that level had booted)."""
+        assert guest.channel is not None
+        deadline = t0 + self.boot_timeout
+        levels = self._host_levels()
+        pending = {port: ch for port, ch in guest.host_channels.items() if port in levels}
+        self.boot_seconds_by_level = {}
+        while time.monotonic() < deadline:
+            for port, channel in list(pending.items()):
+                if channel.wait_ready(time.monotonic() + 0.05):
+                    self.boot_seconds_by_level[levels[port]] = round(time.monotonic() - t0, 3)
+                    del pending[port]
+            step = time.monotonic() + (0.2 if pending else 5.0)
+            if guest.channel.wait_ready(min(deadline, step)):
+                self.boot_seconds_by_level[self.level] = round(time.monotonic() - t0, 3)
+                return True
+        return False
+
+    def _host_levels(self) -> dict[str, str]:
+        """Host-side port -> the level whose agent serves it."""
+        out = {}
+        for port in self.spec.host_ports:
+            if port == "vmtax-host":
+                out[port] = "L1"
+            elif port.startswith("vmtax-host."):
+                out[port] = f"L{int(port.rsplit('.', 1)[1]) + 1}"
+        return out
+
     def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
         self.prepare()
-        guest = self.guest
-        assert guest is not None
-        guest.send([str(a) for a in args])
+        assert self.guest is not None and self.guest.channel is not None
+        yield from self._serve(self.guest.channel, args, timeout, self)
+
+    def _serve(
+        self, channel: AgentChannel, args: list[str], timeout: float, caller: Target
+    ) -> Iterator[str]:
+        """One serve request on ``channel`` (``caller`` gets its ``last_stderr``); the
+        guest goes when the agent does not answer in time (it cannot be interrupted over the
+        channel) or the channel breaks."""
         deadline = time.monotonic() + timeout
         try:
-            while True:
-                line = guest.readline(deadline)
-                if line is None:
-                    # The agent cannot be interrupted over the channel: the guest goes.
-                    tail = guest.console_tail()
-                    self.close()
-                    raise AgentTimeout(
-                        f"{self.name}: agent did not finish within {timeout:g} s; guest killed; "
-                        f"console: {tail}"
-                    )
-                frame = _frame(line)
-                if frame is None:
-                    yield line
-                elif frame.get("type") == "serve_done":
-                    self.last_stderr = str(frame.get("stderr_tail") or "")
+            if not channel.wait_ready(deadline):
+                raise AgentTimeout(f"{self.name}: agent on a port of the guest never got ready")
+            for item in channel.request(args, deadline):
+                if isinstance(item, dict):
+                    caller.last_stderr = str(item.get("stderr_tail") or "")
                     return
+                yield item
+            tail = channel.guest.console_tail()
+            self.close()
+            raise AgentTimeout(
+                f"{self.name}: agent did not finish within {timeout:g} s; guest killed; "
+                f"console: {tail}"
+            )
         except TargetError:
             self.close()
             raise
+
+    def host_sides(self) -> dict[str, Target]:
+        """The machines whose KVM runs this target's guests, by their level: where exits
+        are counted. Each value is a Target whose ``run_agent(args, timeout)`` runs
+        ``vmtax-probe ARGS`` as root on that level (tracefs at /sys/kernel/tracing).
+
+        - an L1 guest under this machine's KVM: ``{"L0": LocalTarget}`` (this machine);
+        - L2 under ``inner_accel="kvm"``: ``{"L1": ...}`` (L1's KVM runs L2);
+        - L3 under ``inner_accel="kvm"``: ``{"L1": ..., "L2": ...}`` (L2's KVM runs L3 on
+          L1's KVM, which sees L3's exits multiplied);
+        - anything under TCG: ``{}`` (an emulator has no VM exits to count).
+
+        The guest level ones share this target's guest (they boot it if needed and go with
+        it); a request there can run while the measured agent runs, since each level's
+        agent has its own port."""
+        if self.spec.accel == "kvm" and not self.inner:
+            from vmtax.targets.local import LocalTarget
+
+            return {"L0": LocalTarget(level="L0")}
+        if self.inner_accel != "kvm" or not self.inner:
+            return {}
+        return {level: HostSide(self, port, level) for port, level in self._host_levels().items()}
 
     def labels(self) -> dict[str, str]:
         return {
@@ -432,10 +591,13 @@ class QemuTarget(Target):
             out["vcpu_pinning"] = {str(k): v for k, v in self.guest.pinning.items()}
         if self.inner:
             out["inner_levels"] = [
-                {"vcpus": c, "memory_mb": m, "accel": "tcg", "pinned": False} for c, m in self.inner
+                {"vcpus": c, "memory_mb": m, "accel": self.inner_accel, "pinned": False}
+                for c, m in self.inner
             ]
         if self.boot_seconds is not None:
             out["boot_seconds"] = round(self.boot_seconds, 3)
+        if len(self.boot_seconds_by_level) > 1:
+            out["boot_seconds_by_level"] = dict(self.boot_seconds_by_level)
         if self.agent_version:
             out["guest_agent_version"] = self.agent_version
         return out
@@ -451,6 +613,34 @@ class QemuTarget(Target):
                     if guest.proc is not None:
                         guest.proc.wait(timeout=3)
             guest.stop()
+
+
+class HostSide(Target):
+    """The agent on a hypervisor level inside a QemuTarget's guest (L1, or L2 of an L3
+    stack): root, not PID 1, serving its own virtio-serial port (``vmtax-host`` in that
+    level). Same serve protocol as the measured agent (docs/contract.md)."""
+
+    def __init__(self, owner: QemuTarget, port: str, level: str) -> None:
+        self.owner = owner
+        self.port = port
+        self.level = level
+        self.name = f"{owner.name}-host-{level}"
+
+    def prepare(self) -> None:
+        self.owner.prepare()
+
+    def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
+        self.prepare()
+        guest = self.owner.guest
+        assert guest is not None
+        channel = guest.host_channels[self.port]
+        yield from self.owner._serve(channel, args, timeout, self)
+
+    def labels(self) -> dict[str, str]:
+        return {"level": self.level}
+
+    def provenance(self) -> dict[str, Any]:
+        return {"target": self.name, "port": self.port, "guest_of": self.owner.name}
 
 
 def run_oneshot(

@@ -1,0 +1,167 @@
+"""The nested-KVM testbed: a TCG L1 (-cpu max, so it sees AMD SVM) inserts kvm_amd nested=1
+and boots L2 under its own KVM; L2 does the same for L3. Real QEMU, real KVM inside it.
+
+The L2 tests boot one L1+L2 stack (a few minutes on a loaded 2-core machine) and are in the
+default run; L3 (many minutes) and the CLI end to end are slow tests (VMTAX_SLOW=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Iterator
+
+import pytest
+
+from vmtax.errors import UsageError
+from vmtax.targets.base import TargetError
+from vmtax.targets.levels import KVM_TESTBED_SIZES, level_targets
+from vmtax.targets.qemu import GuestSpec, QemuTarget
+
+slow = pytest.mark.skipif(
+    os.environ.get("VMTAX_SLOW") != "1", reason="boots L3 or a whole run (minutes); VMTAX_SLOW=1"
+)
+
+
+def _cpuid_seconds(lines: list[str]) -> float:
+    """Seconds per CPUID: the median over the runs of 1 / ops_per_sec."""
+    rates = [
+        json.loads(ln)["ops_per_sec"]
+        for ln in lines
+        if ln.startswith('{"type":"run_summary"') and json.loads(ln)["ops_per_sec"]
+    ]
+    assert rates, lines[-3:]
+    return 1.0 / statistics.median(rates)
+
+
+def _hypervisor(target, timeout: float = 300) -> dict:
+    (line,) = [ln for ln in target.run_agent(["env", "--format", "json"], timeout) if ln]
+    return json.loads(line)["hypervisor"]
+
+
+def test_kvm_testbed_levels_are_labelled_honestly_and_differ_by_level(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    l0, l1, l2, l3 = level_targets(["L0", "L1", "L2", "L3"], accel="tcg", inner_accel="kvm")
+    labels = {t.level: t.labels() for t in (l1, l2, l3)}
+    assert labels["L1"]["accel"] == "tcg" and "kvm_on" not in labels["L1"]
+    assert (labels["L2"]["accel"], labels["L2"]["kvm_on"]) == ("kvm", "tcg-svm")
+    assert (labels["L3"]["accel"], labels["L3"]["kvm_on"]) == ("kvm", "kvm-nested-svm")
+    assert len({json.dumps(v, sort_keys=True) for v in labels.values()}) == 3
+    # Every stack starts from the same TCG L1 (-cpu max, two vCPUs, 4 GiB).
+    for t in (l1, l2, l3):
+        assert (t.spec.accel, t.spec.cpu, t.spec.vcpus, t.spec.memory_mb) == (
+            "tcg",
+            None,
+            *KVM_TESTBED_SIZES["L1"],
+        )
+    assert l3.inner == [KVM_TESTBED_SIZES["L2"], KVM_TESTBED_SIZES["L3"]]
+    assert {"vmtax_accel=kvm", "vmtax_level=1"} <= set(l3.spec.extra_append)
+    assert l3.spec.host_ports == ("vmtax-host", "vmtax-host.1")
+    prov = l3.provenance()
+    assert prov["accel_stack"] == ["tcg", "kvm", "kvm"] and prov["image_mode"] == "nested3-kvm"
+    assert [lv["accel"] for lv in prov["inner_levels"]] == ["kvm", "kvm"]
+    # The host sides: none for a TCG guest, L1 for L2, L1 and L2 for L3.
+    assert l1.host_sides() == {} and l0.level == "L0"
+    assert list(l2.host_sides()) == ["L1"] and list(l3.host_sides()) == ["L1", "L2"]
+    assert l3.host_sides()["L2"].port == "vmtax-host.1"
+
+
+def test_inner_accel_is_checked(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    with pytest.raises(UsageError, match="inner accelerator"):
+        level_targets(["L2"], accel="tcg", inner_accel="xen")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    bad = cli("run", "--levels", "L1,L2", "--inner-accel", "hvf", "--db", db)
+    assert bad.returncode == 2 and "--inner-accel must be kvm or tcg" in bad.stderr
+    flat = cli("run", "--levels", "L0,L1", "--inner-accel", "kvm", "--db", db)
+    assert flat.returncode == 2 and "needs a nested level" in flat.stderr
+
+
+def test_a_cpu_without_svm_is_a_one_line_blocker(tmp_path, monkeypatch):
+    # -cpu max,svm=off under TCG has no svm flag: L1's init says so and powers off, before any L2.
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    spec = GuestSpec(vcpus=1, memory_mb=1024, accel="tcg", cpu="max,svm=off", pin=False)
+    target = QemuTarget("L2", spec, inner=[(1, 512)], inner_accel="kvm", boot_timeout=300)
+    with pytest.raises(TargetError) as info:
+        target.prepare()
+    message = str(info.value)
+    assert message.startswith("qemu-L2: nested KVM unavailable in L1: this CPU shows no svm flag")
+    assert "\n" not in message and not target.guest
+
+
+@pytest.fixture(scope="module")
+def l2(tmp_path_factory) -> Iterator[QemuTarget]:
+    os.environ.setdefault("VMTAX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    (target,) = level_targets(["L2"], accel="tcg", inner_accel="kvm")
+    try:
+        target.prepare()
+        yield target
+    finally:
+        target.close()
+
+
+def test_l2_runs_under_l1s_kvm_and_cpuid_is_a_real_exit(l2):
+    hv = _hypervisor(l2)
+    assert hv["signature"] == "KVMKVMKVM", hv  # L1's KVM, not TCG
+    host = l2.host_sides()["L1"]
+    assert _hypervisor(host)["signature"] == "TCGTCGTCGTCG"  # L1 itself runs under TCG
+    at_l2 = _cpuid_seconds(list(l2.run_agent(["run", "cpuid", "--runs", "3"], 300)))
+    at_l1 = _cpuid_seconds(list(host.run_agent(["run", "cpuid", "--runs", "3"], 300)))
+    # TCG emulates CPUID in tens of ns; at L2 it exits to L1's KVM (tens of microseconds).
+    # (A run's ops/s also counts the timing around each CPUID, about 1 us under TCG.)
+    assert at_l2 > 5e-6 and at_l2 > 10 * at_l1, (at_l2, at_l1)
+    booted = l2.provenance()["boot_seconds_by_level"]
+    assert 0 < booted["L1"] < booted["L2"], booted
+    print(f"cpuid: L1 {at_l1 * 1e9:.0f} ns, L2 {at_l2 * 1e6:.1f} us", flush=True)
+
+
+def test_the_host_side_answers_beside_the_measured_agent(l2):
+    # The host agent has its own port: a request there while the guest's agent is mid-run.
+    host = l2.host_sides()["L1"]
+    run = l2.run_agent(["run", "cpuid", "--runs", "2"], 300)
+    first = next(run)
+    assert first.startswith('{"type":"header"')
+    probes = list(host.run_agent(["list", "--format", "json"], 120))
+    assert any("cpuid" in ln for ln in probes) and host.last_stderr == ""
+    assert list(run)[-1].startswith('{"type":"end"')
+
+
+@slow
+def test_l3_runs_under_l2s_kvm_and_both_host_sides_answer(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    (l3,) = level_targets(["L3"], accel="tcg", inner_accel="kvm")
+    try:
+        assert _hypervisor(l3, 3600)["signature"] == "KVMKVMKVM"
+        sides = l3.host_sides()
+        assert _hypervisor(sides["L1"])["signature"] == "TCGTCGTCGTCG"
+        assert _hypervisor(sides["L2"])["signature"] == "KVMKVMKVM"
+        at_l3 = _cpuid_seconds(list(l3.run_agent(["run", "cpuid", "--runs", "3"], 900)))
+        at_l2 = _cpuid_seconds(list(sides["L2"].run_agent(["run", "cpuid", "--runs", "3"], 600)))
+        assert at_l3 > 3 * at_l2 > 15e-6, (at_l3, at_l2)
+        print(
+            f"boot {l3.boot_seconds:.0f} s; cpuid: L2 {at_l2 * 1e6:.1f} us, "
+            f"L3 {at_l3 * 1e6:.1f} us",
+            flush=True,
+        )
+    finally:
+        l3.close()
+
+
+@slow
+def test_run_levels_l1_l2_inner_kvm_stores_honest_configurations(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path / "cache"))
+    from vmtax.store import Store
+
+    db = f"sqlite:///{tmp_path / 'kvm.db'}"
+    args = ["--levels", "L1,L2", "--inner-accel", "kvm", "--probe", "cpuid", "--runs", "3"]
+    done = cli("run", *args, "--db", db)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = Store.open(db).runs()
+    assert (runs["status"] == "ok").all()
+    accel = {r.level: r.labels["accel"] for r in runs.itertuples()}
+    assert accel == {"L1": "tcg", "L2": "kvm"}
+    compare = cli("compare", "--baseline", "level=L1", "--db", db, "--format", "json")
+    assert compare.returncode == 0, compare.stderr[-2000:]
+    rows = json.loads(compare.stdout)["rows"]
+    assert any(r["level"].startswith("L2") and r["probe"] == "cpuid" for r in rows)

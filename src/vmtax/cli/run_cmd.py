@@ -332,11 +332,11 @@ def _finish(store: Any, exp_id: int, *, status: str) -> None:
     from vmtax.cli.results_cmd import out_console, print_table
 
     print_table(out_console(), store, exp_id)
-    after_run(store, exp_id)  # the report, written beside the table (VMTAX_RUN_REPORT)
     from vmtax.sampling.outcome import lines as precision_lines
 
     for line in precision_lines(store, exp_id):  # adaptive sampling: who missed the target
         typer.echo(line)
+    after_run(store, exp_id)  # the report, written beside the table (VMTAX_RUN_REPORT)
     typer.echo(f"experiment {exp_id}")
     del status
 

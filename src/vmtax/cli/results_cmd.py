@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,12 +80,25 @@ def show_cmd(
 def export_cmd(
     experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
-    fmt: Annotated[str, typer.Option("--format", help="csv | json | parquet")] = "csv",
+    fmt: Annotated[str, typer.Option("--format", help="parquet | csv | json")] = "parquet",
+    samples: Annotated[
+        bool | None,
+        typer.Option(
+            "--samples/--no-samples",
+            help="Also write every raw sample beside the runs (default: with parquet only).",
+        ),
+    ] = None,
     db: DbOption = None,
 ) -> None:
-    """Export one experiment's runs and raw samples to a file.
+    """Export one experiment: one row per run, and its raw samples beside it.
 
-    Example: vmtax results export latest --format parquet -o runs.parquet
+    Parquet (the default) writes the samples too, at a few bytes each. CSV and JSON take
+    tens to hundreds of bytes a sample, so they write the run-level rows unless --samples is
+    given; the size is estimated before anything is written.
+
+    Example: vmtax results export latest -o runs.parquet
+
+    Example: vmtax results export latest --format csv --samples -o runs.csv
     """
     if fmt not in ("csv", "json", "parquet"):
         raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
@@ -91,8 +106,48 @@ def export_cmd(
 
     store = _open(db)
     exp_id = experiment_id(store, experiment)
-    written = exporter.export(store, exp_id, fmt, output)
+    with_samples = fmt == "parquet" if samples is None else samples
+    n, size = exporter.estimate(store, exp_id, fmt)
+    err = Console(stderr=True, highlight=False)
+    if with_samples:
+        err.print(f"exporting {n:,} samples: about {_size(size)} as {fmt}", markup=False)
+    elif n:
+        err.print(
+            f"run-level rows only; the {n:,} raw samples would take about {_size(size)} as "
+            f"{fmt} (add --samples, or use --format parquet: about "
+            f"{_size(n * exporter.BYTES_PER_SAMPLE['parquet'])})",
+            markup=False,
+        )
+    with _export_progress(err) as progress:
+        written = exporter.export(
+            store, exp_id, fmt, output, samples=with_samples, progress=progress
+        )
     typer.echo(f"wrote {written if written else output}")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if nbytes < 1000 or unit == "GB":
+            return f"{nbytes:,.0f} {unit}" if unit == "B" else f"{nbytes:,.1f} {unit}"
+        nbytes /= 1000
+    return f"{nbytes:,.1f} GB"
+
+
+@contextlib.contextmanager
+def _export_progress(err: Console) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of samples written, on a terminal; nothing otherwise."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("samples", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def experiment_id(store: Any, ref: str) -> int:

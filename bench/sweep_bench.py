@@ -9,7 +9,8 @@ wall time is the floor set by the timings themselves (4 steps x 40 s of windows)
 It prints each sweep's table, the knee, and the load average before and after (the machine
 may be shared; other load raises host CPU utilisation and lowers the guests' throughput).
 
-Run: python bench/sweep_bench.py   (VMTAX_PROBE names the agent; the store is temporary)
+Run: python bench/sweep_bench.py [STORE]   (VMTAX_PROBE names the agent; without STORE the
+store is temporary)
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def line(name: str, data: dict) -> str:
 def main() -> None:
     print(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
-        db = str(Path(tmp) / "bench.db")
+        db = sys.argv[1] if len(sys.argv) > 1 else str(Path(tmp) / "bench.db")
         t_l1, l1 = sweep(db)
         t_l0, l0 = sweep(db, "--level", "L0")
     print(f"load average after: {os.getloadavg()}")

@@ -110,7 +110,9 @@ def test_l0_sweep_commits_every_step_with_its_samples(store):
     samples = sweep_store.samples(store, list(rows["id"]))
     window = samples[samples["phase"] == "window"]
     assert len(window) == 3 * 3 and len(samples) == 3 * 4
-    assert (window["throughput"] > 0).all() and (window["transactions"] > 0).all()
+    # Every step measured something (an interval may be empty on a busy machine).
+    per_step = window.groupby("step_id")["transactions"].sum()
+    assert len(per_step) == 3 and (per_step > 0).all() and (window["throughput"] >= 0).all()
     assert window["host_util"].between(0, 1).all()
     assert store.experiment(exp)["status"] == "ok"
 
@@ -201,3 +203,26 @@ def test_cli_usage_errors_are_one_line(cli, tmp_path):
         assert res.stderr.startswith("vmtax: error: ") and len(res.stderr.splitlines()) == 1
     res = cli("sweep", "show", "latest", "--db", db)
     assert res.returncode == 1 and "no sweep" in res.stderr
+
+
+def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
+    db = str(tmp_path / "r.db")
+    spec = _spec(ratios=(0.5, 1.0, 1.5))
+    with Store.open(db) as store:
+        exp = _experiment(store, spec)
+
+        def stop_after_first(outcome):
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            SweepRunner(store, spec, local_factory(spec), level="L0",
+                        on_step=stop_after_first).execute(exp)  # fmt: skip
+    res = cli("sweep", "--resume", str(exp), "--db", db)
+    assert res.returncode == 0, res.stderr
+    assert "step 1/" not in res.stderr and "step 2/3" in res.stderr and "step 3/3" in res.stderr
+    with Store.open(db) as store:
+        rows = sweep_store.steps(store, exp)
+        assert list(rows["step_index"]) == [0, 1, 2] and set(rows["status"]) == {"ok"}
+        assert store.experiment(exp)["status"] == "ok"
+    res = cli("sweep", "--resume", "999", "--db", db)
+    assert res.returncode == 1 and "no experiment 999" in res.stderr

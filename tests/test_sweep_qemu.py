@@ -42,5 +42,6 @@ def test_qemu_guest_failing_to_boot_at_step_2_keeps_step_1(store: Store, cache):
     assert len(window) == 3 and (window["throughput"] > 0).all()
     # Host-side figures of a real QEMU process: its CPU share, RSS and run-queue wait.
     assert (window["guest_util"] > 0).all() and (window["rss_mb"] > 10).all()
-    assert window["vcpu_wait"].notna().all()
+    # One vCPU thread per guest: its wait is a fraction of its time.
+    assert window["vcpu_wait"].between(0, 1).all()
     assert rows["detail"].iloc[0]["guests"][0]["qemu_argv"]

@@ -86,9 +86,19 @@ def findings(summary: SweepSummary) -> list[str]:
             if f["kind"] == "saturated"
             else "CPU is left idle (the limit is not the CPUs)"
         )
+        guests = [
+            s.guest_util
+            for s in summary.steps
+            if s.ratio in f["ratios"] and s.status == "ok" and s.guest_util is not None
+        ]
+        share = (
+            f", of which the guests' QEMU processes used {100 * sum(guests) / len(guests):.1f}%"
+            if guests
+            else ""
+        )
         out.append(
             f"After the knee host CPU utilisation averages {100 * f['utilisation']:.1f}% "
-            f"({100 * f['low']:.1f} to {100 * f['high']:.1f}%): flat because {why}."
+            f"({100 * f['low']:.1f} to {100 * f['high']:.1f}%){share}: flat because {why}."
         )
     r = summary.resp_rise_ratio
     out.append(

@@ -37,13 +37,15 @@ class QemuGuests:
     def __call__(self, size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
         from vmtax.targets.qemu import GuestSpec, QemuTarget
 
-        extra: tuple[str, ...] = ()
+        # Named vCPU threads ("CPU n/TCG"), so their run-queue wait can be told apart from
+        # QEMU's other threads (QEMU merges this -name with its own).
+        extra: tuple[str, ...] = ("-name", "debug-threads=on")
         if self.file_backed:
             if self.ram_dir is None:
                 self.ram_dir = Path(tempfile.mkdtemp(prefix="vmtax-sweep-ram-", dir="/var/tmp"))
             self._made += 1
             ram = self.ram_dir / f"guest{self._made}.ram"
-            extra = (
+            extra += (
                 "-object",
                 f"memory-backend-file,id=vmtax-ram,size={memory_mb}M,mem-path={ram},share=on",
                 "-machine",

@@ -5,11 +5,15 @@ fingerprint and timer calibration, the warm-up, reading and storing the stream. 
 part is measured once before the plan is made (the time the agent takes to print its
 fingerprint, which every run repeats) and recorded with the choice.
 
-- Long enough to amortise the fixed part: at least that fixed part (so at least half of
-  each run's time is measuring), and never under MIN_DURATION_S (the agent's clock check
-  runs at most every 1024 iterations, and per-operation probes need thousands of values).
 - Short enough to give many runs: the budget shared by every entry and target should give
-  each PLANNED_RUNS runs (a look after the STOP_FLOOR and room for one or two more).
+  each PLANNED_RUNS runs (a look after the STOP_FLOOR and room for one or two more). On a
+  virtual machine the spread of run means comes mostly from between runs (the host's
+  scheduling and clock states), so more runs narrow the interval of the mean over runs
+  where longer ones do not (bench/cpuid_precision.py: 20 runs of 35 ms, not longer runs).
+- Long enough to amortise the fixed part and the timer: at least AMORTISE of the fixed
+  part (so at least a fifth of each run's time is measuring), and never under
+  MIN_DURATION_S (the agent reads its clock at most every 1024 iterations; 30 ms hold
+  thousands of values of every per-operation probe).
 - Never longer than the suite's own duration for the entry (its upper bound).
 """
 
@@ -19,7 +23,8 @@ from typing import Any
 
 from vmtax.sampling.design import STOP_FLOOR
 
-MIN_DURATION_S = 0.02
+MIN_DURATION_S = 0.03
+AMORTISE = 0.25
 PLANNED_RUNS = 2 * STOP_FLOOR
 
 
@@ -43,7 +48,7 @@ def choose(
             duration = ceiling
             why = "no budget: the suite's duration"
         else:
-            floor = max(MIN_DURATION_S, overhead_s)
+            floor = max(MIN_DURATION_S, AMORTISE * overhead_s)
             duration = max(floor, share - overhead_s)
             why = (
                 f"budget {budget_s:g} s / ({len(entries)} entries x {targets} targets x "

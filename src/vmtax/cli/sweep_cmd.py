@@ -153,7 +153,7 @@ def sweep(
         total = len(spec.ratios)
 
         def on_step(o: object) -> None:
-            from vmtax.sweep.run import StepOutcome
+            from vmtax.sweep.run import StepOutcome, throughput_unit
 
             assert isinstance(o, StepOutcome)
             window = [s for s in o.samples if s["phase"] == "window"]
@@ -164,7 +164,7 @@ def sweep(
             p95 = o.detail.get("resp_p95_s") or float("nan")
             typer.echo(
                 f"step {o.index + 1}/{total} {o.ratio:g}:1 {o.status}: {mean:,.0f} "
-                f"{spec.workload} events/s, p95 {p95:.3g} s, "
+                f"{throughput_unit(spec)}, p95 {p95:.3g} s, "
                 f"host CPU {cpu:.0f}%",
                 err=True,
             )

@@ -49,7 +49,7 @@ class SweepError(VmtaxError):
 class Transaction:
     t: float  # host monotonic time the record arrived
     guest: int
-    events: int
+    events: float  # probe events, or MiB for the memory workload (its block grows per step)
     wall_s: float
     steal_ticks: int | None
 
@@ -93,6 +93,16 @@ def memory_block_kb(memory_mb: int) -> int:
     return 1 << (usable_kb.bit_length() - 1)
 
 
+def work_per_event(spec: SweepSpec, guest: Guest) -> float:
+    """What one event counts for in the throughput: 1, or for the memory workload the MiB
+    of its block, so that steps with bigger guests (and blocks) stay comparable."""
+    return memory_block_kb(guest.memory_mb) / 1024 if spec.workload == "memory" else 1.0
+
+
+def throughput_unit(spec: SweepSpec) -> str:
+    return "MiB/s written" if spec.workload == "memory" else f"{spec.workload} events/s"
+
+
 class Client(threading.Thread):
     """One closed-loop client driving the agent in one guest until ``end``."""
 
@@ -112,6 +122,7 @@ class Client(threading.Thread):
                     return
                 args = workload_args(self.spec, self.guest, left)
                 target = self.guest.target
+                per_event = work_per_event(self.spec, self.guest)
                 got = 0
                 for line in target.run_agent(args, left + END_GRACE_S):
                     if '"run_summary"' not in line[:40]:
@@ -122,7 +133,7 @@ class Client(threading.Thread):
                         Transaction(
                             time.monotonic(),
                             self.index,
-                            int(rec["n"]),
+                            int(rec["n"]) * per_event,
                             float(rec["wall_s"]),
                             rec.get("steal_ticks"),
                         )

@@ -16,6 +16,7 @@ from vmtax.stats.describe import mean_interval
 from vmtax.stats.knee import classify_flat, find_knee, response_rise, slo_check
 from vmtax.store import Store
 from vmtax.sweep import store as sweep_store
+from vmtax.sweep.run import throughput_unit
 from vmtax.sweep.spec import SweepSpec
 
 
@@ -171,7 +172,7 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
         experiment_id=experiment_id,
         status=str(exp.get("status")),
         spec=plan["sweep"],
-        throughput_unit=f"{spec.workload} events/s",
+        throughput_unit=throughput_unit(spec),
         steps=figures,
         knee=fit.knee.as_dict() if fit.knee else None,
         knee_shape=fit.shape,

@@ -216,3 +216,42 @@ def test_exits_cli_on_stored_profiles_and_its_errors(cli, tmp_path):
     none = cli("exits", "latest", "--db", empty)
     assert none.returncode == 1 and "has no exit profiles" in none.stderr
     assert none.stderr.count("\n") == 1
+
+
+def test_reports_get_an_exit_profile_section_when_profiles_exist(cli, tmp_path):
+    from vmtax.store import Store
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with Store.open(url) as s:
+        exp, cfgs = _experiment(s)
+        for i in range(2):
+            save_profile(s, _run(s, cfgs["L2"], exp, i), "L1", _profile(1200, 10))
+            save_profile(s, _run(s, cfgs["L3"], exp, 10 + i), "L1", _profile(9600, 80))
+    html = tmp_path / "r.html"
+    res = cli("report", "exp=latest", "--db", url, "-o", str(html), "--resamples", "200")
+    assert res.returncode == 0, res.stderr
+    page = html.read_text()
+    assert 'id="fig-exits-cpuid"' in page and "cpuid: VM exits by reason" in page
+    assert "Instruction emulation" in page and 'id="fig-ref-exits"' in page
+    md = tmp_path / "r.md"
+    res = cli("report", "exp=latest", "--db", url, "-o", str(md), "--format", "markdown",
+              "--resamples", "200")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    text = md.read_text()
+    assert "### cpuid: VM exits by reason" in text
+    assert "| cpuid | Instruction emulation | L3 accel=kvm | 9,600 |" in text
+    assert "exits-cpuid" in text  # the figure's PNG
+
+
+def test_reports_without_profiles_have_no_exit_section(cli, tmp_path):
+    from vmtax.store import Store
+
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    with Store.open(url) as s:
+        exp, cfgs = _experiment(s)
+        _run(s, cfgs["L2"], exp, 0)
+        _run(s, cfgs["L3"], exp, 1)
+    html = tmp_path / "n.html"
+    res = cli("report", "exp=latest", "--db", url, "-o", str(html), "--resamples", "200")
+    assert res.returncode == 0, res.stderr
+    assert "VM exits by reason" not in html.read_text()

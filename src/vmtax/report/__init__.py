@@ -43,7 +43,7 @@ def write_report(
 
     ``progress`` is called with the name of each step as it starts (loading, statistics,
     timing artifacts, figures, writing)."""
-    from vmtax.report import analysis, inputs
+    from vmtax.report import analysis, exits, inputs
 
     step = progress or (lambda _name: None)
     step("loading runs and samples")
@@ -55,6 +55,7 @@ def write_report(
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
     data = inputs.load(store, selectors, baseline, command)
+    data.extra["exit_profiles"] = exits.load(store, data.runs["experiment_id"])
     data.extra["progress"] = step
     model = analysis.build(data, resamples=resamples, seed=seed)
     model.sweeps = sweeps

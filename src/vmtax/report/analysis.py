@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from vmtax.errors import UsageError
-from vmtax.report import figures, prediction, refdata, words
+from vmtax.report import exits, figures, prediction, refdata, words
 from vmtax.report.compare_format import fmt_ci, fmt_p, fmt_ratio
 from vmtax.report.inputs import ReportInput
 from vmtax.report.terminal import P95_NOTE, p95_below_mean
@@ -68,6 +68,7 @@ class ReportModel:
     #: Overcommitment sweeps among the selected experiments (report/sweep.py Section).
     sweeps: tuple[Any, ...] = ()
     prediction: Table | None = None  # the nested-cost model's table (report/prediction.py)
+    exit_tables: list[Table] = field(default_factory=list)  # report/exits.py
 
 
 def _config_order(runs: pd.DataFrame) -> list[str]:
@@ -150,6 +151,8 @@ def build(
     sweep = _sweep(described, ok)
     if sweep is not None:
         figs.append(sweep)
+    exit_figs, exit_tables = exits.section(data.extra.get("exit_profiles"))
+    figs.extend(exit_figs)
     figs.extend(_reference_figures())
     from vmtax.report.apps import study_c_table  # imports this module's Table
 
@@ -169,6 +172,7 @@ def build(
         report_command=shlex.join(data.command) if data.command else "",
         warnings=warnings,
         prediction=prediction.table(data, seed=seed),
+        exit_tables=exit_tables,
     )
 
 

@@ -1,0 +1,85 @@
+"""The report's exit-profile section: study E's stacked bars by reason group per
+configuration (normalised to the first configuration's total, drawn by
+``figures.exit_reasons``, the same code as the reference figure) and the per-reason table.
+Present only when the selected experiments hold exit profiles (``vmtax run --exits``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from vmtax.report import figures
+from vmtax.report.exits_format import _count, _num, _time
+
+if TYPE_CHECKING:
+    from vmtax.report.analysis import FigureSpec, Table
+
+
+def load(store: Any, experiment_ids: Iterable[int]) -> pd.DataFrame:  # noqa: ANN401
+    """The exit profiles of these experiments (``hostprof.store.exit_profiles``), one frame."""
+    from vmtax.hostprof.store import exit_profiles
+
+    frames = [exit_profiles(store, int(e)) for e in dict.fromkeys(experiment_ids)]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table]]:
+    """Figures and tables of the exit-profile section; empty when there are no profiles."""
+    from vmtax.hostprof.table import table2
+    from vmtax.report.analysis import FigureSpec, Table
+
+    if profiles is None or profiles.empty or profiles["reason"].isna().all():
+        return [], []
+    figs: list[FigureSpec] = []
+    tables: list[Table] = []
+    by_group = table2(profiles, by="group")
+    by_reason = table2(profiles, by="reason")
+    for probe in dict.fromkeys(by_group["probe"]):
+        groups = by_group[(by_group["probe"] == probe) & (by_group["row"] != "total")]
+        bars = groups[["column", "row", "share"]].set_axis(["config", "group", "value"], axis=1)
+        base = str(by_group.attrs.get("baseline", ""))
+        figs.append(
+            FigureSpec(
+                key=f"exits-{probe}",
+                section="exits",
+                title=f"{probe}: exit-handling time by reason group",
+                caption="Measured on the hypervisor that runs each configuration (its KVM, "
+                "recorded with tracefs histograms); time per run, normalised to the total of "
+                f"{base or 'the first configuration'}.",
+                figure=figures.exit_reasons(
+                    bars,
+                    title=f"{probe}: exit-handling time by group, normalised",
+                ),
+            )
+        )
+        rows = by_reason[by_reason["probe"] == probe]
+        cols = list(dict.fromkeys(rows["column"]))
+        body = []
+        for r in rows.itertuples(index=False):
+            body.append(
+                [
+                    str(r.row), str(r.group or ""), str(r.column),
+                    _count(r.count), _time(r.time_ns), _num(r.share), _num(r.per_iteration, 4),
+                ]
+            )  # fmt: skip
+        body.sort(key=lambda ln: (ln[0] == "total", ln[1], ln[0], cols.index(ln[2])))
+        incomplete = profiles[(profiles["probe"] == probe) & ~profiles["complete"]]
+        lost = (
+            f" {incomplete['run_id'].nunique()} runs have incomplete profiles."
+            if len(incomplete)
+            else ""
+        )
+        tables.append(
+            Table(
+                title=f"{probe}: VM exits by reason",
+                columns=["reason", "group", "config", "exits/run", "time/run", "share", "/iter"],
+                rows=body,
+                numeric=[False, False, False, True, True, True, True],
+                note=f"Share: of {cols[0]}'s total handling time; "
+                f"/iter: exits per probe iteration (warm-up included).{lost}",
+            )
+        )
+    return figs, tables

@@ -69,6 +69,16 @@ def test_flat_from_the_first_step_has_no_knee():
     assert classify_flat(fit.knee, ratios, [[0.9]] * 4) is None
 
 
+def test_plateau_then_decline_has_its_knee_where_the_decline_begins():
+    # Memory overcommitment of fixed guests: throughput holds, then paging drags it down.
+    rng = np.random.default_rng(9)
+    ratios = [0.5, 1.0, 1.5, 2.0, 2.5]
+    level = [100, 100, 100, 60, 25]
+    fit = find_knee(ratios, [v * (1 + 0.03 * rng.standard_normal(6)) for v in level])
+    assert fit.shape == "knee" and fit.knee.ratio == 1.5
+    assert fit.knee.low <= 1.5 <= fit.knee.high and fit.knee.slope_after < 0
+
+
 def test_too_few_steps_says_so():
     fit = find_knee([1.0, 2.0, 3.0], [[1, 2], [2, 3], [3, 3]])
     assert fit.knee is None and fit.shape == "too-few"

@@ -27,7 +27,8 @@ def zvm_db(tmp_path):
             rows = [
                 {"phase": "window", "t_s": 60.0 * (k + 1), "throughput": float(t),
                  "resp_mean_s": float(rt), "host_util": float(u), "steal": 0.01,
-                 "vcpu_wait": 0.1 * r, "per_guest": [{"guest": 1, "label": "<b>x</b>"}]}
+                 "vcpu_wait": 0.1 * r, "per_guest": [{"guest": 1, "label": "<b>x</b>"}],
+                 "memory": {"workingset_refault_file_per_s": 5120.0 if r >= 2.5 else 0.0}}
                 for k, (t, rt, u) in enumerate(
                     zip(s.throughput[i], s.response_s[i], s.utilisation[i], strict=True))
             ]  # fmt: skip
@@ -60,6 +61,7 @@ def test_markdown_and_table_carry_the_findings(cli, zvm_db):
     res = cli("sweep", "show", "1", "--format", "markdown", "--db", zvm_db)
     assert "Throughput stops scaling at 2:1" in res.stdout and "saturated" in res.stdout
     assert res.stdout.count("\n| ") == 6  # header + 5 steps
+    assert "Paging inside the memory cap begins at 2.5:1 (20 MiB/s paged back in)" in res.stdout
     res = cli("sweep", "show", "1", "--db", zvm_db)
     assert res.returncode == 0 and "3:1" in res.stdout
 

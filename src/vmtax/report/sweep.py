@@ -21,7 +21,7 @@ from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
     "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
-    "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "paged MiB/s",
+    "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "paged in MiB/s",
     "status",
 )  # fmt: skip
 
@@ -30,12 +30,14 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _paged(paging: dict[str, float] | None) -> str:
-    """Pages read and written inside the memory cap, MiB/s (4 KiB pages)."""
+def paged_in(paging: dict[str, float] | None) -> float | None:
+    """MiB/s of pages faulted back in after reclaim inside the memory cap (refaults of 4 KiB
+    pages: file-backed guest RAM read back from its file, or anonymous from swap)."""
     if not paging:
-        return "-"
-    pages = paging.get("pgpgin_per_s", 0.0) + paging.get("pgpgout_per_s", 0.0)
-    return fmt(pages * 4096 / 2**20)
+        return None
+    pages = paging.get("workingset_refault_file_per_s", 0.0)
+    pages += paging.get("workingset_refault_anon_per_s", 0.0)
+    return pages * 4096 / 2**20
 
 
 def rows(summary: SweepSummary) -> list[list[str]]:
@@ -61,7 +63,7 @@ def rows(summary: SweepSummary) -> list[list[str]]:
                 _pct(s.vcpu_wait),
                 fmt(s.rss_mb),
                 fmt(s.major_faults),
-                _paged(s.paging),
+                fmt(paged_in(s.paging)),
                 s.status if not s.error else f"{s.status}: {s.error}",
             ]
         )
@@ -112,6 +114,12 @@ def findings(summary: SweepSummary) -> list[str]:
         if slo["max_ratio"] is not None
         else f"SLO p95 <= {slo['limit_s']:g} s fails from the first step."
     )
+    paging = [s for s in summary.steps if (paged_in(s.paging) or 0) > 1.0]
+    if paging:
+        out.append(
+            f"Paging inside the memory cap begins at {paging[0].ratio:g}:1 "
+            f"({paged_in(paging[0].paging):.3g} MiB/s paged back in)."
+        )
     failed = [s for s in summary.steps if s.status != "ok"]
     if failed:
         out.append(f"Step {failed[0].ratio:g}:1 failed: {failed[0].error}")

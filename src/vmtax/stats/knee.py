@@ -14,7 +14,9 @@ sample of a steady-state window), keyed by the step's overcommit ratio.
   straight line (an F test; approximate, since ``k`` is chosen from the data), the curve was
   scaling before it (``b > 0``) and the slope after it is lower (the bootstrap interval of
   ``b - c`` lies above zero). A rise, a plateau and a drop (z/VM at 3:1) is fitted as a rise
-  and one falling segment, whose breakpoint stays at the end of the rise.
+  and one falling segment, whose breakpoint stays at the end of the rise. A plateau that
+  turns into a decline (memory overcommitment of a fixed set of guests) has its knee where
+  the decline begins.
 - **Response-time rise** (:func:`response_rise`): each step against the first with a
   one-sided Mann-Whitney U test, Holm-adjusted over the steps (``stats.significance.adjust``),
   plus a minimum relative rise of the median so a trivial but significant shift is not called
@@ -206,10 +208,14 @@ def find_knee(
         k_low = k_high = k
         drop_low = b - c
     scale = float(np.mean(np.abs(y))) or 1.0
-    if b <= 0 or abs(b) * (k - steps[0]) < 0.02 * scale:
-        return KneeFit(None, "flat", "throughput did not scale from the first step")
-    significant = p_value < alpha if math.isfinite(p_value) else b - c > 0
-    if not significant or not drop_low > 0:
+    scaled = b > 0 and b * (k - steps[0]) >= 0.02 * scale
+    significant = (p_value < alpha if math.isfinite(p_value) else b - c > 0) and drop_low > 0
+    # A plateau that turns into a decline (memory overcommitment with a fixed number of
+    # guests) is a knee too: where throughput stops holding.
+    plateau = abs(b) * (k - steps[0]) < 0.02 * scale and c < 0
+    if not significant or not (scaled or plateau):
+        if not scaled:
+            return KneeFit(None, "flat", "throughput did not scale from the first step")
         return KneeFit(
             None, "scales", f"one line fits as well as a knee (F test p = {p_value:.3g})"
         )

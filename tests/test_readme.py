@@ -1,0 +1,97 @@
+"""The README's shell blocks are the newcomer's first hour: they are run here, in order, as
+written, twice on one store (the worked example with --runs 2, so it takes minutes, not
+tens of minutes). The lines that install, test or need other machines are listed with why.
+
+The fast test checks that every line is either run or listed, and that every option a
+README line gives to vmtax exists; the slow one (VMTAX_SLOW=1) runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+VMTAX = [sys.executable, "-c", "from vmtax.cli import main; main()"]
+
+#: Commands of the README that this test does not run, by their first words, and why.
+NOT_RUN = {
+    ("pip", "install"): "installs the package (the test runs the installed one)",
+    ("./scripts/test",): "is the test suite itself",
+    ("cargo", "build"): "builds the agent (scripts/test builds the one the tests use)",
+    ("vmtax", "run", "--target"): "needs SSH hosts (tests/test_ssh_target.py has real ones)",
+    ("vmtax", "run", "--targets"): "needs a fleet file of hosts (tests/test_fleet*.py)",
+}
+
+
+def commands() -> list[list[str]]:
+    """Every command of the README's ```sh blocks, in order (``a && b`` is two commands)."""
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", README.read_text(), re.S | re.M):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            while words:
+                cut = words.index("&&") if "&&" in words else len(words)
+                out.append(words[:cut])
+                words = words[cut + 1 :]
+    return out
+
+
+def skipped(cmd: list[str]) -> str | None:
+    for prefix, why in NOT_RUN.items():
+        if tuple(cmd[: len(prefix)]) == prefix:
+            return why
+    return None
+
+
+def as_run(cmd: list[str]) -> list[str]:
+    """The command as the test runs it: `vmtax run` with --runs 2 (two runs per probe and
+    level are enough to compare; the README's defaults measure for minutes)."""
+    if cmd[:2] == ["vmtax", "run"] and "--runs" not in cmd:
+        cmd = [*cmd, "--runs", "2"]
+    return [*VMTAX, *cmd[1:]] if cmd[0] == "vmtax" else cmd
+
+
+def test_every_readme_command_is_run_or_listed_and_its_options_exist(cli):
+    cmds = commands()
+    assert any(c[:3] == ["vmtax", "compare", "exp=latest"] for c in cmds)
+    helps: dict[tuple[str, ...], str] = {}
+    for cmd in cmds:
+        if skipped(cmd):
+            continue
+        assert cmd[0] == "vmtax", f"a README command the test cannot run: {shlex.join(cmd)}"
+        sub = tuple(w for w in cmd[1:3] if not w.startswith("-") and "=" not in w)
+        sub = sub if sub[:1] in (("results",), ("refs",), ("db",)) else sub[:1]
+        if sub not in helps:
+            res = cli(*sub, "--help")
+            assert res.returncode == 0, (sub, res.stderr)
+            helps[sub] = res.stdout
+        for word in cmd:
+            if word.startswith("--"):
+                assert word.split("=")[0] in helps[sub], (shlex.join(cmd), word)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("VMTAX_SLOW") != "1",
+    reason="boots an emulated L1 guest twice and writes the reports (minutes); VMTAX_SLOW=1",
+)
+def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
+    env = {**os.environ, "VMTAX_DB": str(tmp_path / "readme.db")}
+    env.pop("VMTAX_RUN_REPORT", None)  # as a user has it: vmtax run writes its report
+    for attempt in (1, 2):
+        for cmd in commands():
+            if skipped(cmd):
+                continue
+            res = subprocess.run(as_run(cmd), cwd=tmp_path, env=env, capture_output=True,
+                                 text=True, timeout=1800)  # fmt: skip
+            assert res.returncode == 0, (attempt, shlex.join(cmd), res.stderr[-2000:])
+            if cmd[:2] == ["vmtax", "run"]:
+                assert re.search(r"^report: vmtax-report-\d+\.html", res.stdout, re.M), res.stdout
+    assert (tmp_path / "report.html").stat().st_size > 0

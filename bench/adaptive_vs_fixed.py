@@ -83,7 +83,7 @@ def trial(db: str, precision: str, seed: int) -> None:
         adaptive = half_widths(store, adaptive_exp)
         notes = precision_lines(store, adaptive_exp)
     target = float(precision.rstrip("%"))
-    both = fixed.join(adaptive, lsuffix="_fixed", rsuffix="_adaptive", how="outer")
+    both = fixed.add_suffix("_fixed").join(adaptive.add_suffix("_adaptive"), how="outer")
     print(f"load average before the trial: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"fixed 7 runs: {wall_f:.1f} s wall, {budget:.1f} s measuring; "
           f"adaptive: budget {budget:.1f} s, {wall_a:.1f} s wall")  # fmt: skip

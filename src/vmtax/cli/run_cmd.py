@@ -135,6 +135,7 @@ def run(
 
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
     """
+    _COMMAND_START[0] = time.monotonic()  # an adaptive budget counts from here
     from vmtax import runner as rn
     from vmtax.plan.plan import build_plan
     from vmtax.plan.suite import load_suite
@@ -362,12 +363,16 @@ def _sampling_options(
     return {"precision": pct, "budget": seconds, "min_runs": min_runs}
 
 
+#: When the current `vmtax run` started (monotonic), so that --budget bounds the command.
+_COMMAND_START: list[float | None] = [None]
+
+
 def _adaptive(store: Any, plan: Any, exp_id: int) -> Any:
     if not plan.sampling:
         return None
     from vmtax.sampling.adaptive import AdaptiveSampler
 
-    return AdaptiveSampler(store, plan, exp_id)
+    return AdaptiveSampler(store, plan, exp_id, started=_COMMAND_START[0])
 
 
 def _command_line(argv: list[str], db_display: str) -> list[str]:

@@ -48,7 +48,10 @@ class AdaptiveSampler:
         *,
         clock: Callable[[], float] = time.monotonic,
         sample_noise: Callable[[Target], dict[str, Any]] = noise.sample,
+        started: float | None = None,
     ) -> None:
+        """``started``: when the budget began on ``clock`` (the start of the `vmtax run`
+        command, so the budget bounds the command and not only the measuring); now if None."""
         if not plan.sampling:
             raise ValueError("the plan has no sampling settings")
         s = plan.sampling
@@ -64,7 +67,7 @@ class AdaptiveSampler:
         self._noise = sample_noise
         self._lock = threading.Lock()
         spent, top = _resume_point(store, experiment_id)
-        self._start = clock() - spent
+        self._start = (clock() if started is None else started) - spent
         self._next_index = max(len(plan.steps), top + 1)
 
     def spent(self) -> float:

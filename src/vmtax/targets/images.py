@@ -245,7 +245,14 @@ def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
     return _build("minimal", kernel_path, entries, manifest)
 
 
-QEMU_FIRMWARE = ("bios-256k.bin", "linuxboot_dma.bin", "linuxboot.bin", "kvmvapic.bin")
+#: qboot.rom: the small firmware the KVM levels boot with (see guest/init-nested).
+QEMU_FIRMWARE = (
+    "bios-256k.bin",
+    "linuxboot_dma.bin",
+    "linuxboot.bin",
+    "kvmvapic.bin",
+    "qboot.rom",
+)
 FIRMWARE_DIRS = (Path("/usr/share/qemu"), Path("/usr/share/seabios"))
 
 

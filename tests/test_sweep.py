@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -226,3 +227,36 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
         assert store.experiment(exp)["status"] == "ok"
     res = cli("sweep", "--resume", "999", "--db", db)
     assert res.returncode == 1 and "no experiment 999" in res.stderr
+
+
+def test_sigterm_stops_the_sweep_and_resume_finishes_it(tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    vmtax = shutil.which("vmtax") or str(Path(sys.executable).parent / "vmtax")
+    db = str(tmp_path / "t.db")
+    env = {**os.environ, "VMTAX_PROBE": str(find_agent())}
+    args = [vmtax, "sweep", "--level", "L0", "--steps", "0.5,1,1.5", "--warmup", "0.5",
+            "--window", "1.5", "--interval", "0.5", "--events", "10", "--max-prime", "5000",
+            "--db", db]  # fmt: skip
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, env=env)  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("step 1/3"):
+            proc.send_signal(signal.SIGTERM)  # during step 2
+            break
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, rest
+    assert "vmtax: error: interrupted" in rest
+    with Store.open(db) as store:
+        assert store.experiment(1)["status"] == "interrupted"
+        assert list(sweep_store.steps(store, 1)["step_index"]) == [0]
+    res = subprocess.run([vmtax, "sweep", "--resume", "1", "--db", db], env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    with Store.open(db) as store:
+        assert list(sweep_store.steps(store, 1)["step_index"]) == [0, 1, 2]

@@ -82,7 +82,12 @@ def main() -> None:
     # is this call's only: a process that calls main() in-process (the tests) gets its own back.
     previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if code == 130:
+            # typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM made one) inside a command
+            # into a returned 130 when not in standalone mode: still an interruption.
+            _err.print("vmtax: error: interrupted", markup=False)
+            sys.exit(130)
         sys.exit(0)
     except VmtaxError as exc:
         _err.print(f"vmtax: error: {exc.message}", markup=False)

@@ -171,7 +171,12 @@ def sweep(
 
         typer.echo(f"vmtax: sweep experiment {experiment_id}: {total} steps", err=True)
         runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
-        runner.execute(experiment_id)
+        from vmtax.cli.run_cmd import _sigterm_as_interrupt
+
+        # SIGTERM stops like Ctrl-C: guests killed, committed steps kept, experiment
+        # marked interrupted (resume with --resume).
+        with _sigterm_as_interrupt():
+            runner.execute(experiment_id)
         _show(store, experiment_id, "table")
     finally:
         store.close()

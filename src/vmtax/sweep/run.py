@@ -321,7 +321,8 @@ class SweepRunner:
         out: list[StepOutcome] = []
         status = "ok"
         try:
-            if self.spec.cap_mb:
+            # The cap holds guests; L0's agent processes are not guests and run uncapped.
+            if self.spec.cap_mb and self.level != "L0":
                 self.cap = MemoryCap(f"vmtax-sweep-{experiment_id}", self.spec.cap_mb)
             for size in self.spec.steps():
                 if size.index in done:

@@ -14,7 +14,7 @@ use std::net::TcpStream;
 pub struct Memcache;
 pub static MEMCACHE: Memcache = Memcache;
 
-static PARAMS: [ParamSpec; 6] = [
+static PARAMS: [ParamSpec; 7] = [
     ParamSpec { name: "host", default: Default::Str("127.0.0.1"), help: "server address", kind: Kind::Str },
     ParamSpec {
         name: "port",
@@ -45,6 +45,12 @@ static PARAMS: [ParamSpec; 6] = [
         default: Default::Int(1),
         help: "concurrent connections (one thread each)",
         kind: Kind::Int { min: 1, max: 256 },
+    },
+    ParamSpec {
+        name: "server",
+        default: Default::Str(""),
+        help: "memcached command line the agent starts first and stops after (no shell); empty: one is running",
+        kind: Kind::Str,
     },
 ];
 
@@ -138,6 +144,10 @@ impl Probe for Memcache {
 
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         let addr = format!("{}:{}", params.str("host"), params.int("port"));
+        let server = match params.str("server") {
+            "" => None,
+            cmd => Some(super::net::spawn_server(cmd, &addr)?),
+        };
         let mut conns = Vec::new();
         for i in 0..params.int("connections") as u64 {
             conns.push(Conn {
@@ -154,13 +164,15 @@ impl Probe for Memcache {
         for key in 0..params.int("keys") as u64 {
             conns[0].set(key).map_err(|e| format!("{addr}: {e}"))?;
         }
-        Ok(Box::new(McSession { conns, cpus: pool.cpus.clone() }))
+        Ok(Box::new(McSession { conns, cpus: pool.cpus.clone(), _server: server }))
     }
 }
 
 struct McSession {
     conns: Vec<Conn>,
     cpus: Vec<usize>,
+    // Dropped after the connections (fields drop in order): the server goes last.
+    _server: Option<super::net::Child>,
 }
 
 impl Session for McSession {

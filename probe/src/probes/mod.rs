@@ -12,6 +12,7 @@ pub mod cpu;
 #[cfg(target_arch = "x86_64")]
 pub mod cpuid;
 pub mod ctxswitch;
+pub mod exec;
 pub mod http;
 pub mod io;
 pub mod memcache;
@@ -255,6 +256,7 @@ pub fn all() -> Vec<&'static dyn Probe> {
         &relay::RELAY,
         &http::HTTP,
         &memcache::MEMCACHE,
+        &exec::EXEC,
     ]
 }
 

@@ -280,6 +280,49 @@ pub fn ensure_loopback() {
     }
 }
 
+/// A server the agent starts itself (where nobody else can: a guest whose init is the
+/// agent), killed and reaped when dropped.
+pub struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `cmd` (split on spaces, no shell) and wait until it accepts on `addr`; an error
+/// quotes the last line it wrote on stderr.
+pub fn spawn_server(cmd: &str, addr: &str) -> Result<Child, String> {
+    ensure_loopback();
+    let argv: Vec<&str> = cmd.split_whitespace().collect();
+    let prog = *argv.first().ok_or("`server` names no program")?;
+    let child = std::process::Command::new(prog)
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {prog}: {e}"))?;
+    let mut child = Child(child);
+    let deadline = mono_ns() + 20_000_000_000;
+    while mono_ns() < deadline {
+        if TcpStream::connect(addr).is_ok() {
+            return Ok(child);
+        }
+        if let Ok(Some(status)) = child.0.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = child.0.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)");
+            return Err(format!("{prog} did not start ({status}): {}", last.trim()));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Err(format!("{prog} did not accept on {addr} within 20 s"))
+}
+
 /// A listener on a free loopback port.
 pub fn listen_loopback() -> Result<TcpListener, String> {
     ensure_loopback();

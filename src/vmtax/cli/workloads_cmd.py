@@ -43,7 +43,7 @@ def workloads(
                 "presets": w.presets,
                 "needs": list(w.needs),
                 "missing": missing,
-                "runs_in_guests": w.agent_only,
+                "runs_in_guests": w.agent_only or bool(w.guest_binaries),
             }
         )
     if fmt == "json":
@@ -57,7 +57,7 @@ def workloads(
         params = ", ".join(
             f"{p['name']}={p['default']}" for p in r["params"] if p["name"] != "preset"
         )
-        where = "any level (agent only)" if r["runs_in_guests"] else "L0 (server here)"
+        where = "any level" if r["runs_in_guests"] else "L0 (server here)"
         if r["missing"]:
             where += f"; missing: {', '.join(r['missing'])}"
         table.add_row(

@@ -225,6 +225,15 @@ def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[st
     return Image(kind, digest, target, manifest)
 
 
+#: Programs every minimal image carries besides the agent, each at its own path with the
+#: libraries it loads (ldd). vmtax.workloads adds the servers and tools its workloads run in
+#: guests; a path missing on this machine is skipped.
+EXTRA_BINARIES: list[str] = []
+#: Small files every minimal image carries, by path inside the image (e.g. ``etc/passwd``
+#: for a server that switches to a user); also filled by vmtax.workloads.
+EXTRA_FILES: dict[str, bytes] = {}
+
+
 def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
     """The busybox initramfs with ``agent`` as ``/vmtax-probe`` (cached)."""
     if not is_static(agent):
@@ -237,11 +246,20 @@ def build_minimal(agent: Path, *, kernel: str | Path | None = None) -> Image:
     modules, names = _module_entries(moddir)
     entries = _base_entries(_guest_file("init"), busybox.read_bytes()) + modules
     entries.append(cpio.regular("vmtax-probe", agent.read_bytes(), 0o755))
-    manifest = {
+    manifest: dict[str, Any] = {
         "modules": names,
         "agent_sha256": _sha(agent.read_bytes()),
         "busybox": str(busybox),
     }
+    extra = [Path(b) for b in dict.fromkeys(EXTRA_BINARIES) if Path(b).is_file()]
+    if extra or EXTRA_FILES:
+        files = _binaries_with_libraries(extra)
+        files.update({p: (data, 0o644) for p, data in EXTRA_FILES.items()})
+        existing = {e.path for e in entries}
+        entries += [d for d in _with_parents(sorted(files)) if d.path not in existing]
+        entries += [cpio.regular(p, data, mode) for p, (data, mode) in sorted(files.items())]
+        manifest["extra_binaries"] = [str(b) for b in extra]
+        manifest["extra_files"] = sorted(EXTRA_FILES)
     return _build("minimal", kernel_path, entries, manifest)
 
 

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 
 from vmtax.contract import Fingerprint, ProbeInfo
+from vmtax.targets import images
 from vmtax.targets.base import Target
 from vmtax.workloads.base import Context, Invocation, Workload, WorkloadError
 from vmtax.workloads.crypto import Crypto
@@ -23,6 +24,12 @@ from vmtax.workloads.relay import Relay
 REGISTRY: dict[str, Workload] = {
     w.name: w for w in (Hackbench(), Oltp(), Http(), Memcached(), Net(), Relay(), Crypto())
 }
+
+# Guest images carry what the workloads run there (targets.images' generic hook).
+images.EXTRA_BINARIES.extend(b for w in REGISTRY.values() for b in w.guest_binaries)
+# memcached started as root switches to a user it looks up in /etc/passwd.
+images.EXTRA_FILES.setdefault("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+images.EXTRA_FILES.setdefault("etc/group", b"root:x:0:\n")
 
 _ENV: dict[int, Fingerprint] = {}
 _ENV_LOCK = threading.Lock()

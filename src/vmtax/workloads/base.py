@@ -127,6 +127,9 @@ class Workload:
     default_warmup: ClassVar[int] = 0
     #: True when only the agent runs (nothing to start): it then runs on any target.
     agent_only: ClassVar[bool] = False
+    #: Programs guest images carry for this workload (with their libraries), so that it
+    #: runs in guests too.
+    guest_binaries: ClassVar[tuple[str, ...]] = ()
 
     def all_params(self) -> tuple[Param, ...]:
         preset = Param(
@@ -386,8 +389,11 @@ class Server:
     kills the group and removes the directory, so nothing is left behind.
     """
 
-    def __init__(self, name: str, *, owner: str | None = None) -> None:
+    def __init__(
+        self, name: str, *, owner: str | None = None, stop_signal: int = signal.SIGTERM
+    ) -> None:
         self.name = name
+        self.stop_signal = stop_signal
         self.dir = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}-"))
         self.dir.chmod(0o755)
         self.owner = owner if os.geteuid() == 0 else None
@@ -452,7 +458,7 @@ class Server:
     def stop(self) -> None:
         for proc in self.procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, self.stop_signal)
         for proc in self.procs:
             try:
                 proc.wait(timeout=10)
@@ -491,12 +497,16 @@ def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) 
     return out
 
 
-def local_only(ctx: Context) -> None:
-    """Server workloads start their server on this machine: refuse other targets clearly."""
+def is_local(target: Target) -> bool:
+    """Whether ``target`` is this machine (also behind the levels' one-at-a-time wrapper)."""
     from vmtax.targets.local import LocalTarget
 
-    inner = ctx.target.__dict__.get("target", ctx.target)
-    if not isinstance(inner, LocalTarget):
+    return isinstance(target.__dict__.get("target", target), LocalTarget)
+
+
+def local_only(ctx: Context) -> None:
+    """Server workloads start their server on this machine: refuse other targets clearly."""
+    if not is_local(ctx.target):
         raise WorkloadError(
             f"workload {ctx.workload.name} runs its server on this machine (L0) only for now; "
             f"{ctx.target.name} does not carry {', '.join(ctx.workload.needs) or 'it'}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -35,6 +36,8 @@ from vmtax.workloads.base import (
 )
 
 SYSBENCH_SCRIPTS = Path("/usr/share/sysbench")
+#: MariaDB's default 96 MiB redo log would be most of every copied data directory.
+SMALL_REDO_LOG = ("--innodb-log-file-size=8M",)
 _TEMPLATES: dict[str, Path] = {}
 _TEMPLATE_LOCK = threading.Lock()
 _TEMPLATE_ROOT: list[Path] = []
@@ -93,7 +96,8 @@ class Oltp(Workload):
         local_only(ctx)
         db = str(ctx.params["db"])
         owner = "mysql" if db == "mariadb" else "postgres"
-        with Server(f"oltp-{db}", owner=owner) as srv:
+        # A throwaway database: killed, not shut down (its directory is removed anyway).
+        with Server(f"oltp-{db}", owner=owner, stop_signal=signal.SIGKILL) as srv:
             conn = start_mariadb(srv, ctx) if db == "mariadb" else start_pgsql(srv, ctx)
             common = [
                 *conn,
@@ -190,6 +194,7 @@ def start_mariadb(srv: Server, ctx: Context) -> list[str]:
                 f"--user={srv.owner or 'root'}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
+                *SMALL_REDO_LOG,
             ],
         ),
         data,
@@ -208,6 +213,7 @@ def start_mariadb(srv: Server, ctx: Context) -> list[str]:
             "--skip-log-bin",
             "--skip-name-resolve",
             f"--innodb-buffer-pool-size={ctx.params['buffer_mb']}M",
+            *SMALL_REDO_LOG,
             f"--pid-file={srv.dir / 'mysqld.pid'}",
             *([f"--user={srv.owner}"] if srv.owner else []),
         ],

@@ -255,3 +255,18 @@ def test_reports_without_profiles_have_no_exit_section(cli, tmp_path):
     res = cli("report", "exp=latest", "--db", url, "-o", str(html), "--resamples", "200")
     assert res.returncode == 0, res.stderr
     assert "VM exits by reason" not in html.read_text()
+
+
+def test_the_agents_start_up_is_taken_off_exits_per_iteration(store):
+    exp, cfgs = _experiment(store)
+    for i in range(2):
+        # 1,000 measured + 200 warm-up CPUIDs, and 3,010 more from the agent's start-up.
+        prof = {**_profile(4210, 10), "startup": {0x72: 3010}}
+        save_profile(store, _run(store, cfgs["L2"], exp, i), "L1", prof)
+    df = exit_profiles(store, exp)
+    assert set(df.loc[df.reason == "cpuid", "startup"]) == {3010}
+    assert set(df.loc[df.reason == "io", "startup"]) == {0}
+    t = table2(df).set_index("row")
+    assert t.loc["cpuid", "per_iteration"] == pytest.approx(1.0)
+    assert t.loc["cpuid", "per_iteration_raw"] == pytest.approx(4210 / 1200)
+    assert t.loc["cpuid", "startup"] == 3010

@@ -81,6 +81,8 @@ class Recorder:
         #: target name -> level -> (side, error of its start or "")
         self._started: dict[str, dict[str, tuple[Any, str]]] = {}
         self.saved: list[int] = []
+        #: target name -> level -> exit code -> exits of one agent start-up (``_calibrate``)
+        self._startup: dict[str, dict[str, dict[int, int]]] = {}
 
     def note_once(self, line: str) -> None:
         with self._lock:
@@ -88,6 +90,28 @@ class Recorder:
                 return
             self._noted.add(line)
         self._note(line)
+
+    def _calibrate(self, target: Any, sides: dict[str, Any]) -> None:
+        """Once per target, before its first run: the exits of one agent invocation without a
+        probe loop (``env``, the same environment fingerprint every run's header carries, which
+        executes about 3,000 CPUIDs to detect nesting), so a table can tell the probe's exits
+        per iteration from the agent's start-up."""
+        startup: dict[str, dict[int, int]] = {}
+        for level, side in sides.items():
+            mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
+            _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
+            if err:
+                continue
+            try:
+                for _ in target.run_agent(["env", "--format", "json"], REQUEST_TIMEOUT_S):
+                    pass
+            except VmtaxError:
+                pass
+            got, _ = _request(side, ["exits", "stop"])
+            if got and got.get("complete"):
+                startup[level] = {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}
+        with self._lock:
+            self._startup[target.name] = startup
 
     def before_run(self, target: Any, step: Any) -> None:
         del step
@@ -101,6 +125,8 @@ class Recorder:
                 f"exits: not recorded for {target.name}: no host side reachable "
                 "(only a guest under KVM has one; under TCG nothing is a VM exit)"
             )
+        if sides and target.name not in self._startup:
+            self._calibrate(target, sides)
         started: dict[str, tuple[Any, str]] = {}
         for level, side in sides.items():
             mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
@@ -121,6 +147,9 @@ class Recorder:
             else:
                 got, stop_err = _request(side, ["exits", "stop"])
                 profile = got or {"complete": False, "problems": [f"stop: {stop_err}"]}
+            startup = self._startup.get(target.name, {}).get(level)
+            if startup is not None:
+                profile = {**profile, "startup": startup}
             try:
                 self.saved.append(save_profile(self.store, run_id, level, profile))
             except Exception as exc:  # the run is stored already; say why its profile is not

@@ -20,7 +20,7 @@ from vmtax.store.models import Configuration, ExitCount, ExitProfile, Run, Sampl
 COLUMNS = [
     "experiment_id", "config_key", "level", "probe", "run_id", "run_status", "recorded_at",
     "recorder", "isa", "reason", "code", "group", "count", "time_ns", "timed", "iterations",
-    "complete", "dropped", "problems",
+    "complete", "dropped", "problems", "startup",
 ]  # fmt: skip
 
 
@@ -55,7 +55,7 @@ def save_profile(
         "window_ns": profile.get("window_ns"),
         "complete": complete,
         "problems": problems or None,
-        "detail": {k: profile[k] for k in ("threads", "timed") if k in profile} or None,
+        "detail": _detail(profile),
         "created_at": datetime.now(UTC),
     }
     with store._guard(), store.engine.begin() as connection:
@@ -77,6 +77,13 @@ def save_profile(
                 ],
             )
     return pid
+
+
+def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
+    out = {k: profile[k] for k in ("threads", "timed") if k in profile}
+    if profile.get("startup") is not None:
+        out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}
+    return out or None
 
 
 def exit_profiles(store: Any, experiment_id: int) -> pd.DataFrame:
@@ -116,6 +123,7 @@ def exit_profiles(store: Any, experiment_id: int) -> pd.DataFrame:
             p.c.complete,
             p.c.dropped,
             p.c.problems,
+            p.c.detail,
         )  # fmt: skip
         .select_from(
             p.join(r, r.c.id == p.c.run_id)
@@ -130,6 +138,12 @@ def exit_profiles(store: Any, experiment_id: int) -> pd.DataFrame:
         rows = connection.execute(stmt).all()
     df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
     df["group"] = [group_of(x) if isinstance(x, str) else None for x in df["reason"]]
+    # Exits of one agent start-up (measured once per configuration before its first run),
+    # per reason: what ``count`` holds besides the probe's own iterations.
+    df["startup"] = [
+        int(((d or {}).get("startup") or {}).get(str(int(c)), 0)) if pd.notna(c) else 0
+        for d, c in zip(df["detail"], df["code"], strict=True)
+    ]
     for col in ("count", "time_ns", "timed", "iterations", "dropped"):
         df[col] = pd.to_numeric(df[col]).fillna(0).astype("int64")
     df["complete"] = df["complete"].astype(bool)

@@ -16,7 +16,7 @@ from vmtax.hostprof.groups import GROUPS
 #: Columns of ``table2()``, one row per (probe, column, reason or group), plus a ``total`` row.
 COLUMNS = [
     "probe", "config", "recorded_at", "column", "row", "group", "count", "time_ns", "share",
-    "per_iteration", "runs", "iterations", "complete",
+    "per_iteration", "per_iteration_raw", "startup", "runs", "iterations", "complete",
 ]  # fmt: skip
 
 
@@ -48,7 +48,9 @@ def table2(
     Per column: ``count`` and ``time_ns`` are means per profiled run; ``share`` is
     ``time_ns`` over the baseline column's total time for the same probe (over its total
     count when nothing was timed); ``per_iteration`` is exits per probe iteration (warm-up
-    included). ``baseline`` (KEY=VAL) picks the baseline; default: the first column (lowest
+    included) once the exits of the agent's own start-up (``startup``, measured once per
+    configuration; 0 when unknown) are taken off; ``per_iteration_raw`` keeps them.
+    ``baseline`` (KEY=VAL) picks the baseline; default: the first column (lowest
     level). ``complete`` is false when any run's profile of that column was incomplete.
     """
     if by not in {"reason", "group"}:
@@ -75,9 +77,12 @@ def table2(
         per_col = per_col.sort_values(["level", "recorded_at"], kind="stable")
         per_col.index.name = None
         counted = sub.dropna(subset=["row"])
+        # One agent start-up's exits per profile (the same for every run of a column).
+        counted = counted.assign(startup=counted.get("startup", 0))
         sums = counted.groupby(["column", "row"], sort=False).agg(
-            count=("count", "sum"), time_ns=("time_ns", "sum"), group=("group", "first")
-        )
+            count=("count", "sum"), time_ns=("time_ns", "sum"), group=("group", "first"),
+            startup=("startup", "sum"),
+        )  # fmt: skip
         sums = sums.reset_index().merge(per_col, left_on="column", right_index=True)
         sums["count"] = sums["count"] / sums["runs"]
         sums["time_ns"] = sums["time_ns"] / sums["runs"]
@@ -88,12 +93,16 @@ def table2(
         numer = sums["time_ns" if timed else "count"]
         sums["share"] = numer / denom if denom > 0 else float("nan")
         its = sums["iterations"].where(sums["iterations"] > 0)
-        sums["per_iteration"] = sums["count"] * sums["runs"] / its
+        sums["startup"] = sums["startup"] / sums["runs"]
+        sums["per_iteration_raw"] = sums["count"] * sums["runs"] / its
+        net = (sums["count"] - sums["startup"]).clip(lower=0)
+        sums["per_iteration"] = net * sums["runs"] / its
         sums["probe"] = probe
         # The total row of every column, also of one whose recording failed (zero exits).
-        agg = sums.groupby("column", sort=False)[["count", "time_ns", "share", "per_iteration"]]
+        cols = ["count", "time_ns", "share", "per_iteration", "per_iteration_raw", "startup"]
+        agg = sums.groupby("column", sort=False)[cols]
         total = per_col.join(agg.sum(min_count=1), how="left")
-        total[["count", "time_ns"]] = total[["count", "time_ns"]].fillna(0)
+        total[["count", "time_ns", "startup"]] = total[["count", "time_ns", "startup"]].fillna(0)
         total = total.rename_axis("column").reset_index()
         total["row"], total["group"], total["probe"] = "total", "", probe
         order = {c: i for i, c in enumerate(per_col.index)}

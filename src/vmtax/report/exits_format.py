@@ -82,7 +82,8 @@ def render(
         return frame.to_csv(index=False)
     if fmt == "json":
         keep = ["column", "probe", "recorded_at", "row", "group", "count", "time_ns", "share",
-                "per_iteration", "runs", "iterations", "complete"]  # fmt: skip
+                "per_iteration", "per_iteration_raw", "startup", "runs", "iterations",
+                "complete"]  # fmt: skip
         records = []
         for rec in frame[[k for k in keep if k in frame.columns]].to_dict("records"):
             out = {"config": rec.pop("column"), "reason": rec.pop("row"), **rec}

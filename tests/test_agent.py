@@ -77,9 +77,14 @@ PROBES = [
 PARAMS = {"timer": ["--param", "delay_us=100"], "threads": ["--param", "yields=50"]}
 
 
+#: The agent-side clients of the workloads (docs/workloads.md); their streams are checked in
+#: tests/test_workloads_*.py, since most need a server.
+WORKLOAD_PROBES = ["tcp_rr", "tcp_stream", "tcp_maerts", "relay", "http", "memcache", "exec"]
+
+
 def test_list_has_all_twelve_probes(agent: Path) -> None:
     names = set(_probe_names(agent))
-    assert names == set(PROBES)
+    assert names == set(PROBES) | set(WORKLOAD_PROBES)
 
 
 @pytest.mark.parametrize("probe", PROBES)

@@ -4,9 +4,11 @@ the plan checks workload parameters like probe parameters, and `vmtax workloads`
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from vmtax.contract import read_stream
 from vmtax.errors import UsageError
 from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import load_suite, parse_suite
@@ -86,3 +88,38 @@ def test_vmtax_workloads_lists_them(cli):
     text = cli("workloads")
     assert text.returncode == 0 and "hackbench" in text.stdout
     assert cli("workloads", "--format", "xml").returncode == 2
+
+
+SCHEMA = json.loads((Path(__file__).parent / "vectors" / "schema.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("net", ["test=rr"]),
+        ("relay", ["relays=2"]),
+        ("hackbench", ["groups=1", "loops=10"]),
+        ("crypto", ["aesni=on"]),  # written by the controller, not the agent
+        ("memcached", ["threads=0"]),  # a server that does not start: header + error end
+    ],
+)
+def test_workload_streams_follow_the_agents_schema(name, params):
+    import jsonschema
+
+    from vmtax.targets.base import find_agent
+    from vmtax.targets.local import LocalTarget
+    from vmtax.workloads import run_lines
+
+    args = ["run", name, "--iterations", "2", "--duration", "0.1", "--warmup", "0"]
+    for p in params:
+        args += ["--param", p]
+    lines = list(run_lines(LocalTarget(find_agent()), args, 60.0))
+    validator = jsonschema.validators.validator_for(SCHEMA)(SCHEMA)
+    for line in lines:
+        validator.validate(json.loads(line))
+    stream = read_stream(lines)
+    assert stream.complete and stream.header.probe == name
+    if name == "memcached":
+        assert stream.end.status == "error" and "did not start" in stream.end.error
+    else:
+        assert stream.end.status == "ok" and len(stream.runs) == 1

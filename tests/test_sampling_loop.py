@@ -14,6 +14,8 @@ from sqlalchemy import select
 
 from vmtax.plan.plan import Plan, build_plan
 from vmtax.plan.suite import parse_suite
+from vmtax.report.analysis import _comparison as report_comparison
+from vmtax.report.inputs import load as load_report_input
 from vmtax.runner import Runner
 from vmtax.sampling import design, noise, outcome
 from vmtax.sampling.adaptive import AdaptiveSampler
@@ -131,6 +133,13 @@ def test_unreachable_target_ends_with_the_budget_named_imprecise_without_verdict
     rows = json.loads(cmp.stdout)["rows"]
     probes = [r for r in rows if r["probe"] in ("syscall", "cpu") and not r["is_baseline"]]
     assert probes and {r["verdict"] for r in probes} == {"imprecise"}
+    # The report's comparison is compare's: the same verdicts.
+    with Store.open(db) as store:
+        data = load_report_input(store, [], f"exp={exp}")
+    assert {p for _, p in data.imprecise} == {"syscall", "cpu"}
+    _, table, _ = report_comparison(data, data.runs, 0.02, 1000, 0)
+    tested = table[(table["metric"] == "mean") & ~table["is_baseline"].astype(bool)]
+    assert set(tested["verdict"]) == {"imprecise"}
 
 
 def test_resume_keeps_committed_runs_and_adds_new_ones(tmp_path, agent, monkeypatch):

@@ -353,6 +353,7 @@ def _comparison(
         label = default_baseline(raw)
         base = label
     opts = {"label": label, "noise": noise, "resamples": resamples, "seed": seed}
+    opts["imprecise"] = data.imprecise  # adaptive sampling's misses: no verdict, as compare
     try:
         head = compare(data.runs, data.samples, base, metric="auto", **opts)
     except UsageError as exc:

@@ -34,6 +34,8 @@ class ReportInput:
     command: Sequence[str] = ()
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: (configuration_id, probe) pairs adaptive sampling left imprecise: no verdict for them.
+    imprecise: frozenset[tuple[int, str]] = frozenset()
 
 
 def load(
@@ -44,6 +46,7 @@ def load(
 ) -> ReportInput:
     """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
     `vmtax compare` scopes it), their samples, configurations and experiments."""
+    from vmtax.sampling.outcome import imprecise
     from vmtax.store.select import resolve
 
     resolved = resolve(store, list(selectors), baseline)
@@ -64,6 +67,7 @@ def load(
         baseline_mask=resolved.baseline_mask,
         command=list(command),
         source=getattr(store, "url_display", ""),
+        imprecise=frozenset(imprecise(store, runs)),
     )
 
 

@@ -113,8 +113,8 @@ def test_refs_list_and_show(cli, xdg):
     assert res.returncode == 0, res.stderr
     names = [r["name"] for r in csv.DictReader(io.StringIO(res.stdout))]
     assert names == [
-        "dvh2020_micro", "fitzgerald2014", "matthews2009_table1", "virtage_table2",
-        "zvm_xen2009_overcommit",
+        "dvh2020_apps", "dvh2020_micro", "fitzgerald2014", "matthews2009_table1",
+        "virtage_table2", "zvm_xen2009_overcommit",
     ]  # fmt: skip
     res = cli("refs", "show", "dvh2020_micro", "--format", "json")
     assert json.loads(res.stdout)[0] == {"benchmark": "Hypercall", "config": "VM", "cycles": "1575"}

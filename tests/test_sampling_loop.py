@@ -115,7 +115,14 @@ def test_unreachable_target_ends_with_the_budget_named_imprecise_without_verdict
     exp = _exp(run.stdout)
     missed = [line for line in run.stdout.splitlines() if line.startswith("imprecise:")]
     assert missed and all("the time budget ran out" in line for line in missed), run.stdout
-    assert any(re.search(r"imprecise: syscall at L0.*: ±[\d.]+% after \d+ runs", m) for m in missed)
+    assert any(
+        re.search(
+            r"imprecise: syscall at L0.*: ±[\d.]+% after \d+ runs, target ±0.01%, "
+            r"about \d+ runs needed",
+            m,
+        )
+        for m in missed
+    )
     with Store.open(db) as store:
         found = outcome.outcomes(store, [exp])
         assert set(found["status"]) == {"imprecise"} and set(found["reason"]) == {"budget"}

@@ -94,15 +94,16 @@ def lines(store: Any, experiment_id: int) -> list[str]:
             f"±{_pct(target)} (95% CI half-width){_noise_text(n)}"
         )
         for row in part[part["status"] == "imprecise"].itertuples(index=False):
-            reached = (
-                "no interval"
-                if row.half_width is None or not math.isfinite(float(row.half_width))
-                else f"±{_pct(float(row.half_width))}"
-            )
+            h = math.nan if row.half_width is None else float(row.half_width)
+            reached, needed = "no interval", ""
+            if math.isfinite(h):
+                # The half-width shrinks as 1/sqrt(n): the runs this spread would need.
+                reached = f"±{_pct(h)}"
+                needed = f", about {math.ceil(row.n_runs * (h / target) ** 2)} runs needed"
             out.append(
                 f"imprecise: {row.probe} at {row.config}: {reached} after {row.n_runs} runs, "
-                f"target ±{_pct(target)} ({_REASONS.get(str(row.reason), str(row.reason))}); "
-                "no verdict from it"
+                f"target ±{_pct(target)}{needed} "
+                f"({_REASONS.get(str(row.reason), str(row.reason))}); no verdict from it"
             )
     return out
 

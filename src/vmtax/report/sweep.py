@@ -182,11 +182,17 @@ def figure(summary: SweepSummary) -> Figure:
             ax1.legend()
         ax2.plot(x, [s.resp_p95_s for s in ok], marker="o", color="#d62728", label="p95")
         ax2.plot(x, [s.resp_mean_s for s in ok], marker=".", color="#9467bd", label="mean")
-        ax2.axhline(summary.slo["limit_s"], color="#7f7f7f", ls=":", lw=1)
+        ax2.axhline(summary.slo["limit_s"], color="#7f7f7f", ls=":", lw=1, label="SLO")
         ax2.set_title("Response time (s)")
         ax2.legend()
-        ax3.plot(x, [100 * (s.host_util or 0) for s in ok], marker="o", label="host CPU")
-        ax3.plot(x, [100 * (s.vcpu_wait or 0) for s in ok], marker=".", label="vCPU wait")
+        for key, label, marker in (
+            ("host_util", "host CPU", "o"),
+            ("guest_util", "guests' CPU", "s"),
+            ("vcpu_wait", "vCPU wait", "."),
+        ):
+            pts = [(s.ratio, 100 * getattr(s, key)) for s in ok if getattr(s, key) is not None]
+            if pts:
+                ax3.plot(*zip(*pts, strict=True), marker=marker, label=label)
         ax3.set_title("Utilisation (%)")
         ax3.set_ylim(0, 105)
         ax3.legend()

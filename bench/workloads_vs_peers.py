@@ -1,6 +1,6 @@
 """Compare vmtax workloads with their peers on the same server, measured in the same run.
 
-Rounds alternate (workload, peer, workload, peer, ...); each line prints the median of each
+Rounds alternate (workload then peer, peer then workload, ...); each line prints the median of each
 side and their ratio (workload / peer). Targets:
 
 - oltp vs plain `sysbench oltp_read_write` on the same MariaDB: 1 +- 0.05 (tx/s)
@@ -40,10 +40,16 @@ from vmtax.workloads.oltp import Oltp, remove_templates, run_sysbench, start_mar
 
 
 def alternate(rounds: int, ours: Callable[[], float], peer: Callable[[], float]) -> tuple:
+    # ABBA: who goes first alternates, so that a drift of the machine or what one side
+    # leaves behind (dirty pages, a warm cache) does not favour either.
     a, b = [], []
-    for _ in range(rounds):
-        a.append(ours())
-        b.append(peer())
+    for i in range(rounds):
+        if i % 2 == 0:
+            a.append(ours())
+            b.append(peer())
+        else:
+            b.append(peer())
+            a.append(ours())
     return statistics.median(a), statistics.median(b)
 
 

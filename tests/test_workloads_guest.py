@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
+from test_workloads_servers import run_suite
 from vmtax.targets.base import find_agent
 
 pytestmark = [
@@ -48,29 +47,8 @@ iterations = 2
 
 
 def test_workloads_at_l0_and_l1(tmp_path):
-    suite = tmp_path / "guest-apps.toml"
-    suite.write_text(SUITE)
-    db = tmp_path / "v.db"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from vmtax.cli import main; main()",
-            "run",
-            "--suite",
-            str(suite),
-            "--levels",
-            "L0,L1",
-            "--accel",
-            "tcg",
-            "--db",
-            f"sqlite:///{db}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-        env={**os.environ, "VMTAX_PROBE": str(find_agent()), "VMTAX_RUN_REPORT": "none"},
+    res, db = run_suite(
+        SUITE, tmp_path, str(find_agent()), "--levels", "L0,L1", "--accel", "tcg", timeout=900
     )
     rows = (
         sqlite3.connect(db)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,11 +40,23 @@ def target(agent: str) -> LocalTarget:
     return LocalTarget(agent)
 
 
-def leftovers() -> list[str]:
-    """Server directories of workloads, and processes running from one."""
-    dirs = glob.glob(str(Path(tempfile.gettempdir()) / "vmtax-wl-*"))
+@pytest.fixture(autouse=True)
+def scratch(monkeypatch) -> Iterator[Path]:
+    """This test's own temporary root (readable by the servers' users), so that what it
+    leaves behind is told apart from other vmtax runs on the machine."""
+    root = Path(tempfile.mkdtemp(prefix="vmtax-wltest-", dir="/tmp"))
+    root.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    monkeypatch.setenv("TMPDIR", str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def leftovers(root: Path) -> list[str]:
+    """Server directories of workloads under ``root``, and processes running from one."""
+    dirs = glob.glob(str(root / "vmtax-wl-*"))
     procs = subprocess.run(
-        ["pgrep", "-af", "vmtax-wl-"], capture_output=True, text=True, check=False
+        ["pgrep", "-af", str(root)], capture_output=True, text=True, check=False
     ).stdout.splitlines()
     return dirs + [p for p in procs if "pgrep" not in p]
 
@@ -68,7 +82,9 @@ def one_run(target, *args: str):
         ("memcached", ["connections=2"], "ops/s"),
     ],
 )
-def test_agent_clients_time_every_request_of_a_real_server(target, name, params, throughput):
+def test_agent_clients_time_every_request_of_a_real_server(
+    target, name, params, throughput, scratch
+):
     args = [name, "--duration", "0.3", "--iterations", "500", "--warmup", "5"]
     for p in params:
         args += ["--param", p]
@@ -79,11 +95,11 @@ def test_agent_clients_time_every_request_of_a_real_server(target, name, params,
     assert len(run.warmup_values) == 5
     port = int(header.params["port"])
     assert port_is_closed(port)
-    assert leftovers() == []
+    assert leftovers(scratch) == []
 
 
 @pytest.mark.parametrize("db", ["mariadb", "pgsql"])
-def test_oltp_runs_sysbench_against_a_throwaway_database(target, db):
+def test_oltp_runs_sysbench_against_a_throwaway_database(target, db, scratch):
     header, run = one_run(
         target, "oltp", "--duration", "1", "--param", f"db={db}", "--param", "table_size=500"
     )
@@ -93,7 +109,7 @@ def test_oltp_runs_sysbench_against_a_throwaway_database(target, db):
     assert 1e4 < run.summary.median < 1e10
     assert run.summary.throughput > 0
     remove_templates()
-    assert leftovers() == []
+    assert leftovers(scratch) == []
 
 
 def test_hackbench_and_crypto_run_the_real_tools(target):
@@ -141,9 +157,13 @@ params = { threads = 0 }
 """
 
 
-def test_a_server_that_does_not_start_is_one_line_quoting_its_log(tmp_path, agent):
-    suite = tmp_path / "failing.toml"
-    suite.write_text(FAILING)
+def run_suite(
+    text: str, tmp_path: Path, agent: str, *args: str, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """`vmtax run` of suite ``text`` in its own process (servers and all), its store in
+    ``tmp_path``; no report file is written."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text(text)
     db = tmp_path / "v.db"
     res = subprocess.run(
         [
@@ -155,13 +175,19 @@ def test_a_server_that_does_not_start_is_one_line_quoting_its_log(tmp_path, agen
             str(suite),
             "--db",
             f"sqlite:///{db}",
+            *args,
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env={**os.environ, "VMTAX_PROBE": agent, "VMTAX_RUN_REPORT": "none"},
         cwd=tmp_path,
     )
+    return res, db
+
+
+def test_a_server_that_does_not_start_is_one_line_quoting_its_log(tmp_path, agent, scratch):
+    res, db = run_suite(FAILING, tmp_path, agent)
     assert res.returncode == 1, res.stderr
     err = [ln for ln in res.stderr.splitlines() if ln.startswith("vmtax: error:")]
     assert len(err) == 1, res.stderr
@@ -169,4 +195,4 @@ def test_a_server_that_does_not_start_is_one_line_quoting_its_log(tmp_path, agen
     assert "memcached did not start" in err[0] and "threads" in err[0].lower(), err[0]
     rows = sqlite3.connect(db).execute("SELECT probe, status FROM runs ORDER BY id").fetchall()
     assert ("relay", "ok") in rows and ("memcached", "failed") in rows
-    assert leftovers() == []
+    assert leftovers(scratch) == []

@@ -418,6 +418,7 @@ class Server:
                 timeout=timeout,
                 user=self.owner,
                 cwd=self.dir,
+                env=self.env(),
                 check=False,
             )
         except FileNotFoundError:
@@ -440,6 +441,7 @@ class Server:
                     start_new_session=True,
                     user=self.owner,
                     cwd=self.dir,
+                    env=self.env(),
                 )
         except FileNotFoundError:
             raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
@@ -448,6 +450,11 @@ class Server:
             code = proc.poll()
             why = f"exited with code {code}" if code is not None else f"silent for {timeout:g} s"
             raise WorkloadError(f"{self.name} did not start ({why}): {last_line(self.log_text())}")
+
+    def env(self) -> dict[str, str]:
+        """The server's environment: its scratch files go to its own directory (its user
+        may not be able to write the controller's $TMPDIR)."""
+        return {**os.environ, "TMPDIR": str(self.dir)}
 
     def log_text(self) -> str:
         try:

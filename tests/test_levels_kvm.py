@@ -19,9 +19,14 @@ from vmtax.targets.base import TargetError
 from vmtax.targets.levels import KVM_TESTBED_SIZES, level_targets
 from vmtax.targets.qemu import GuestSpec, QemuTarget
 
-slow = pytest.mark.skipif(
-    os.environ.get("VMTAX_SLOW") != "1", reason="boots L3 or a whole run (minutes); VMTAX_SLOW=1"
-)
+
+def slow(test):
+    """Marked slow and skipped unless VMTAX_SLOW=1."""
+    skip = pytest.mark.skipif(
+        os.environ.get("VMTAX_SLOW") != "1",
+        reason="boots L3 or a whole run (minutes); VMTAX_SLOW=1",
+    )
+    return pytest.mark.slow(skip(test))
 
 
 def _cpuid_seconds(lines: list[str]) -> float:

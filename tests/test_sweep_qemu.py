@@ -1,8 +1,13 @@
 """A sweep with real QEMU (TCG) guests: the first step boots one guest and measures it; at the
 second step the new guest cannot start (its QEMU is given too little memory for the kernel
-and initramfs), which is reported in one line with the first step kept."""
+and initramfs), which is reported in one line with the first step kept.
+
+The memory sweep (slow, VMTAX_SLOW=1) boots a guest at three memory steps under a 256 MiB
+cgroup cap and checks that its file-backed RAM pages inside the cap without an OOM kill."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -45,3 +50,31 @@ def test_qemu_guest_failing_to_boot_at_step_2_keeps_step_1(store: Store, cache):
     # One vCPU thread per guest: its wait is a fraction of its time.
     assert window["vcpu_wait"].between(0, 1).all()
     assert rows["detail"].iloc[0]["guests"][0]["qemu_argv"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("VMTAX_SLOW") != "1",
+    reason="boots a TCG guest at each of 3 memory steps (minutes); set VMTAX_SLOW=1",
+)
+def test_memory_sweep_pages_inside_the_cap(store: Store, cache):
+    spec = SweepSpec(axis="memory", workload="memory", guests=1, cap_mb=256,
+                     ratios=(0.6, 1.0, 1.5), timing=Timing(4, 12, 3), host_cpus=2,
+                     accel="tcg", events=2)  # fmt: skip
+    spec.check()
+    exp = store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,
+                                  plan={"sweep": spec.as_plan(), "level": "L1"},
+                                  vmtax_version="test", agent_version=None)  # fmt: skip
+    SweepRunner(store, spec, qemu_factory(spec, boot_timeout=300)).execute(exp)
+    rows = sweep_store.steps(store, exp)
+    assert list(rows["status"]) == ["ok"] * 3
+    cap = rows["detail"].iloc[0]["memory_cap"]
+    assert cap["limit_mb"] == 256 and cap["guest_ram"].startswith("file-backed")
+    samples = sweep_store.samples(store, list(rows["id"]))
+    window = samples[samples["phase"] == "window"]
+    usage = [m["usage_mb"] for m in window["memory"]]
+    assert max(usage) <= 256 and max(usage) > 200  # the guest is charged to the cap
+    last = window[window["step_id"] == rows["id"].iloc[-1]]
+    refaults = sum(m.get("workingset_refault_file_per_s", 0) for m in last["memory"])
+    assert refaults > 0  # 384 MiB of guest in 256 MiB: its RAM pages to its file
+    assert all(m.get("event_oom_kill", 0) == 0 for m in window["memory"])

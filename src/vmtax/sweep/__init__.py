@@ -8,7 +8,9 @@ is stored (``sweep_steps`` / ``sweep_samples``); ``vmtax.stats.knee`` finds the 
 - ``spec``: axes, steps, timings and presets (study B's steps and timings);
 - ``host``: host-side sampling (CPU utilisation, vCPU run-queue wait, memory, paging);
 - ``cgroup``: the memory cap around the guests' QEMU processes;
-- ``run``: the step loop, resume and failure handling;
+- ``run``: the step loop, the closed-loop clients, resume and failure handling;
+- ``guests``: QEMU guests (L1) or agent processes (L0) for the steps;
 - ``store``: the tables and what ``vmtax sweep show`` reads;
+- ``summary``: a stored sweep as per-step figures and the analysis;
 - ``synthetic``: study B's two shapes with known knees, for tests.
 """

@@ -558,6 +558,17 @@ Totals:
     }
 
     #[test]
+    fn parses_a_real_histogram_captured_on_the_testbed() {
+        // An L1's kvm_exit histogram while its KVM ran an L2 (tests/fixtures/hostprof/README.md).
+        let h = parse_hist(include_str!("../../tests/fixtures/hostprof/hist-kvm-exit-cpuid.txt"));
+        assert_eq!(h.len(), 1);
+        let by: BTreeMap<u64, u64> = h[0].entries.iter().map(|e| (e.keys["exit_reason"], e.vals["hitcount"])).collect();
+        assert_eq!((by[&114], by[&123], by[&1024]), (5290, 65077, 2429));
+        assert_eq!((h[0].hits, h[0].dropped), (85488, 0));
+        assert_eq!(by.values().sum::<u64>(), h[0].hits);
+    }
+
+    #[test]
     fn keys_in_hex_or_with_several_fields() {
         let h = parse_hist("# trigger info: x\n{ a:  0x72, b:   7 } hitcount:  2\nDropped: 0\n");
         assert_eq!(h[0].entries[0].keys["a"], 114);

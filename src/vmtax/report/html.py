@@ -9,7 +9,7 @@ from markupsafe import Markup
 
 from vmtax import __version__
 from vmtax.report.analysis import ReportModel
-from vmtax.report.svg import to_svg
+from vmtax.report.svg import render_all
 
 SECTIONS = (
     ("levels", "Throughput and response time by configuration"),
@@ -37,7 +37,8 @@ def render_html(model: ReportModel) -> str:
     css = resources.files("vmtax.report").joinpath("templates", "report.css").read_text()
     # matplotlib's SVG escapes every text node itself; the markup is trusted, the text in it
     # is not user-controlled markup.
-    svgs = {f.key: Markup(to_svg(f.figure, f.key)) for f in model.figures}  # noqa: S704
+    drawn = render_all([(f.key, f.figure) for f in model.figures], "svg")
+    svgs = {f.key: Markup(svg) for f, svg in zip(model.figures, drawn, strict=True)}  # noqa: S704
     # The stylesheet ships in the package; no user input reaches it.
     style = Markup(css)  # noqa: S704
     template = environment().get_template("report.html.j2")

@@ -11,7 +11,7 @@ import jinja2
 from vmtax import __version__
 from vmtax.report.analysis import ReportModel
 from vmtax.report.html import SECTIONS
-from vmtax.report.svg import to_png
+from vmtax.report.svg import render_all
 
 # Only what can start markup inline: with [ and ] escaped, parentheses and ! are inert.
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
@@ -37,9 +37,10 @@ def render_markdown(model: ReportModel, output: Path) -> str:
     folder = figures_dir(output)
     folder.mkdir(parents=True, exist_ok=True)
     pngs = {}
-    for i, fig in enumerate(model.figures, start=1):
+    drawn = render_all([(f.key, f.figure) for f in model.figures], "png")
+    for i, (fig, png) in enumerate(zip(model.figures, drawn, strict=True), start=1):
         name = f"{i:02d}-{fig.key}.png"
-        (folder / name).write_bytes(to_png(fig.figure))
+        (folder / name).write_bytes(png)
         pngs[fig.key] = quote(f"{folder.name}/{name}")  # a space in the name breaks a link
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("vmtax.report", "templates"),

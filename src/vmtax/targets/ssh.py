@@ -75,6 +75,18 @@ def redact(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
+def _local_path(value: str, what: str) -> Path:
+    """A path on this machine, ``~`` expanded; UsageError for one that cannot be a path."""
+    try:
+        path = Path(value).expanduser()
+        os.fspath(path).encode()
+    except (RuntimeError, ValueError, UnicodeError):  # ~nosuchuser, surrogates
+        raise UsageError(f"{what}: not a usable path: {value!r}") from None
+    if "\0" in str(path):
+        raise UsageError(f"{what}: a path cannot contain a NUL byte")
+    return path
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
@@ -108,8 +120,8 @@ class SshTarget(Target):
         self.url = url
         self.user, self.host, self.port = parse_url(url)
         self.accept_new_host_key = accept_new_host_key
-        self.known_hosts = Path(known_hosts or Path.home() / ".ssh" / "known_hosts").expanduser()
-        self.identity = str(Path(identity).expanduser()) if identity else None
+        self.known_hosts = _local_path(known_hosts or "~/.ssh/known_hosts", "known_hosts")
+        self.identity = str(_local_path(identity, "identity")) if identity else None
         self.level = level
         self.name = name or f"ssh://{self.user + '@' if self.user else ''}{self.host}:{self.port}"
         self._agent_arg = agent
@@ -222,6 +234,13 @@ class SshTarget(Target):
             raise TargetError(
                 f"{self.name}: cannot unlock identity {self.identity}: wrong or missing "
                 f"passphrase (set ${self.passphrase_env} or add the key to ssh-agent)"
+            ) from None
+        except asyncssh.KeyEncryptionError:
+            self.close()
+            raise TargetError(
+                f"{self.name}: cannot unlock identity {self.identity}: an encrypted "
+                "OpenSSH-format key needs the bcrypt package (pip install bcrypt), or "
+                "ssh-agent, or the key re-encrypted as PEM (ssh-keygen -p -m PEM)"
             ) from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             self.close()

@@ -77,3 +77,17 @@ def test_report_of_a_sweep_alone_html_and_markdown(cli, zvm_db, tmp_path):
     res = cli("report", "exp=1", "--db", zvm_db, "--format", "markdown", "-o", str(md))
     assert res.returncode == 0, res.stderr
     assert "| 2:1 |" in md.read_text()
+
+
+def test_report_of_runs_and_a_sweep_has_both(cli, zvm_db, tmp_path):
+    from vmtax.report.synthetic import populate
+
+    with Store.open(zvm_db) as store:
+        runs_exp = populate(store, levels=("L0", "L1"), runs=4, iterations=200)
+    out = tmp_path / "both.html"
+    res = cli("report", f"exp={runs_exp}", "exp=1", "--db", zvm_db, "-o", str(out),
+              "--resamples", "200")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    assert "Overcommitment sweep 1" in text and 'id="study-a"' in text
+    assert text.index("Overcommitment sweep 1") < text.index('id="environment"')

@@ -1,0 +1,102 @@
+"""Exit profiles on the nested-KVM testbed: a TCG L1 runs L2 under its real KVM (on the SVM
+that TCG emulates); the L1 agent on the host-side port records L2's exits with tracefs
+histograms around every run. Real QEMU, real KVM inside it, the real agent on both sides.
+
+The L2 test boots one L1+L2 stack (a few minutes on a loaded 2-core machine) and is in the
+default run; the mechanisms of timer, wakeup and io, and L3's exit multiplication, are slow
+tests (VMTAX_SLOW=1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from vmtax.targets.base import find_agent
+
+AGENT = str(find_agent())
+slow = pytest.mark.skipif(
+    os.environ.get("VMTAX_SLOW") != "1", reason="boots L3 or several stacks (minutes); VMTAX_SLOW=1"
+)
+
+
+def _profiles(db: str):
+    from vmtax.hostprof.store import exit_profiles
+    from vmtax.store import Store
+
+    with Store.open(db) as s:
+        runs = s.runs(["exp=latest"])
+        return runs, exit_profiles(s, int(runs["experiment_id"].iloc[0]))
+
+
+def _run(cli, db: str, levels: str, probe: str, runs: int = 2, *extra: str):
+    res = cli("run", "--levels", levels, "--inner-accel", "kvm", "--probe", probe,
+              "--runs", str(runs), "--exits", "--db", db, *extra, agent_path=AGENT)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, tmp_path):
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    _run(cli, db, "L2", "cpuid")
+    runs, prof = _profiles(db)
+    assert list(runs["status"]) == ["ok", "ok"]
+    assert set(prof["recorded_at"]) == {"L1"} and prof["complete"].all(), prof["problems"]
+    assert set(prof["run_id"]) == set(runs["run_id"])
+    cpuid = prof[prof["reason"] == "cpuid"]
+    assert len(cpuid) == 2
+    for row in cpuid.itertuples():
+        # The window is the whole agent invocation: its start-up (the environment
+        # fingerprint's ~3,000 CPUIDs, measured once before the first run) plus the loop.
+        executed = row.iterations
+        assert row.startup >= 3000
+        assert abs(row.count - row.startup - executed) <= 0.02 * executed, (
+            row.count, row.startup, executed,
+        )  # fmt: skip
+        assert row.time_ns > 0
+    res = cli("exits", "exp=latest", "--db", db, "--format", "json")
+    rows = json.loads(res.stdout)
+    per = {r["reason"]: r for r in rows}
+    assert per["cpuid"]["per_iteration"] == pytest.approx(1.0, abs=0.02)
+    assert per["cpuid"]["group"] == "Instruction emulation"
+    assert per["total"]["share"] == pytest.approx(1.0)
+
+
+def _per_iteration(cli, db: str) -> dict[str, float]:
+    res = cli("exits", "exp=latest", "--db", db, "--format", "json")
+    return {r["reason"]: r["per_iteration"] for r in json.loads(res.stdout)}
+
+
+@slow
+@pytest.mark.parametrize(
+    ("probe", "reasons"),
+    [
+        ("timer", {"msr", "hlt", "interrupt"}),  # TSC-deadline writes; sleep; the timer's IRQ
+        ("wakeup", {"msr", "hlt", "interrupt"}),  # x2APIC ICR writes (IPIs); idle; their IRQ
+        ("io", {"npf", "interrupt"}),  # virtio-blk kicks (MMIO: NPF); completion IRQs
+    ],
+)
+def test_probes_show_the_exits_their_mechanism_implies(cli, tmp_path, probe, reasons):
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    _run(cli, db, "L2", probe, 2)
+    per = _per_iteration(cli, db)
+    for reason in reasons:
+        assert per.get(reason, 0) > 0.5, (reason, per)
+
+
+@slow
+def test_l3_cpuid_is_multiplied_on_l1s_kvm(cli, tmp_path):
+    db = f"sqlite:///{tmp_path / 'l3.db'}"
+    _run(cli, db, "L3", "cpuid", 2, "--duration", "2")
+    _, prof = _profiles(db)
+    assert {"L1", "L2"} <= set(prof["recorded_at"])
+    res = cli("exits", "exp=latest", "--db", db, "--format", "json")
+    rows = json.loads(res.stdout)
+    total = {r["config"]: r["per_iteration"] for r in rows if r["reason"] == "total"}
+    at_l1 = next(v for k, v in total.items() if k.endswith("@ L1"))
+    at_l2 = next(v for k, v in total.items() if k.endswith("@ L2"))
+    # L2's KVM sees each L3 CPUID once; L1's KVM sees it and the exits of L2's handling.
+    assert at_l2 == pytest.approx(1.0, abs=0.1)
+    assert at_l1 > 3 * at_l2

@@ -330,6 +330,13 @@ def test_measured_profiles_give_the_nested_prediction():
                         ("MSR", 0x7C, "Other", 0.25),
                     )
                 ]  # fmt: skip
+                # A halt: its count is an exit, its time is sleep and must not count.
+                profile_rows.append(
+                    {"config_key": f"{level} accel=kvm", "level": level, "probe": k,
+                     "run_id": run_id, "recorded_at": "L1", "reason": "hlt", "code": 0x78,
+                     "group": "Halt", "count": 1, "time_ns": 1e9, "timed": 1,
+                     "iterations": iters, "complete": True}
+                )  # fmt: skip
                 if depth == 2:
                     profile_rows.append(
                         {"config_key": f"{level} accel=kvm", "level": level, "probe": k,

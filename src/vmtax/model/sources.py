@@ -18,6 +18,7 @@ from vmtax.model.nested import Series
 DATASET_COLUMNS = ("benchmark", "config", "cycles")
 VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
 PROFILE_COLUMNS = ("run_id", "count", "time_ns", "iterations", "complete")
+HALT_REASONS = ("hlt", "idle_hlt", "mwait", "mwait_cond", "mwait_instruction", "umwait", "tpause")
 _TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 
@@ -154,7 +155,9 @@ def profile_per_run(profiles: pd.DataFrame, recorded_at: str | None = None) -> p
             continue
         count = one["count"].to_numpy(dtype=np.float64)
         timed = one["timed"].to_numpy(dtype=np.float64)
-        time_ns = one["time_ns"].to_numpy(dtype=np.float64)
+        # A halt's "handling time" is the time the vCPU slept: waiting, not the cost of an
+        # exit. Its round trip counts (in N); its time does not.
+        time_ns = np.where(_halts(one), 0.0, one["time_ns"].to_numpy(dtype=np.float64))
         has = timed > 0
         if has.any():
             per_exit = np.where(has, time_ns / np.where(has, timed, 1.0), 0.0)
@@ -164,6 +167,17 @@ def profile_per_run(profiles: pd.DataFrame, recorded_at: str | None = None) -> p
             handling = np.nan
         rows.append([int(run_id), count.sum() / iterations, handling / iterations])
     return pd.DataFrame(rows, columns=["run_id", "exits", "handling_ns"])
+
+
+def _halts(rows: pd.DataFrame) -> np.ndarray:
+    group = rows["group"] if "group" in rows.columns else pd.Series("", index=rows.index)
+    reason = rows["reason"] if "reason" in rows.columns else pd.Series("", index=rows.index)
+    return np.array(
+        [
+            str(g) == "Halt" or str(r).lower() in HALT_REASONS
+            for g, r in zip(group, reason, strict=True)
+        ]
+    )
 
 
 def from_runs(

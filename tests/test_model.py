@@ -406,3 +406,23 @@ def test_model_reads_profiles_stored_by_the_exit_profile_recorder(store):
     assert cpuid.nested_profile[:, 0] == pytest.approx(9.0)
     result = fit(found.series, offset=found.vm_level - 1, resamples=300)
     assert _param(result, "cpuid", "m ") == pytest.approx(8.0)
+
+
+def test_assumed_exits_per_exit_predict_the_nested_level(cli, store, sqlite_url):
+    """Without a profile, a hand count of exits per nested CPUID (each one null exit) predicts
+    the nested level itself; deeper levels use it as m_h."""
+    rng = np.random.default_rng(3)
+    a, n = 3000.0, 8.5  # cycles at 1 GHz = ns; 8.5 exits per nested CPUID
+    truth = a * n
+    _populate(store, {"L2": {"cpuid": _noisy(rng, a)}, "L3": {"cpuid": _noisy(rng, truth)}}, 1e9)
+    res = cli("model", "--db", sqlite_url, "--exits-per-exit", str(n), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    rows = {(r["level"], r["dvh"]): r for r in json.loads(res.stdout)}
+    l3 = rows[(3, False)]
+    assert l3["predicted"] == pytest.approx(truth, rel=0.03)
+    assert abs(l3["error_pct"]) < 5 and l3["low"] > 0
+    assert rows[(4, False)]["predicted"] == pytest.approx(a + (truth - a) * n, rel=0.05)
+    bad = cli("model", "--db", sqlite_url, "--exits-per-exit", "0.5")
+    _one_line_usage(bad)
+    bad = cli("model", "--dataset", "dvh2020_micro", "--exits-per-exit", "8.5")
+    _one_line_usage(bad)

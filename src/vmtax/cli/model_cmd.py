@@ -44,6 +44,14 @@ def model_cmd(
         list[str] | None,
         typer.Option(help="Only these probes (cpuid, io, timer, wakeup); repeat for several."),
     ] = None,
+    exits_per_exit: Annotated[
+        float | None,
+        typer.Option(
+            help="Without an exit profile of the nested cpuid: the exits the VM's hypervisor "
+            "sees per nested CPUID (a hand count, e.g. 8.5), each assumed to cost one "
+            "null exit; the nested level is then predicted, not only fitted."
+        ),
+    ] = None,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 4000,
     seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
@@ -68,7 +76,11 @@ def model_cmd(
         raise UsageError("--resamples must be at least 100")
     from vmtax.cli.compare_cmd import emit
 
+    if exits_per_exit is not None and exits_per_exit < 1:
+        raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
     if dataset:
+        if exits_per_exit is not None:
+            raise UsageError("--exits-per-exit applies to measured levels, not to a dataset")
         if selectors:
             raise UsageError("give either --dataset or selectors of measured runs, not both")
         emit(dataset_output(dataset, fmt, resamples=resamples, seed=seed))
@@ -83,6 +95,7 @@ def model_cmd(
             db=db,
             vm_level=vm,
             probes=list(probe or []),
+            exits_per_exit=exits_per_exit,
             resamples=resamples,
             seed=seed,
         )
@@ -161,6 +174,7 @@ def measured_output(
     probes: list[str],
     resamples: int,
     seed: int,
+    exits_per_exit: float | None = None,
 ) -> object:
     """The measured case: calibrate on the VM level and the one above it, predict the rest and
     put each prediction beside the measured level where there is one."""
@@ -173,6 +187,9 @@ def measured_output(
         found = from_store(store, selectors, vm_level=vm_level, probes=probes)
     finally:
         store.close()
+    for s in found.series:
+        if s.benchmark == "cpuid":
+            s.assumed_exits = exits_per_exit
     result = fit(found.series, offset=found.vm_level - 1, resamples=resamples, seed=seed)
     return render_measured(result, found.vm_level, found.notes, fmt)
 

@@ -66,6 +66,9 @@ class Series:
     measured: dict[int, np.ndarray] = field(default_factory=dict)
     vm_profile: np.ndarray | None = None
     nested_profile: np.ndarray | None = None
+    #: Without a nested profile: the exits per nested operation the user assumes the VM's
+    #: hypervisor sees (e.g. a hand count), each costing one null exit (assumption A).
+    assumed_exits: float | None = None
 
     @property
     def mechanism(self) -> str:
@@ -123,7 +126,10 @@ def fit(
         for depth, dvh, key, cv in wanted:
             est = float(point[f"{key}:{s.benchmark}"][0])
             rep = reps[f"{key}:{s.benchmark}"]
-            noisy = rep * (1.0 + cv * rng.standard_normal(rep.shape))
+            # One future run's spread, lognormal with the runs' coefficient of variation:
+            # costs are positive and a loaded machine's run means are right-skewed.
+            sigma = np.sqrt(np.log1p(cv * cv))
+            noisy = rep * np.exp(sigma * rng.standard_normal(rep.shape) - sigma * sigma / 2)
             low, high = _interval(noisy)
             measured = _measured(s, depth) if not dvh else None
             rows.append(
@@ -226,6 +232,11 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
     # Depth-2 prediction from the nested level's exit profile.
     for s in series:
         nested_prof = profile(s, "nested_profile")
+        assumed = nested_prof is None and s.assumed_exits is not None
+        if assumed and e is not None:
+            # No handling times: each exit is one null exit's whole cost, e = a_null.
+            n_assumed = np.full_like(e, float(s.assumed_exits))
+            nested_prof = (n_assumed, np.zeros_like(e))
         if nested_prof is None:
             continue
         if not np.isfinite(nested_prof[1]).all():
@@ -240,12 +251,19 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
         vm_prof = profile(s, "vm_profile")
         n1 = vm_prof[0] if vm_prof is not None else np.ones_like(nested_prof[0])
         out[f"m:{s.benchmark}"] = nested_prof[0] - n1
-        out[f"basis:m:{s.benchmark}"] = "measured: exit profile"
+        out[f"basis:m:{s.benchmark}"] = (
+            "assumed: --exits-per-exit" if assumed else "measured: exit profile"
+        )
+        out[f"basis:c2:{s.benchmark}"] = "assumed exits" if assumed else "exit profile"
         out[f"c2pred:{s.benchmark}"] = a[s.benchmark] + (nested_prof[0] - n1) * e + nested_prof[1]
     # m_h: the multiplication of one of the guest hypervisor's own exits.
     if null is not None and f"m:{null.benchmark}" in out:
         m_h = out[f"m:{null.benchmark}"]
-        out["basis:m_h"] = "measured: the null exit's multiplication in its exit profile"
+        out["basis:m_h"] = (
+            "assumed: the null exit's given exits per exit"
+            if null.assumed_exits is not None and null.nested_profile is None
+            else "measured: the null exit's multiplication in its exit profile"
+        )
     elif null is not None:
         usable = [s for s in series if float(np.mean(delta[s.benchmark])) > 0]
         for s in series:
@@ -310,7 +328,7 @@ def _basis(point: dict, s: Series, depth: int, dvh: bool, direct: bool) -> str:
     if dvh and depth == 2:
         return "DVH does not apply: measured nested"
     if depth == 2:
-        return "exit profile: a_k + (N2-N1)*e + T2"
+        return f"{point[f'basis:c2:{s.benchmark}']}: a_k + (N2-N1)*e + T2"
     how = "measured" if point["basis:m_h"].startswith("measured") else "assumed"
     return f"a_k + D_k*S_{depth - 1}(m_h), m_h {how}"
 

@@ -101,31 +101,24 @@ static RR_SPEC: Spec = Spec {
     defaults: Defaults { runs: 5, iterations: 100_000, duration_s: 1.0, warmup: 100 },
 };
 
-static STREAM_SPEC: Spec = Spec {
-    name: "tcp_stream",
-    summary: "netperf TCP_STREAM: bulk send to the server over TCP, Nagle off",
-    mechanism: MECH,
-    unit: "ns",
-    better: Better::Lower,
-    throughput_unit: Some("Mb/s"),
-    params: &BULK_PARAMS,
-    needs_root: false,
-    arches: ALL_ARCHES,
-    defaults: Defaults { runs: 5, iterations: 10_000_000, duration_s: 1.0, warmup: 100 },
-};
+const fn bulk_spec(name: &'static str, summary: &'static str) -> Spec {
+    Spec {
+        name,
+        summary,
+        mechanism: MECH,
+        unit: "ns",
+        better: Better::Lower,
+        throughput_unit: Some("Mb/s"),
+        params: &BULK_PARAMS,
+        needs_root: false,
+        arches: ALL_ARCHES,
+        defaults: Defaults { runs: 5, iterations: 10_000_000, duration_s: 1.0, warmup: 100 },
+    }
+}
 
-static MAERTS_SPEC: Spec = Spec {
-    name: "tcp_maerts",
-    summary: "netperf TCP_MAERTS: bulk receive from the server over TCP, Nagle off",
-    mechanism: MECH,
-    unit: "ns",
-    better: Better::Lower,
-    throughput_unit: Some("Mb/s"),
-    params: &BULK_PARAMS,
-    needs_root: false,
-    arches: ALL_ARCHES,
-    defaults: Defaults { runs: 5, iterations: 10_000_000, duration_s: 1.0, warmup: 100 },
-};
+static STREAM_SPEC: Spec = bulk_spec("tcp_stream", "netperf TCP_STREAM: bulk send to the server over TCP, Nagle off");
+static MAERTS_SPEC: Spec =
+    bulk_spec("tcp_maerts", "netperf TCP_MAERTS: bulk receive from the server over TCP, Nagle off");
 
 impl Probe for Net {
     fn spec(&self) -> &'static Spec {

@@ -61,10 +61,13 @@ def model_cmd(
 ) -> None:
     """Predict the cost of deeper nesting from two levels, with and without DVH.
 
-    The model: C1 = a; C2 = a + m·h; C_d = a + m·H_{d−1}, H_j = h + m_h·H_{j−1}, where a is a
-    single-level exit, m the exits the guest hypervisor causes per forwarded exit and h their
-    cost. Exit profiles give m and h where recorded; otherwise h is assumed to be one null
-    exit (cpuid). Intervals are 95% bootstrap prediction intervals.
+    The model: C1 = a; C2 = a + m·h; C_d = a + m·H_{d−1}, H_j = h + m_h·H_{j−1} (docs/model.md).
+
+    a: a single-level exit; m: the exits the guest hypervisor causes per forwarded exit; h: each.
+
+    Exit profiles give m and h where recorded; otherwise h is assumed to be one null exit (cpuid).
+
+    Intervals are 95% bootstrap prediction intervals.
 
     Example: vmtax model --dataset dvh2020_micro
 

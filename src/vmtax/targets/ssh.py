@@ -46,6 +46,9 @@ PASSPHRASE_ENV = "VMTAX_SSH_PASSPHRASE"  # noqa: S105 - the variable's name, not
 def parse_url(url: str) -> tuple[str | None, str, int]:
     """``ssh://user@host[:port]`` -> (user, host, port); UsageError when malformed."""
     bad = f"not an ssh URL: {redact(url)} (expected ssh://user@host[:port])"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        # urlsplit would quietly drop some of them (a leading tab, a newline).
+        raise UsageError(f"not an ssh URL: {redact(url)!r} contains spaces or control characters")
     try:
         parts = urlsplit(url)
         hostname = parts.hostname

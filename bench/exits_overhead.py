@@ -1,11 +1,12 @@
 """What recording exit profiles costs the measured guest: cpuid in L2 (under L1's KVM on the
 nested-KVM testbed) with the recorder on vs off, in the same run.
 
-One L1+L2 stack is booted once. Each round runs the agent's cpuid probe twice in L2, once
-bracketed by `vmtax-probe exits start` / `exits stop` on L1's host-side port (the tracefs
-histograms `vmtax run --exits` uses) and once without, in alternating order so that drift
-of the (shared, TCG-emulated) machine hits both alike. The figure is the ratio of the
-medians of the per-round mean CPUID cost, with/without; 1.00 = no overhead. Timings on a
+One L1+L2 stack is booted once. Each round runs the agent's cpuid probe three times in L2:
+bracketed by `vmtax-probe exits start` / `exits stop` on L1's host-side port with handling
+times (the four triggers `vmtax run --exits` uses), with counts only (`--no-time`, one
+trigger), and without, in rotating order so that drift of the (shared, TCG-emulated) machine
+hits all alike. The figure is the ratio of the medians of the per-round mean CPUID cost to
+the recorder-off median; 1.00 = no overhead. Timings on a
 shared 2-core machine are noisy: read the spread of the per-round ratios too.
 
 Example:
@@ -41,38 +42,33 @@ def main() -> None:
     target.prepare()
     print(f"L1+L2 booted in {time.monotonic() - t0:.0f} s")
     side = target.host_sides()["L1"]
-    on: list[float] = []
-    off: list[float] = []
+    modes = {"timed": ["--mount"], "counts": ["--mount", "--no-time"], "off": None}
+    means: dict[str, list[float]] = {m: [] for m in modes}
     exits: list[int] = []
     try:
         cpuid_mean(target, 500)  # warm the guest's page cache and the agent
+        order = list(modes)
         for r in range(a.rounds):
-            for mode in ("on", "off") if r % 2 == 0 else ("off", "on"):
-                if mode == "on":
-                    list(side.run_agent(["exits", "start", "--qemu", "auto", "--mount"], 120))
+            for mode in order[r % 3 :] + order[: r % 3]:  # rotate who goes first
+                flags = modes[mode]
+                if flags is not None:
+                    list(side.run_agent(["exits", "start", "--qemu", "auto", *flags], 120))
                 mean, _ = cpuid_mean(target, a.iterations)
-                if mode == "on":
-                    stop = "".join(side.run_agent(["exits", "stop"], 120))
-                    prof = json.loads(stop)
+                if flags is not None:
+                    prof = json.loads("".join(side.run_agent(["exits", "stop"], 120)))
                     exits.append(sum(x["count"] for x in prof["reasons"] if x["code"] == 0x72))
-                    on.append(mean)
-                else:
-                    off.append(mean)
-                print(f"round {r + 1} {mode:>3}: {mean:,.0f} cycles per CPUID")
+                means[mode].append(mean)
+                print(f"round {r + 1} {mode:>6}: {mean:,.0f} cycles per CPUID")
     finally:
         target.close()
-    ratios = [x / y for x, y in zip(on, off, strict=True)]
-    ratio = statistics.median(on) / statistics.median(off)
+    off = statistics.median(means["off"])
     print()
-    print("| recorder | median cycles per CPUID | rounds |")
-    print("|---|---:|---:|")
-    print(f"| on (exits start/stop in L1) | {statistics.median(on):,.0f} | {len(on)} |")
-    print(f"| off | {statistics.median(off):,.0f} | {len(off)} |")
+    print("| recorder | median cycles per CPUID | ratio to off | rounds |")
+    print("|---|---:|---:|---:|")
+    for mode, values in means.items():
+        med = statistics.median(values)
+        print(f"| {mode} | {med:,.0f} | {med / off:.3f} | {len(values)} |")
     print()
-    print(
-        f"ratio on/off of the medians: {ratio:.3f} (per round: "
-        f"{', '.join(f'{x:.3f}' for x in ratios)})"
-    )
     print(f"CPUID exits recorded per recorded run: {', '.join(map(str, exits))}")
 
 

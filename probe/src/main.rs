@@ -69,16 +69,16 @@ enum Cmd {
         #[arg(long)]
         timeout: Option<f64>,
     },
+    /// Count a KVM guest's VM exits by reason (root, tracefs). Example: vmtax-probe exits start --qemu auto
+    Exits {
+        #[command(subcommand)]
+        action: ExitsCmd,
+    },
     /// Sample the machine's interference (clock, steal, other CPU use, runnable tasks) as one JSON line. Example: vmtax-probe noise --window 0.05
     Noise {
         /// Seconds to sample over
         #[arg(long, default_value_t = 0.05)]
         window: f64,
-    },
-    /// Count a KVM guest's VM exits by reason (root, tracefs). Example: vmtax-probe exits start --qemu auto
-    Exits {
-        #[command(subcommand)]
-        action: ExitsCmd,
     },
     /// Serve requests on a virtio-serial port or tty. Example: vmtax-probe serve --device /dev/vport0p1
     Serve {
@@ -111,6 +111,9 @@ enum ExitsCmd {
         /// Entries per histogram (the kernel's default is 2048)
         #[arg(long)]
         size: Option<u32>,
+        /// Count exits only, without their handling time (one trigger instead of four)
+        #[arg(long)]
+        no_time: bool,
     },
     /// Print the profile as one JSON object and remove what start set up
     Stop {
@@ -174,6 +177,10 @@ fn main() {
                 Err(e) => usage_error(&e),
             }
         }
+        Cmd::Exits { action: ExitsCmd::Start { qemu, pids, tracefs, mount, size, no_time } } => {
+            exits::start(&exits::StartOpts { qemu, pids, tracefs, mount, size, timed: !no_time })
+        }
+        Cmd::Exits { action: ExitsCmd::Stop { tracefs } } => exits::stop(tracefs.as_deref()),
         Cmd::Netserver { bind } => match probes::net::netserver(&bind) {
             Ok(()) => 0,
             Err(e) => {
@@ -188,10 +195,6 @@ fn main() {
             println!("{}", probes::noise::sample(window));
             0
         }
-        Cmd::Exits { action: ExitsCmd::Start { qemu, pids, tracefs, mount, size } } => {
-            exits::start(&exits::StartOpts { qemu, pids, tracefs, mount, size })
-        }
-        Cmd::Exits { action: ExitsCmd::Stop { tracefs } } => exits::stop(tracefs.as_deref()),
         Cmd::Serve { device } => {
             let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
             match serve::serve(&device, reconnect) {

@@ -337,6 +337,7 @@ class ConcurrencyWatch:
     def __init__(self, hosts: list[NetnsHost]) -> None:
         self.hosts = hosts
         self.peak = 0
+        self.peak_agents = 0
         self.seen: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -346,6 +347,10 @@ class ConcurrencyWatch:
             busy = [h.name for h in self.hosts if h.session_children()]
             self.peak = max(self.peak, len(busy))
             self.seen.update(busy)
+            # A session's sshd can outlive vmtax's close by a moment, overlapping the next
+            # host's; an agent runs only while vmtax measures that host.
+            measuring = sum(1 for h in self.hosts if h.agents())
+            self.peak_agents = max(self.peak_agents, measuring)
             time.sleep(0.05)
 
     def __enter__(self) -> ConcurrencyWatch:
@@ -376,7 +381,8 @@ def test_twenty_hosts_in_namespaces_into_one_postgresql(netns_fleet, postgres_ur
         code, out, terminal = PtyRun(args).wait(timeout=300)
     assert code == 0, terminal[-3000:]
     # Bounded concurrency: never more than `limit` hosts at once, but more than one.
-    assert 2 <= watch.peak <= limit, watch.peak
+    assert watch.peak_agents <= limit < len(fleet.hosts), watch.peak_agents
+    assert watch.peak >= 2, watch.peak
     assert watch.seen == {h.name for h in fleet.hosts}
     # The live display drew a line per host, and each ended complete (2 of 2 runs).
     assert all(drew_complete(terminal, h.name, 2) for h in fleet.hosts), terminal[-3000:]

@@ -122,24 +122,14 @@ def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path):
         texts[str(p.relative_to(work))] = p.read_bytes().decode("utf-8", "replace")
     texts["database"] = _database_text(db.replace("postgresql://", "postgresql://", 1))
     assert "locked" in texts["database"]  # the run through the encrypted key is stored
-    known: set[str] = set()
     for secret in (password, passphrase):
         leaks = {
             where: text[max(0, text.index(secret) - 200) : text.index(secret) + 50]
             for where, text in texts.items()
             if secret in text
         }
-        # Known: `vmtax report` records its own command line (sys.argv) unredacted under
-        # "This report" (cli/report_cmd.py); every other output must be clean.
-        known.update(k for k, v in leaks.items() if k in REPORTS and "This report" in v)
-        others = {k: v for k, v in leaks.items() if k not in known}
-        assert others == {}, f"{secret!r} found in {others}"
+        assert leaks == {}, f"{secret!r} found in {leaks}"
     assert "pg-secret" not in texts["database"]
-    if known:
-        pytest.xfail(
-            f"the database password is in {sorted(known)}: report_cmd.py stores "
-            "sys.argv as the report's command; redact --db as run_cmd._command_line does"
-        )
 
 
 @pytest.mark.parametrize("words", [("cannot", "unlock")])

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
 
 FORMATS = ("html", "markdown")
@@ -75,7 +76,7 @@ def report(
                 out,
                 fmt=fmt,
                 baseline=baseline,
-                command=["vmtax", *sys.argv[1:]],
+                command=_command_line(sys.argv[1:], store.url_display),
                 resamples=resamples,
                 seed=seed,
                 progress=step,

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
 
 SHOW_FORMATS = ("table", "markdown", "json", "html")
@@ -138,7 +139,7 @@ def sweep(
             )
             spec.check()
             experiment_id = store.create_experiment(
-                command=["vmtax", *sys.argv[1:]],
+                command=_command_line(sys.argv[1:], store.url_display),
                 suite="sweep",
                 seed=0,
                 plan={

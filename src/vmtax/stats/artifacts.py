@@ -4,7 +4,8 @@
   They are counted and located, never dropped. The slow ones form the *spike indicator*
   ``S[r, i]`` that the next three detectors read.
 - **Periodic spikes** ("horizontal lines"): the mean over runs of the autocorrelation of each
-  run's spike indicator. A spike train with period k has its first strong autocorrelation peak
+  run's spike onsets (the spike indicator with each burst of consecutive slow iterations kept
+  as its first one). A spike train with period k has its first strong autocorrelation peak
   at lag k (its periodogram has equal peaks at every harmonic, which is why the lag domain is
   used to name the period). The p-value is a permutation test: the indicator is shuffled
   within each run, which keeps the spike rate and destroys any order (the search and its test
@@ -239,6 +240,20 @@ def _shuffles(ind: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
     return hits ^ flip[None, :, None]
 
 
+def _onsets(slow: np.ndarray) -> np.ndarray:
+    """Where each burst of consecutive slow iterations starts.
+
+    On a busy host slow iterations come in bursts (a preempted or throttled stretch), and a
+    burst of b gives the autocorrelation a lobe at lags 1..b whose ripples out-rank a real
+    period's peak. A burst is one event: keeping its first iteration removes the lobe and
+    leaves a periodic train (a flush every k writes, with or without a slow follower) intact.
+    """
+    ind = slow.astype(bool)
+    starts = ind.copy()
+    starts[:, 1:] &= ~ind[:, :-1]
+    return starts
+
+
 def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Periodic:
     """Period of the spikes and the indices slow in every run (see module docstring)."""
     runs, n = slow.shape
@@ -251,7 +266,7 @@ def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Period
         indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
     # The period search and its permutation test read the first PERIODIC_MAX_ITERATIONS only:
     # that bounds the cost, and still holds four repetitions of any period up to a quarter of it.
-    ind = slow[:, :PERIODIC_MAX_ITERATIONS].astype(bool)
+    ind = _onsets(slow[:, :PERIODIC_MAX_ITERATIONS])
     n = ind.shape[1]
     if n < 16 or ind.sum() < 3:
         return Periodic(False, None, None, None, indices, rate)

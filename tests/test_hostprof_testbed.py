@@ -48,10 +48,10 @@ def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, 
     cpuid = prof[prof["reason"] == "cpuid"]
     assert len(cpuid) == 2
     for row in cpuid.itertuples():
-        # The window is the whole agent invocation: its start-up (the environment
-        # fingerprint's ~3,000 CPUIDs, measured once before the first run) plus the loop.
+        # The window is the whole agent invocation: its start-up (the CPUID leaves its header
+        # reads; given the target's env it times no 3,000 CPUIDs) plus the loop.
         executed = row.iterations
-        assert row.startup >= 3000
+        assert 0 < row.startup < 1000
         assert abs(row.count - row.startup - executed) <= 0.02 * executed, (
             row.count, row.startup, executed,
         )  # fmt: skip

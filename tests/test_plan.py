@@ -173,6 +173,9 @@ def test_invocation_bounds_each_run_by_iterations_duration_and_timeout():
         "--timeout",
         "20",
     ]
+    # Given the target's TSC rate, a run reuses it and the target's nesting estimate.
+    given = plan.invocation(plan.steps[0], memory_bytes=None, tsc_hz=2.3e9)
+    assert given.args == [*inv.args, "--tsc-hz", "2300000000.0", "--brief-env"]
     # The controller only kills an agent that overran its own --timeout.
     assert inv.timeout == kill_after(20) > 20
 

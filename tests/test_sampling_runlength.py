@@ -43,7 +43,7 @@ def test_without_budget_the_suite_duration_stays() -> None:
 def test_quick_suite_plan_is_adaptive_and_records_the_choice() -> None:
     suite, source = load_suite("quick")
     plan = build_plan(suite, source=source, seed=1, targets=[{"kind": "local"}])
-    assert plan.sampling["precision"] == 0.03 and plan.sampling["budget_s"] == 50.0
+    assert plan.sampling["precision"] == 0.03 and plan.sampling["budget_s"] == 45.0
     assert len(plan.steps) == plan.sampling["min_runs"] * len(plan.entries)
     runlength.apply(plan, overhead_s=0.15, fixed=False)
     stored = plan.to_dict()["sampling"]["run_length"]

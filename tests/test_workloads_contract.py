@@ -58,10 +58,11 @@ def test_invocation_reads_the_plans_agent_arguments():
         "t.toml",
     )
     plan = build_plan(suite, source="t", seed=1, targets=[{"kind": "local"}])
-    inv = plan.invocation(plan.steps[0], None)
-    parsed = Invocation.from_args(inv.args, inv.timeout)
-    assert (parsed.name, parsed.duration, parsed.iterations) == ("oltp", 2.5, 7)
-    assert parsed.params == {"db": "pgsql"}
+    for tsc_hz in (None, 2.3e9):  # the agent's own flags leave the rest in place
+        inv = plan.invocation(plan.steps[0], None, tsc_hz=tsc_hz)
+        parsed = Invocation.from_args(inv.args, inv.timeout)
+        assert (parsed.name, parsed.duration, parsed.iterations) == ("oltp", 2.5, 7)
+        assert parsed.params == {"db": "pgsql"}
 
 
 def test_the_plan_check_knows_workload_parameters():

@@ -110,6 +110,12 @@ pub fn tsc_hz() -> Option<f64> {
     tsc_freq().map(|f| f.hz)
 }
 
+/// Use ``hz`` instead of finding the rate (a controller passes what this machine's `env`
+/// found, so a run of tens of milliseconds does not spend 50 ms calibrating). First call wins.
+pub fn set_tsc_hz(hz: f64) {
+    let _ = TSC.set(Some(TscFreq { hz, source: "given by --tsc-hz".into() }));
+}
+
 pub fn tsc_freq() -> Option<TscFreq> {
     TSC.get_or_init(find_tsc_freq).clone()
 }

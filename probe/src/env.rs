@@ -21,6 +21,23 @@ pub fn read_trim(path: &str) -> Option<String> {
 pub fn fingerprint() -> Fingerprint {
     let (hypervisor, tcg) = hypervisor();
     let nesting = nesting(&hypervisor, tcg);
+    fingerprint_with(hypervisor, nesting)
+}
+
+/// The fingerprint without the nesting estimate, whose 3,000 timed CPUIDs cost about 20 ms
+/// on a VM and seconds two levels down: a run's header, when `env` has already given it.
+pub fn fingerprint_brief() -> Fingerprint {
+    let (hypervisor, _) = hypervisor();
+    let nesting = Nesting {
+        depth: None,
+        basis: "not measured in this run (--brief-env): see the machine's env".into(),
+        confidence: Confidence::None,
+        cpuid_cycles: None,
+    };
+    fingerprint_with(hypervisor, nesting)
+}
+
+fn fingerprint_with(hypervisor: Hypervisor, nesting: Nesting) -> Fingerprint {
     let uts = uname();
     Fingerprint {
         agent_version: AGENT_VERSION.to_string(),

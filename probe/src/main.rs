@@ -68,6 +68,12 @@ enum Cmd {
         /// Stop everything after this many seconds (end status "timeout")
         #[arg(long)]
         timeout: Option<f64>,
+        /// TSC ticks per second, as this machine's `env` found them: skips the 50 ms calibration
+        #[arg(long, value_name = "HZ")]
+        tsc_hz: Option<f64>,
+        /// Leave the nesting estimate (3,000 timed CPUIDs) out of the header's env: `env` has it
+        #[arg(long)]
+        brief_env: bool,
     },
     /// Count a KVM guest's VM exits by reason (root, tracefs). Example: vmtax-probe exits start --qemu auto
     Exits {
@@ -170,8 +176,9 @@ fn main() {
             }
             0
         }
-        Cmd::Run { probe, runs, iterations, duration, warmup, cpus, params, timeout } => {
-            let opts = run::RunOpts { probe, runs, iterations, duration, warmup, cpus, params, timeout };
+        Cmd::Run { probe, runs, iterations, duration, warmup, cpus, params, timeout, tsc_hz, brief_env } => {
+            let opts =
+                run::RunOpts { probe, runs, iterations, duration, warmup, cpus, params, timeout, tsc_hz, brief_env };
             match run::plan(&opts) {
                 Ok(p) => run::execute(p),
                 Err(e) => usage_error(&e),

@@ -16,6 +16,8 @@ pub struct RunOpts {
     pub cpus: Option<String>,
     pub params: Vec<String>,
     pub timeout: Option<f64>,
+    pub tsc_hz: Option<f64>,
+    pub brief_env: bool,
 }
 
 /// A validated invocation.
@@ -28,6 +30,8 @@ pub struct Plan {
     pub warmup: u64,
     pub pool: CpuPool,
     pub timeout: Option<f64>,
+    pub tsc_hz: Option<f64>,
+    pub brief_env: bool,
 }
 
 /// Check everything that can be checked before measuring; errors are usage errors (exit 2).
@@ -59,6 +63,12 @@ pub fn plan(o: &RunOpts) -> Result<Plan, String> {
             return Err(format!("invalid --timeout {t}: must be a positive number of seconds"));
         }
     }
+    if let Some(hz) = o.tsc_hz {
+        // 1 MHz..100 GHz: anything outside is a typo, not a clock.
+        if !hz.is_finite() || !(1e6..=1e11).contains(&hz) {
+            return Err(format!("invalid --tsc-hz {hz}: must be a TSC rate between 1e6 and 1e11 Hz"));
+        }
+    }
     let allowed = crate::affinity::allowed();
     let pool = match &o.cpus {
         Some(list) => {
@@ -82,7 +92,18 @@ pub fn plan(o: &RunOpts) -> Result<Plan, String> {
     };
     let params = crate::params::resolve(spec.name, spec.params, &o.params)?;
     probe.validate(&params).map_err(|e| format!("invalid parameters for probe {}: {e}", spec.name))?;
-    Ok(Plan { probe, params, runs, iterations, duration: Some(duration), warmup, pool, timeout: o.timeout })
+    Ok(Plan {
+        probe,
+        params,
+        runs,
+        iterations,
+        duration: Some(duration),
+        warmup,
+        pool,
+        timeout: o.timeout,
+        tsc_hz: o.tsc_hz,
+        brief_env: o.brief_env,
+    })
 }
 
 static COMPLETED: AtomicU32 = AtomicU32::new(0);
@@ -124,6 +145,9 @@ pub fn execute(p: Plan) -> i32 {
     if let Some(t) = p.timeout {
         start_watchdog(t);
     }
+    if let Some(hz) = p.tsc_hz {
+        crate::clock::set_tsc_hz(hz);
+    }
     let spec = p.probe.spec();
     let header = Header {
         schema: SCHEMA.into(),
@@ -141,7 +165,7 @@ pub fn execute(p: Plan) -> i32 {
         timeout_s: p.timeout,
         cpus: p.pool.requested.then(|| p.pool.cpus.clone()),
         started_at: crate::clock::utc_now_rfc3339(),
-        env: crate::env::fingerprint(),
+        env: if p.brief_env { crate::env::fingerprint_brief() } else { crate::env::fingerprint() },
     };
     if emit(&Record::Header(Box::new(header)).to_line(), false).is_err() {
         return 1;

@@ -158,6 +158,24 @@ fn list_and_env_match_schema_parts() {
     assert!(errors.is_empty(), "{errors:?}");
 }
 
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_given_tsc_rate_and_brief_env_are_used_and_said() {
+    let args = ["run", "syscall", "--runs", "1", "--iterations", "20", "--tsc-hz", "2345678901.5", "--brief-env"];
+    let (code, out, err) = agent(&args);
+    assert_eq!(code, 0, "{err}");
+    check_stream(&out);
+    let header: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(header["env"]["cpu"]["tsc_hz"], 2345678901.5);
+    assert_eq!(header["env"]["cpu"]["tsc_source"], "given by --tsc-hz");
+    assert!(header["env"]["nesting"]["cpuid_cycles"].is_null(), "{}", header["env"]["nesting"]);
+    assert_eq!(header["env"]["nesting"]["confidence"], "none");
+    let (_, slow, _) = agent(&["run", "syscall", "--runs", "1", "--iterations", "20", "--tsc-hz", "1e9"]);
+    let h: Value = serde_json::from_str(slow.lines().next().unwrap()).unwrap();
+    assert_eq!(h["env"]["cpu"]["tsc_hz"], 1e9);
+    assert!(!h["env"]["nesting"]["cpuid_cycles"].is_null(), "the full env without --brief-env");
+}
+
 #[test]
 fn usage_errors_exit_2_with_one_line() {
     for args in [
@@ -172,6 +190,8 @@ fn usage_errors_exit_2_with_one_line() {
         vec!["run", "cpu", "--iterations", "1"],
         vec!["run", "cpu", "--cpus", "9999"],
         vec!["run", "cpu", "--bogus"],
+        vec!["run", "cpu", "--tsc-hz", "5"],
+        vec!["run", "cpu", "--tsc-hz", "NaN"],
         vec!["frobnicate"],
     ] {
         let (code, out, err) = agent(&args);

@@ -270,5 +270,16 @@ def finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x
 
 
+def known_env_args(tsc_hz: float | None) -> list[str]:
+    """Agent arguments that give a run what the target's fingerprint already found."""
+    return ["--tsc-hz", repr(float(tsc_hz)), "--brief-env"] if tsc_hz else []
+
+
+def startup_args(tsc_hz: float | None) -> list[str]:
+    """A run that is all start-up: what every planned run repeats besides its measuring."""
+    args = ["run", "syscall", "--runs", "1", "--iterations", "2", "--warmup", "0"]
+    return args + known_env_args(tsc_hz)
+
+
 if __name__ == "__main__":
     print(json.dumps(json_schema(), indent=2, sort_keys=True))

@@ -16,6 +16,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from pydantic import ValidationError
 
-from vmtax.contract import Fingerprint, ProbeInfo, read_stream
+from vmtax.contract import Fingerprint, ProbeInfo, read_stream, startup_args
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.plan.plan import Plan, Step
 from vmtax.targets.base import AgentTimeout, Target, TargetError
@@ -127,6 +128,14 @@ def _pid_start(pid: int) -> int | None:
         return None
     # Field 22 (starttime) counts from after the ")" that closes the command name.
     return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def run_overhead(target: Target, fp: Fingerprint, timeout: float = ENV_TIMEOUT_S) -> float:
+    """Seconds one run costs besides its measuring on ``target``: the agent started as every
+    planned run starts it (given the fingerprint's TSC rate), two iterations, its stream read."""
+    started = time.monotonic()
+    read_stream(list(target.run_agent(startup_args(fp.cpu.tsc_hz), timeout)))
+    return time.monotonic() - started
 
 
 def fingerprint(target: Target, timeout: float = ENV_TIMEOUT_S) -> Fingerprint:
@@ -341,7 +350,7 @@ class Runner:
         fp: Fingerprint,
         outcome: TargetOutcome,
     ) -> str:
-        inv = self.plan.invocation(step, fp.memory_bytes)
+        inv = self.plan.invocation(step, fp.memory_bytes, tsc_hz=fp.cpu.tsc_hz)
         entry = self.plan.entries[step.entry]
         lines: list[str] = []
         transport_error: str | None = None

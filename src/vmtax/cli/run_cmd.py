@@ -180,9 +180,7 @@ def run(
     store = _open_store(db)
     local = _local_target()
     available = rn.list_probes(local)
-    started = time.monotonic()
     local_fp = rn.fingerprint(local)
-    run_overhead = time.monotonic() - started  # what every run repeats (adaptive run length)
     chosen_seed = (
         seed
         if seed is not None
@@ -204,7 +202,7 @@ def run(
     if plan.sampling:
         from vmtax.sampling.runlength import apply
 
-        apply(plan, overhead_s=run_overhead, fixed=duration is not None)
+        apply(plan, overhead_s=rn.run_overhead(local, local_fp), fixed=duration is not None)
     rn.check_probes(plan, available)
     built, limit = make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from vmtax.contract import Fingerprint, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof.store import save_profile
 
@@ -43,6 +44,15 @@ def _qemu_arg(target: Any, side: Any) -> list[str]:
         proc = getattr(getattr(target, "guest", None), "proc", None)
         return ["--qemu", str(proc.pid)] if proc is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
+
+
+def _tsc_hz(target: Any) -> float | None:
+    """The target's TSC rate from its fingerprint, as the runner passes it to every run."""
+    try:
+        text = "".join(target.run_agent(["env", "--format", "json"], REQUEST_TIMEOUT_S))
+        return Fingerprint.model_validate_json(text).cpu.tsc_hz
+    except Exception:  # noqa: BLE001 - without it the start-up is recorded as a full one
+        return None
 
 
 def _request(side: Any, args: list[str]) -> tuple[dict[str, Any] | None, str]:
@@ -92,18 +102,18 @@ class Recorder:
         self._note(line)
 
     def _calibrate(self, target: Any, sides: dict[str, Any]) -> None:
-        """Once per target, before its first run: the exits of one agent invocation without a
-        probe loop (``env``, the same environment fingerprint every run's header carries, which
-        executes about 3,000 CPUIDs to detect nesting), so a table can tell the probe's exits
-        per iteration from the agent's start-up."""
+        """Once per target, before its first run: the exits of one agent invocation that is all
+        start-up (two iterations, started as every planned run is: given the target's TSC rate
+        and nesting estimate), so a table can tell the probe's exits per iteration from it."""
         startup: dict[str, dict[int, int]] = {}
+        args = startup_args(_tsc_hz(target))
         for level, side in sides.items():
             mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
             _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
             if err:
                 continue
             try:
-                for _ in target.run_agent(["env", "--format", "json"], REQUEST_TIMEOUT_S):
+                for _ in target.run_agent(args, REQUEST_TIMEOUT_S):
                     pass
             except VmtaxError:
                 pass

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from vmtax.contract import known_env_args
 from vmtax.plan.suite import Entry, MemoryScale, Suite
 
 
@@ -96,8 +97,15 @@ class Plan:
     def steps_for(self, target: int) -> list[Step]:
         return [s for s in self.steps if s.target == target]
 
-    def invocation(self, step: Step, memory_bytes: int | None) -> Invocation:
-        """Agent arguments for ``step``; memory-scaled parameters use the target's RAM."""
+    def invocation(
+        self, step: Step, memory_bytes: int | None, *, tsc_hz: float | None = None
+    ) -> Invocation:
+        """Agent arguments for ``step``; memory-scaled parameters use the target's RAM.
+
+        ``tsc_hz``: the target's TSC rate from its fingerprint. Given, the run reuses it and
+        that fingerprint's nesting estimate (``--tsc-hz``, ``--brief-env``) instead of
+        spending about 70 ms on finding them again, which is most of a short run's fixed cost.
+        """
         e = self.entries[step.entry]
         params = dict(e["params"])
         iterations = e.get("iterations")
@@ -125,6 +133,7 @@ class Plan:
             args += ["--cpus", str(e["cpus"])]
         for key, val in params.items():
             args += ["--param", f"{key}={_param(val)}"]
+        args += known_env_args(tsc_hz)
         return Invocation(args=args, timeout=kill_after(float(e["timeout"])), scaling=scaling)
 
 

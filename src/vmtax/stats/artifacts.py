@@ -19,7 +19,8 @@
   peak at lag d means spike positions are remembered from run to run and move by d per run
   (d = 0: the same indices every run). The p-value shifts each run by an independent random
   circular offset, which keeps every run's own pattern (periodic or not) but breaks the
-  alignment between runs.
+  alignment between runs (it reads the same first iterations as the period test, and stops
+  as it does).
 - **Warm-up**: each run's first iterations against its steady state (the second half).
   ``n_slow`` is the length of the leading stretch whose across-run median exceeds the steady
   state's noise; the p-value is a one-sided Wilcoxon signed-rank test over runs (first window
@@ -168,15 +169,23 @@ def resolution(matrix: np.ndarray) -> np.ndarray:
     return out
 
 
-def tukey(matrix: np.ndarray, k: float = 1.5) -> tuple[np.ndarray, np.ndarray]:
+def tukey(
+    matrix: np.ndarray, k: float = 1.5, *, quartiles: tuple[np.ndarray, ...] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-run Tukey fences: boolean matrices (slow, fast) of the values beyond them.
 
     The IQR is floored at the timer's quantum: with coarse clocks most values are equal, the
     IQR is 0, and every tick above the mode would otherwise count as an outlier.
+    ``quartiles``: what :func:`run_quartiles` gave for this matrix, to reuse it across k.
     """
-    q1, q3 = np.percentile(matrix, [25, 75], axis=1, keepdims=True)
-    iqr = np.maximum(q3 - q1, resolution(matrix)[:, None])
+    q1, q3, iqr = quartiles if quartiles is not None else run_quartiles(matrix)
     return matrix > q3 + k * iqr, matrix < q1 - k * iqr
+
+
+def run_quartiles(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each run's Q1, Q3 and IQR (floored at the quantum), as (runs, 1) columns."""
+    q1, q3 = np.percentile(matrix, [25, 75], axis=1, keepdims=True)
+    return q1, q3, np.maximum(q3 - q1, resolution(matrix)[:, None])
 
 
 def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -> np.ndarray:
@@ -313,15 +322,20 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
     by s_b moves their circular correlation by s_b - s_a, so every resample is a re-indexing
     of the observed correlations: one FFT in all, however many resamples.
     """
+    slow = slow[:, :PERIODIC_MAX_ITERATIONS]  # as the period search: bounded cost
     runs, n = slow.shape
-    ind = slow.astype(np.float64)
-    usable = ind.std(axis=1) > 0
+    # A 0/1 row's mean and standard deviation follow from its count of ones: no passes over
+    # the (often runs x 10^5) matrix besides the one that counts.
+    rate = slow.sum(axis=1, dtype=np.float64) / max(n, 1)
+    sd = np.sqrt(rate * (1.0 - rate))
+    usable = sd > 0
     pairs = np.flatnonzero(usable[:-1] & usable[1:])
     if runs < 2 or pairs.size == 0 or n < 16:
         return CrossRun(False, None, None, None, int(pairs.size))
     max_lag = min(n // 4, 2000)
-    z = ind - ind.mean(axis=-1, keepdims=True)
-    z = z / np.maximum(z.std(axis=-1, keepdims=True), 1e-300)
+    z = slow.astype(np.float64)
+    z -= rate[:, None]
+    z /= np.maximum(sd, 1e-300)[:, None]
     f = sfft.rfft(z, axis=-1)
     # cc[p, d]: mean over t of run a[t] times run b[(t + d) mod n], for a, b = pairs[p], +1.
     cc = sfft.irfft(np.conj(f[pairs]) * f[pairs + 1], n=n, axis=-1) / n
@@ -333,8 +347,10 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
     best = int(near_top[np.argmin(np.abs(lags[near_top]))])
     rng = np.random.default_rng(seed)
     exceed, done = 0, 0
-    chunk = max(1, int(2**22 // (pairs.size * lags.size)))
-    while done < resamples:
+    # Small batches: each resample gathers pairs x lags values at random places in cc, and the
+    # sequential stop (as in periodic()) ends most tests after a batch or two.
+    chunk = max(1, min(resamples, int(2**20 // (pairs.size * lags.size))))
+    while done < resamples and exceed < SEQUENTIAL_EXCEED:
         b = min(chunk, resamples - done)
         shifts = rng.integers(0, n, size=(b, runs))
         moved = shifts[:, pairs + 1] - shifts[:, pairs]  # (b, pairs)
@@ -342,7 +358,7 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
         null = np.take_along_axis(cc[None], idx, axis=-1).mean(axis=1).max(axis=-1)
         exceed += int((null >= stat - TIE).sum())
         done += b
-    p = (exceed + 1) / (resamples + 1)
+    p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
     return CrossRun(p < ALPHA, stat, best - max_lag, p, int(pairs.size))
 
 
@@ -453,9 +469,10 @@ def detect(
     """Run every detector on a runs x iterations matrix (and a baseline matrix for shape)."""
     matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
     runs, n = matrix.shape
-    slow, fast = tukey(matrix)
+    quartiles = run_quartiles(matrix)
+    slow, fast = tukey(matrix, quartiles=quartiles)
     where = np.argwhere(slow | fast)
-    spikes, _ = tukey(matrix, k=3.0)  # Tukey's "far out" values: the spikes
+    spikes, _ = tukey(matrix, k=3.0, quartiles=quartiles)  # Tukey's "far out": the spikes
     outliers = Outliers(
         count=int(where.shape[0]),
         fraction=float(where.shape[0] / matrix.size) if matrix.size else 0.0,

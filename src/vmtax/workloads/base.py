@@ -86,10 +86,13 @@ class Invocation:
     @classmethod
     def from_args(cls, args: Sequence[str], kill_after: float) -> Invocation:
         # ["run", NAME, "--runs", "1", "--iterations", N, "--duration", S, "--warmup", W,
-        #  "--timeout", T, "--cpus", C, "--param", "k=v", ...] as plan.Plan.invocation builds.
+        #  "--timeout", T, "--cpus", C, "--param", "k=v", ..., "--tsc-hz", HZ, "--brief-env"]
+        # as plan.Plan.invocation builds; the last two are the agent's and mean nothing here.
         inv = cls(name=args[1], params={}, kill_after=kill_after)
         it = iter(args[2:])
         for opt in it:
+            if opt == "--brief-env":  # the one flag without a value
+                continue
             val = next(it, "")
             if opt == "--iterations":
                 inv.iterations = int(val)

@@ -38,6 +38,9 @@ class Recorder:
     def advance(self, name, description):
         self.done.append(name)
 
+    def finish(self, name, description, *, failed):
+        self.final = getattr(self, "final", {}) | {name: (description, failed)}
+
 
 def test_a_failed_target_is_reported_and_the_others_finish(store, tmp_path):
     agent = find_agent()
@@ -63,6 +66,10 @@ def test_a_failed_target_is_reported_and_the_others_finish(store, tmp_path):
     assert "target bad failed" in outcome.summary_error()
     assert progress.totals == {"good": 4, "bad": 4}
     assert progress.done.count("good") == 4
+    # Each host's last row says how it ended; the failed one says why.
+    assert progress.final["good"] == ("good: done, 4 ok", False)
+    text, failed = progress.final["bad"]
+    assert failed and text.startswith("bad: FAILED after 0 runs: ") and "agent binary" in text
     runs = store.runs([f"exp={exp}"])
     assert len(runs) == 4 and set(runs["status"]) == {"ok"}
     assert store.experiment(exp)["status"] == "failed"

@@ -180,6 +180,9 @@ def test_resume_keeps_committed_runs_and_adds_new_ones(tmp_path, agent, monkeypa
                 if self.n == 0 and self.runner is not None:
                     self.runner._stop.set()
 
+            def finish(self, name: str, description: str, *, failed: bool) -> None:
+                del name, description, failed
+
         # First session: stopped after 8 runs (2 beyond the plan: adaptive steps).
         stopper = StopAfter(8)
         first = Runner(store, plan, [LocalTarget()], progress=stopper,

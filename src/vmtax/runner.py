@@ -44,6 +44,7 @@ class Progress(Protocol):
 
     def add_target(self, name: str, total: int) -> None: ...
     def advance(self, name: str, description: str) -> None: ...
+    def finish(self, name: str, description: str, *, failed: bool) -> None: ...
 
 
 class RunObserver(Protocol):
@@ -60,6 +61,9 @@ class _NoProgress:
 
     def advance(self, name: str, description: str) -> None:
         del name, description
+
+    def finish(self, name: str, description: str, *, failed: bool) -> None:
+        del name, description, failed
 
 
 @dataclass
@@ -326,7 +330,12 @@ class Runner:
                 if self._stop.is_set():
                     return
                 status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
-                self.progress.advance(target.name, f"{target.name}: {step.entry} run {step.run}")
+                bad = outcome.failed + outcome.lost
+                self.progress.advance(
+                    target.name,
+                    f"{target.name}: {step.entry} run {step.run}"
+                    + (f" ({bad} failed or lost)" if bad else ""),
+                )
                 lost_in_a_row = lost_in_a_row + 1 if status == "lost" else 0
                 if lost_in_a_row >= MAX_CONSECUTIVE_LOST:
                     outcome.error = (
@@ -340,6 +349,8 @@ class Runner:
         finally:
             with contextlib.suppress(Exception):
                 target.close()
+            if not self._stop.is_set():
+                self.progress.finish(target.name, _final_line(outcome), failed=_failed(outcome))
 
     def _run_step(
         self,
@@ -424,6 +435,24 @@ class Runner:
     def _observed(self, target: Target, step: Step, run_id: int, status: str) -> None:
         for observer in self.observers:
             observer.after_run(target, step, run_id, status)
+
+
+def _failed(outcome: TargetOutcome) -> bool:
+    return bool(outcome.error or outcome.failed or outcome.lost)
+
+
+def _final_line(outcome: TargetOutcome) -> str:
+    """A target's last progress row: done, or what went wrong (each host's row in a fleet)."""
+    if outcome.error:
+        return f"{outcome.name}: FAILED after {outcome.ok} runs: {outcome.error}"
+    bad = [f"{n} {what}" for n, what in ((outcome.failed, "failed"), (outcome.lost, "lost")) if n]
+    if bad:
+        return (
+            f"{outcome.name}: done, {outcome.ok} ok, "
+            + ", ".join(bad)
+            + (f" (first: {outcome.first_problem})" if outcome.first_problem else "")
+        )
+    return f"{outcome.name}: done, {outcome.ok} ok"
 
 
 def _one_line(text: str) -> str:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vmtax.errors import UsageError, VmtaxError
@@ -468,10 +469,15 @@ class RichProgress:
         self._bar.stop()
 
     def add_target(self, name: str, total: int) -> None:
-        self._tasks[name] = self._bar.add_task(name, total=total)
+        self._tasks[name] = self._bar.add_task(escape(name), total=total)
 
     def advance(self, name: str, description: str) -> None:
-        self._bar.update(self._tasks[name], advance=1, description=description)
+        self._bar.update(self._tasks[name], advance=1, description=escape(description))
+
+    def finish(self, name: str, description: str, *, failed: bool) -> None:
+        # Host names and errors are text, never rich markup.
+        text = f"[bold red]{escape(description)}[/]" if failed else escape(description)
+        self._bar.update(self._tasks[name], description=text)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ PostgreSQL server (no run lost or stored twice, no deadlock), and several on one
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import sqlite3
 import subprocess
@@ -131,6 +132,36 @@ def test_controllers_on_one_sqlite_file_wait_or_say_so_in_one_line(tmp_path):
         mine = frame[frame["experiment_id"] == exp_id]
         assert len(mine) == 2 * runs and (mine["status"] == "ok").all()
     assert not frame.duplicated(["experiment_id", "plan_index", "run_index"]).any()
+
+
+def _open_at_once(path: str, barrier: multiprocessing.synchronize.Barrier, out) -> None:
+    from vmtax.store import Store
+
+    barrier.wait()
+    try:
+        Store.open(f"sqlite:///{path}").close()
+        out.put("ok")
+    except Exception as exc:  # noqa: BLE001 - the test reports what each opener met
+        out.put(str(exc))
+
+
+def test_controllers_creating_one_new_sqlite_file_at_once_all_find_one_schema(tmp_path):
+    # Four controllers start together on a file that does not exist yet. Each creates or
+    # upgrades the schema in one transaction under the write lock, so none sees another's
+    # tables without their version ("not a vmtax store") or creates them twice.
+    ctx = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        path = tmp_path / f"new{attempt}.db"
+        barrier, out = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_open_at_once, args=(str(path), barrier, out))
+                 for _ in range(4)]  # fmt: skip
+        for proc in procs:
+            proc.start()
+        results = [out.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=60)
+        assert results == ["ok"] * 4, results
+        assert _integrity(path) == "ok"
 
 
 def test_a_sqlite_controller_waits_for_a_short_lock_and_reports_a_long_one(tmp_path):

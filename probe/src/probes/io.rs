@@ -6,8 +6,7 @@ use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
 pub struct Io;
 pub static IO: Io = Io;
@@ -86,41 +85,42 @@ impl Probe for Io {
             d => d.to_string(),
         };
         let path = format!("{}/vmtax-io-{}", dir.trim_end_matches('/'), std::process::id());
-        // Fill the file through the page cache, sync it, then reopen it with O_DIRECT.
+        // Unlinked at once, so that no kill (not even SIGKILL while it is being filled) leaves
+        // it behind: it lives as long as the descriptor. Filled through the page cache and
+        // synced, then switched to O_DIRECT (Linux lets F_SETFL change O_DIRECT).
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| format!("cannot create a file in {dir}: {e}"))?;
+        let _ = std::fs::remove_file(&path);
         {
             use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(|e| format!("cannot create a file in {dir}: {e}"))?;
+            let mut f = &file;
             let chunk = vec![0xA5u8; 1 << 20];
             let mut left = size;
             while left > 0 {
                 let n = left.min(chunk.len());
-                if let Err(e) = f.write_all(&chunk[..n]) {
-                    let _ = std::fs::remove_file(&path);
-                    return Err(format!("writing {path}: {e}"));
-                }
+                f.write_all(&chunk[..n]).map_err(|e| format!("writing {path}: {e}"))?;
                 left -= n;
             }
             let _ = f.sync_all();
         }
-        let cpath = CString::new(path.clone()).map_err(|_| "directory name contains NUL".to_string())?;
-        // SAFETY: cpath is a valid NUL-terminated path; the fd is checked below.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC) };
-        let open_err = std::io::Error::last_os_error();
-        // The file is unlinked at once: it lives as long as the descriptor.
-        let _ = std::fs::remove_file(&path);
-        if fd < 0 {
-            return Err(if open_err.raw_os_error() == Some(libc::EINVAL) {
+        let fd: OwnedFd = file.into();
+        // SAFETY: fd is a valid descriptor we own; F_GETFL/F_SETFL only read and set its flags.
+        let set = unsafe {
+            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_DIRECT) == 0
+        };
+        if !set {
+            let err = std::io::Error::last_os_error();
+            return Err(if err.raw_os_error() == Some(libc::EINVAL) {
                 format!("O_DIRECT is not supported in {dir} (tmpfs?): pass --param dir=DIR on a disk filesystem")
             } else {
-                format!("open {path} with O_DIRECT: {open_err}")
+                format!("set O_DIRECT on {path}: {err}")
             });
         }
-        // SAFETY: fd is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let layout = std::alloc::Layout::from_size_align(block, 4096).map_err(|e| e.to_string())?;
         // SAFETY: layout has non-zero size; the pointer is checked and freed in Drop.
         let buf = unsafe { std::alloc::alloc_zeroed(layout) };

@@ -70,6 +70,12 @@ def upgrade(engine: Engine, where: str) -> str:
     """Bring the schema to the newest revision in one transaction; returns that revision."""
     target = head()
     with engine.begin() as connection:
+        if connection.dialect.name == "sqlite":
+            # The driver begins a transaction only before a write, so the check and the
+            # CREATE TABLEs would each commit alone, and a second controller opening the new
+            # file could see tables without a version. Taking the write lock first makes the
+            # whole upgrade one transaction: the other waits (busy timeout), then finds it done.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
         rev = check(connection, where)
         if rev != target:
             command.upgrade(_config(connection), "head")

@@ -120,3 +120,14 @@ def test_a_malformed_fleet_file_is_one_usage_error(tmp_path):
     bad.write_text("hosts = [")
     with pytest.raises(UsageError, match="not valid TOML"):
         load_fleet(bad)
+
+
+def test_a_huge_ansible_host_range_is_refused_before_it_is_listed(tmp_path):
+    # Found by the mutation fuzzer: a mutated range listed 10^11 names and the machine ran
+    # out of memory. A range is sized first and refused above 100,000 hosts.
+    inventory = tmp_path / "inventory.ini"
+    inventory.write_text("[all]\nnode[0:99999999999]\n")
+    with pytest.raises(UsageError, match=r"host range '\[0:99999999999\]' is empty or too large"):
+        load_fleet(inventory)
+    inventory.write_text("[all]\nnode[1:3]x[a:b]\n")
+    assert len(load_fleet(inventory).targets) == 6

@@ -230,16 +230,22 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
     head, tail = pattern[: m.start()], pattern[m.end() :]
     if lo.isdigit() and hi.isdigit():
         width = len(lo) if lo.startswith("0") else 0
-        values = [str(n).zfill(width) for n in range(int(lo), int(hi) + 1, max(step, 1))]
+        numbers = range(int(lo), int(hi) + 1, max(step, 1))
+
+        def name(n: int) -> str:
+            return str(n).zfill(width)
+
     elif len(lo) == len(hi) == 1 and lo.isalpha() and hi.isalpha():
-        values = [chr(c) for c in range(ord(lo), ord(hi) + 1, max(step, 1))]
+        numbers = range(ord(lo), ord(hi) + 1, max(step, 1))
+        name = chr
     else:
         raise UsageError(f"{where}: bad host range {m.group(0)!r}")
-    if not values or len(values) > _MAX_EXPANDED:
+    # Sized before it is listed: node[0:99999999999] must be refused, not filled into memory.
+    if not numbers or len(numbers) > _MAX_EXPANDED:
         raise UsageError(f"{where}: host range {m.group(0)!r} is empty or too large")
     out: list[str] = []
-    for v in values:
-        out.extend(expand_host_pattern(head + v + tail, where))
+    for n in numbers:
+        out.extend(expand_host_pattern(head + name(n) + tail, where))
         if len(out) > _MAX_EXPANDED:
             raise UsageError(f"{where}: host range {m.group(0)!r} is too large")
     return out

@@ -103,18 +103,20 @@ class Target(ABC):
 
 
 def find_agent(explicit: str | None = None) -> Path:
-    """Locate the ``vmtax-probe`` binary: an explicit path, ``$VMTAX_PROBE``, PATH, or the
-    scripts directory beside this Python (where ``pip install .`` puts it).
+    """Locate the ``vmtax-probe`` binary: an explicit path, ``$VMTAX_PROBE``, the scripts
+    directory beside this Python (where ``pip install .`` put it with this vmtax), or PATH.
 
     A binary the user named (argument or ``$VMTAX_PROBE``) is never swapped for another one
-    found elsewhere: if it is missing, that is the error.
+    found elsewhere: if it is missing, that is the error. The installed one comes before
+    PATH: it matches this controller, and PATH may hold a version manager's shim (pyenv's
+    is a shell script costing about 0.2 s per call, which every run would pay).
     """
     asked = explicit or os.environ.get("VMTAX_PROBE")
     if asked:
         if Path(asked).is_file() and os.access(asked, os.X_OK):
             return Path(asked).resolve()
         raise TargetError(f"agent binary not found or not executable: {asked}")
-    for cand in (shutil.which("vmtax-probe"), str(Path(sys.executable).parent / "vmtax-probe")):
+    for cand in (str(Path(sys.executable).parent / "vmtax-probe"), shutil.which("vmtax-probe")):
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
             return Path(cand).resolve()
     raise TargetError(

@@ -118,6 +118,19 @@ def test_few_runs_warn_and_cannot_reach_significance():
     assert row.p_value == pytest.approx(0.1)
 
 
+def test_a_side_with_one_run_gets_no_p_value_instead_of_an_error():
+    # scipy's permutation test refuses a one-run sample; compare and report must not crash.
+    runs, samples = runs_frame(
+        [Config("L0"), Config("L1", {"a": "b"}, 1.5)], runs=3, iterations=200, seed=7
+    )
+    base = runs[runs.level == "L0"]
+    runs = runs.drop(base.index[1:])  # the baseline keeps one run
+    comp = compare(runs, samples, "level=L0", resamples=1000)
+    row = _row(comp, "L1")
+    assert np.isnan(row.p_value) and row.verdict == "~"
+    assert "cannot reach significance" in row.warnings
+
+
 def test_holm_counts_the_whole_family():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.02)],

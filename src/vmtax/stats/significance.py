@@ -41,6 +41,10 @@ def pvalue(
     if a.size < 1 or b.size < 1 or a.size + b.size < 3:
         return math.nan
     if test == "permutation":
+        if a.size < 2 or b.size < 2:
+            # scipy refuses a one-run side; the test could not reach 0.05 below 39 runs on
+            # the other side anyway (its floor is 2/(n+1)): no p-value, as for Welch.
+            return math.nan
         res = stats.permutation_test(
             (a, b),
             _mean_diff,
@@ -70,8 +74,10 @@ def min_pvalue(n1: int, n2: int, test: str = "permutation", *, resamples: int = 
     """
     if n1 < 1 or n2 < 1 or n1 + n2 < 3:
         return 1.0
+    if test in ("welch", "permutation") and (n1 < 2 or n2 < 2):
+        return 1.0
     if test == "welch":
-        return 0.0 if n1 >= 2 and n2 >= 2 else 1.0
+        return 0.0
     floor = min(1.0, 2.0 / math.comb(n1 + n2, n1))
     if test == "permutation" and math.comb(n1 + n2, n1) > resamples:
         floor = max(floor, min(1.0, 2.0 / (resamples + 1)))

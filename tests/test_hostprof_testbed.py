@@ -40,11 +40,11 @@ def _run(cli, db: str, levels: str, probe: str, runs: int = 2, *extra: str):
 
 def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, tmp_path):
     db = f"sqlite:///{tmp_path / 'x.db'}"
-    _run(cli, db, "L2", "cpuid")
+    said = _run(cli, db, "L2", "cpuid").stderr  # the recorder's notes, if any
     runs, prof = _profiles(db)
     assert list(runs["status"]) == ["ok", "ok"]
-    assert set(prof["recorded_at"]) == {"L1"} and prof["complete"].all(), prof["problems"]
-    assert set(prof["run_id"]) == set(runs["run_id"])
+    assert set(prof["recorded_at"]) == {"L1"} and prof["complete"].all(), (prof["problems"], said)
+    assert set(prof["run_id"]) == set(runs["run_id"]), said
     cpuid = prof[prof["reason"] == "cpuid"]
     assert len(cpuid) == 2
     for row in cpuid.itertuples():

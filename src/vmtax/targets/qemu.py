@@ -463,7 +463,17 @@ class QemuTarget(Target):
     def prepare(self) -> None:
         if self.guest is not None and self.guest.running():
             return
+        died = self.guest.proc if self.guest is not None else None
         self.close()
+        if died is not None:
+            # The guest stopped by itself since the last run (killed, crashed, powered off):
+            # that is said, as the request it breaks would be, and the next run boots anew.
+            code = died.returncode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+            raise TargetError(
+                f"{self.name}: the guest stopped between runs (QEMU {how}); "
+                "a new one boots for the next run"
+            )
         if self.image is None:
             self.image = build_nested(
                 find_agent(), 1 + len(self.inner), inner_accel=self.inner_accel

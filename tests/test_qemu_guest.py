@@ -17,9 +17,9 @@ import pytest
 from vmtax.contract import read_stream
 from vmtax.errors import VmtaxError
 from vmtax.targets import cpio
-from vmtax.targets.base import AgentTimeout, find_agent
+from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.images import build_minimal, is_static
-from vmtax.targets.qemu import GuestSpec, QemuTarget, run_oneshot
+from vmtax.targets.qemu import GuestSpec, QemuGuest, QemuTarget, kernel_hang, run_oneshot
 
 SMALL = GuestSpec(vcpus=2, memory_mb=512, accel="tcg")
 
@@ -117,3 +117,60 @@ def test_cpio_archive_is_readable_by_gnu_cpio(tmp_path):
     )
     assert (tmp_path / "etc" / "x").read_text() == "hello\n"
     assert os.readlink(tmp_path / "etc" / "y") == "x"
+
+
+#: What L1's kernel printed in a CI run whose L2 boot (under L1's KVM on emulated SVM) hung:
+#: the console's last lines, as the boot-timeout error quoted them.
+HUNG_L1_CONSOLE = (
+    "[  817.533510] watchdog: BUG: soft lockup - CPU#1 stuck for 730s! [qemu-system-x86:145]\n"
+    "[  845.533450] watchdog: BUG: soft lockup - CPU#1 stuck for 756s! [qemu-system-x86:145]\n"
+    "[  873.533533] watchdog: BUG: soft lockup - CPU#1 stuck for 782s! [qemu-system-x86:145]\n"
+)
+
+
+def test_a_kernel_hang_is_read_from_the_watchdogs_lines():
+    assert kernel_hang(HUNG_L1_CONSOLE) == "CPU#1 stuck for 782 s in qemu-system-x86:145"
+    # A CPU stuck briefly (a starved vCPU thread) is not a hang yet.
+    brief = "[   40.1] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [swapper/0:1]\n"
+    assert kernel_hang(brief) is None and kernel_hang("") is None
+    assert kernel_hang(brief + HUNG_L1_CONSOLE.splitlines()[0]).startswith("CPU#1 stuck for 730")
+
+
+def _console_hangs(monkeypatch, boots: int) -> list[QemuGuest]:
+    """The first ``boots`` guests' consoles end with the hung L1's lines. Only the console
+    is doctored: the emulated-SVM hang it stands for cannot be provoked on demand, while the
+    guests, their boot and their teardown are real."""
+    seen: list[QemuGuest] = []
+    real = QemuGuest.console_text
+
+    def console_text(guest: QemuGuest) -> str:
+        if guest not in seen:
+            seen.append(guest)
+        return real(guest) + (HUNG_L1_CONSOLE if seen.index(guest) < boots else "")
+
+    monkeypatch.setattr(QemuGuest, "console_text", console_text)
+    return seen
+
+
+def test_a_boot_whose_kernel_hangs_is_booted_once_more_and_said(image, monkeypatch):
+    guests = _console_hangs(monkeypatch, boots=1)
+    target = QemuTarget("L1", SMALL, image=image, boot_timeout=150)
+    try:
+        stream = read_stream(target.run_agent(["run", "syscall", "--runs", "1"], timeout=60))
+        assert stream.complete, stream.problem
+        assert len(guests) == 2 and not guests[0].running() and guests[0].workdir is None
+        hangs = target.provenance()["boot_hangs"]
+        assert hangs == ["boot 1: CPU#1 stuck for 782 s in qemu-system-x86:145"]
+    finally:
+        target.close()
+
+
+def test_a_guest_that_hangs_at_every_boot_is_one_error_line(image, monkeypatch):
+    guests = _console_hangs(monkeypatch, boots=99)
+    target = QemuTarget("L1", SMALL, image=image, boot_timeout=150)
+    with pytest.raises(TargetError) as info:
+        target.prepare()
+    message = str(info.value)
+    assert message.startswith("qemu-L1: the guest kernel hung at each of 2 boots (boot 1: CPU#1")
+    assert "\n" not in message and "stuck for 782s" in message
+    assert len(guests) == 2 and not any(g.running() for g in guests) and target.guest is None

@@ -413,6 +413,34 @@ def _frame(line: str) -> dict[str, Any] | None:
 #: What a nested level prints when it cannot run KVM (see guest/init-nested).
 _KVM_BLOCKER = re.compile(r"vmtax-init: (L\d+): nested KVM unavailable: ([^\r\n]*)")
 
+#: The guest kernel's watchdog: a CPU that has not scheduled for N seconds.
+_SOFT_LOCKUP = re.compile(r"soft lockup - CPU#(\d+) stuck for (\d+)s! \[([^\]\r\n]*)\]")
+#: Stuck this long, a CPU is hung, not slow: the watchdog first speaks at about 22 s, and a
+#: vCPU thread the host merely starved catches up well before this.
+HUNG_AFTER_SECONDS = 60
+#: Boots of one prepare() when the guest kernel hangs: a TCG L1 running L2 under its own
+#: KVM on emulated SVM sometimes never returns from the inner guest on one CPU (L1's
+#: watchdog then reports its QEMU stuck for good), and a fresh boot does not.
+BOOT_ATTEMPTS = 2
+
+
+class GuestHung(TargetError):
+    """The guest's kernel reported a CPU stuck for good while it booted."""
+
+    def __init__(self, target: str, hang: str, console: str) -> None:
+        super().__init__(f"{target}: the guest kernel hung at boot: {hang}")
+        self.hang = hang
+        self.console = console
+
+
+def kernel_hang(console: str) -> str | None:
+    """What the console says is hung ("CPU#1 stuck for 76 s in qemu-system-x86"), or None
+    while no CPU has been stuck for ``HUNG_AFTER_SECONDS``."""
+    for match in reversed(list(_SOFT_LOCKUP.finditer(console))):
+        if int(match[2]) >= HUNG_AFTER_SECONDS:
+            return f"CPU#{match[1]} stuck for {match[2]} s in {match[3]}"
+    return None
+
 
 class QemuTarget(Target):
     """The agent as PID 1 of a QEMU guest vmtax boots: at L1 from the minimal image; at
@@ -459,6 +487,8 @@ class QemuTarget(Target):
         self.boot_seconds: float | None = None
         #: Seconds from power-on until each level's agent was ready (host sides included).
         self.boot_seconds_by_level: dict[str, float] = {}
+        #: Boots of the last prepare() whose kernel hung, and how ("boot 1: CPU#1 ...").
+        self.boot_hangs: list[str] = []
 
     def prepare(self) -> None:
         if self.guest is not None and self.guest.running():
@@ -478,6 +508,24 @@ class QemuTarget(Target):
             self.image = build_nested(
                 find_agent(), 1 + len(self.inner), inner_accel=self.inner_accel
             )
+        self.boot_hangs = []
+        for attempt in range(1, BOOT_ATTEMPTS + 1):
+            try:
+                self._boot()
+                return
+            except GuestHung as exc:
+                # Said in the provenance of every run on this guest, and in the error if
+                # the last boot hangs too.
+                self.boot_hangs.append(f"boot {attempt}: {exc.hang}")
+                if attempt == BOOT_ATTEMPTS:
+                    raise TargetError(
+                        f"{self.name}: the guest kernel hung at each of {attempt} boots "
+                        f"({'; '.join(self.boot_hangs)}); console: {exc.console}"
+                    ) from None
+
+    def _boot(self) -> None:
+        """Boot one guest and wait for its agent; GuestHung when its kernel hangs."""
+        assert self.image is not None
         guest = QemuGuest(self.image, self.spec)
         t0 = time.monotonic()
         guest.start()
@@ -490,6 +538,9 @@ class QemuTarget(Target):
                     f"console: {guest.console_tail()}"
                 )
             self.agent_version = guest.channel.agent_version
+        except GuestHung:
+            self.close()
+            raise
         except TargetError as exc:
             blocker = _KVM_BLOCKER.search(guest.console_text())
             self.close()
@@ -520,6 +571,9 @@ class QemuTarget(Target):
             if guest.channel.wait_ready(min(deadline, step)):
                 self.boot_seconds_by_level[self.level] = round(time.monotonic() - t0, 3)
                 return True
+            hang = kernel_hang(guest.console_text())
+            if hang is not None:
+                raise GuestHung(self.name, hang, guest.console_tail())
         return False
 
     def _host_levels(self) -> dict[str, str]:
@@ -608,6 +662,8 @@ class QemuTarget(Target):
             out["boot_seconds"] = round(self.boot_seconds, 3)
         if len(self.boot_seconds_by_level) > 1:
             out["boot_seconds_by_level"] = dict(self.boot_seconds_by_level)
+        if self.boot_hangs:
+            out["boot_hangs"] = list(self.boot_hangs)
         if self.agent_version:
             out["guest_agent_version"] = self.agent_version
         return out

@@ -11,12 +11,13 @@ store's bytes per sample, each beside a peer measured in the same run.
 The experiment is either given (--db URL, --exp ID) or measured first with
 `vmtax run --levels L0,L1 --runs N` (an emulated L1 guest: a few minutes).
 
-Run: python bench/quick_experiment_bench.py [--db URL --exp ID] [--runs 7]
+Run: python bench/quick_experiment_bench.py [--db URL --exp ID] [--runs 7] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,7 @@ def main() -> None:
     parser.add_argument("--db", help="a store with the experiment (default: measure one)")
     parser.add_argument("--exp", type=int, help="its experiment id (with --db)")
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=3, help="report/compare rounds")
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vmtax-quick-bench-") as tmp:
         work = Path(tmp)
@@ -116,11 +118,21 @@ def main() -> None:
             exp = 1
             print(f"vmtax run --levels L0,L1 --runs {opts.runs}: {took:.1f} s")
         assert exp is not None, "--exp is needed with --db"
-        compare_s = timed(["compare", f"exp={exp}", "--baseline", "level=L0", "--db", db], work)
-        report_s = timed(["report", f"exp={exp}", "-o", str(work / "r.html"), "--db", db], work)
+        # Alternate rounds: the machine's load drifts, and both sides should see the same.
+        compare_t, report_t = [], []
+        for _ in range(opts.rounds):
+            compare_t.append(
+                timed(["compare", f"exp={exp}", "--baseline", "level=L0", "--db", db], work)
+            )
+            report_t.append(
+                timed(["report", f"exp={exp}", "-o", str(work / "r.html"), "--db", db], work)
+            )
+        report_s, compare_s = statistics.median(report_t), statistics.median(compare_t)
         print(
-            f"report: {report_s:.1f} s; compare of the same data: {compare_s:.1f} s "
-            f"(ratio {report_s / compare_s:.1f}x)"
+            f"report: median {report_s:.1f} s (min {min(report_t):.1f}, max {max(report_t):.1f}); "
+            f"compare of the same data: median {compare_s:.1f} s (min {min(compare_t):.1f}, "
+            f"max {max(compare_t):.1f}); ratio of medians {report_s / compare_s:.1f}x "
+            f"over {opts.rounds} alternating rounds"
         )
         stages = report_stages(db, exp, work / "r2.html")
         print(

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 
 from vmtax.report import figures, refdata
@@ -143,3 +144,59 @@ def test_reference_scaling_sweeps_vcpus_per_architecture():
     assert set(curves["series"]) == {"s390x, not over-committed", "x86_64, not over-committed"}
     fig = figures.scaling(curves, reference=guide, x_label="vCPUs", y_label="TPSec", title="t")
     assert fig.axes[0].get_ylim()[0] == 0
+
+
+def _skewed_panels(configs: int, iterations: int) -> list[figures.HeatPanel]:
+    rng = np.random.default_rng(3)
+    return [
+        figures.HeatPanel(
+            f"L{i} " + "label=" + "x" * 60,
+            # Spans decades (a log norm); run counts differ, so the title lists every shape.
+            rng.lognormal(7 + i, 1.5, size=(7 - 2 * i, iterations)),
+        )
+        for i in range(configs)
+    ]
+
+
+def test_log_axes_are_labelled_in_plain_text():
+    assert [figures.si_label(v) for v in (20_000, 1.5e6, 3e9, 0.02, 100)] == [
+        "20k",
+        "1.5M",
+        "3G",
+        "0.02",
+        "100",
+    ]
+    svg = to_svg(figures.heatmap("cpuid", "ns", _skewed_panels(2, 5_000)), "m")
+    assert "mathdefault" not in svg and "$" not in svg
+    assert re.search(r">10k<", svg), "the colour bars' decades are labelled 1k, 10k, ..."
+
+
+def test_the_mesh_layout_keeps_every_label_inside_and_off_the_next_panel():
+    # One to three configurations, with and without the zoom panel.
+    for configs, iterations in ((1, 150), (2, 5_000), (3, 200_000)):
+        fig = figures.heatmap("pingpong", "ns", _skewed_panels(configs, iterations))
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()  # lays out every text
+        renderer = canvas.get_renderer()
+        page = fig.bbox
+        for ax in fig.axes:
+            box = ax.get_tightbbox(renderer)
+            assert page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1, (configs, ax.get_label())
+            assert page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, (configs, ax.get_label())
+        title = fig.get_suptitle()
+        assert fig._suptitle.get_window_extent(renderer).x1 <= page.x1, title
+        # Per row: mesh, its colour bar[, zoom, its colour bar]. A bar's labels stop before
+        # the next panel; no two panels (or a panel and a bar) overlap.
+        per_row = 4 if iterations > figures.MAX_CELLS else 2
+        rows = [fig.axes[i : i + per_row] for i in range(0, len(fig.axes), per_row)]
+        assert len(rows) == configs
+        for row in rows:
+            if per_row == 4:
+                bar_labels = row[1].get_tightbbox(renderer)
+                assert bar_labels.x1 < row[2].get_window_extent(renderer).x0
+            frames = [ax.get_window_extent(renderer) for ax in row]
+            for left, right in zip(frames, frames[1:], strict=False):
+                assert left.x1 <= right.x0
+        for upper, lower in zip(rows, rows[1:], strict=False):
+            # The lower row's title and the upper row's tick labels do not collide.
+            assert upper[0].get_window_extent(renderer).y0 > lower[0].get_tightbbox(renderer).y1

@@ -4,12 +4,11 @@ figures. This module selects, orders and shapes; it computes no statistic itself
 from __future__ import annotations
 
 import json
-import os
 import shlex
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -19,6 +18,7 @@ from matplotlib.figure import Figure
 from vmtax.errors import UsageError
 from vmtax.report import exits, figures, prediction, refdata, words
 from vmtax.report.compare_format import fmt_ci, fmt_p, fmt_ratio
+from vmtax.report.forked import run_forked, workers_for
 from vmtax.report.inputs import ReportInput
 from vmtax.report.terminal import P95_NOTE, p95_below_mean
 
@@ -28,14 +28,21 @@ PARALLEL_CELLS = 200_000  # below this many samples a process pool costs more th
 
 @dataclass
 class FigureSpec:
-    """A figure with its place in the report. ``reference`` marks published (not user) data."""
+    """A figure with its place in the report. ``reference`` marks published (not user) data.
+
+    ``draw`` makes the figure: the report draws its figures in parallel processes, and
+    making one costs about as much as rendering it."""
 
     key: str
     section: str
     title: str
     caption: str
-    figure: Figure
+    draw: Callable[[], Figure] = field(repr=False)
     reference: bool = False
+
+    @cached_property
+    def figure(self) -> Figure:
+        return self.draw()
 
 
 @dataclass
@@ -126,7 +133,7 @@ def build(
                 title=f"{probe}: throughput and response time by configuration",
                 caption="Bars are means over runs; error bars are 95% confidence intervals of "
                 "the mean (runs are the independent unit).",
-                figure=figures.level_bars(sub, probe, colors),
+                draw=partial(figures.level_bars, sub, probe, colors),
             )
         )
     per_probe = rows[rows["probe"] != "geomean"]
@@ -139,7 +146,7 @@ def build(
                 caption=f"Each bar is one configuration's overhead relative to {baseline} "
                 "(1.0 = same cost as the baseline, above 1 = costlier); whiskers are "
                 "95% confidence intervals.",
-                figure=figures.overhead_bars(per_probe, colors),
+                draw=partial(figures.overhead_bars, per_probe, colors),
             )
         )
     matrices = _matrices(ok, data.samples, order)
@@ -202,7 +209,7 @@ def _sample_figures(
                     caption=f"Histogram of every measured iteration ({figures.HIST_BINS} fixed "
                     "bins), one outline per configuration; heights are fractions of "
                     "that configuration's iterations.",
-                    figure=figures.distribution(probe, unit, series, colors),
+                    draw=partial(figures.distribution, probe, unit, series, colors),
                 )
             )
         panels = []
@@ -234,7 +241,7 @@ def _sample_figures(
                     "Triangles (ticks when crowded) mark iteration indices found slow "
                     "in nearly every run; beside a reduced mesh, the first "
                     f"{figures.ZOOM} iterations are shown cell by cell.",
-                    figure=figures.heatmap(probe, unit, panels),
+                    draw=partial(figures.heatmap, probe, unit, panels),
                 )
             )
     return figs, findings
@@ -308,8 +315,8 @@ def _detect_all(
 ) -> dict[tuple[str, str], Any]:
     """Artifact detection for every (probe, config) with two runs or more.
 
-    The detectors are single-threaded numpy (FFT under the GIL), so large inputs go to a
-    process pool: one process per core.
+    The detectors are single-threaded numpy (FFT under the GIL), so large inputs go to
+    forked processes, one per core.
     """
     jobs = {}
     for probe, by_cfg in matrices.items():
@@ -322,12 +329,10 @@ def _detect_all(
                     None if config == base_cfg else base,
                 )
     cells = sum(m.size for m, _ in jobs.values())
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers < 2 or cells < PARALLEL_CELLS:
-        return {key: detect(m, b, seed=seed) for key, (m, b) in jobs.items()}
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {key: pool.submit(detect, m, b, seed=seed) for key, (m, b) in jobs.items()}
-        return {key: f.result() for key, f in futures.items()}
+    calls = [partial(detect, m, b, seed=seed) for m, b in jobs.values()]
+    if workers_for(len(calls)) < 2 or cells < PARALLEL_CELLS:
+        return {key: call() for key, call in zip(jobs, calls, strict=True)}
+    return dict(zip(jobs, run_forked(calls), strict=True))
 
 
 _NO_BASELINE = (
@@ -562,7 +567,8 @@ def _sweep(described: pd.DataFrame, ok: pd.DataFrame) -> FigureSpec | None:
             section="scaling",
             title=f"Scaling with {key}",
             caption=f"Mean {metric} against the '{key}' label; bars are 95% CIs.",
-            figure=figures.scaling(
+            draw=partial(
+                figures.scaling,
                 sub[["series", "x", "y", "yerr"]],
                 x_label=key,
                 y_label=f"mean {metric}",
@@ -592,8 +598,10 @@ def _reference_figures() -> list[FigureSpec]:
             caption="Published data, not your measurements: VM-exit handling time by reason "
             "group with shadow page tables (SPT) and with EPT, normalised to the SPT "
             "total. EPT removes the page-fault and CR-access exits.",
-            figure=figures.exit_reasons(
-                exits, title="Exit-handling time by reason group, normalised to SPT"
+            draw=partial(
+                figures.exit_reasons,
+                exits,
+                title="Exit-handling time by reason group, normalised to SPT",
             ),
         ),
         FigureSpec(
@@ -606,7 +614,8 @@ def _reference_figures() -> list[FigureSpec]:
             "error bars are the published standard errors, dashed lines are "
             "throughput proportional to vCPUs. Over-committed (4 vCPUs at every "
             "level) the same test stays within a few percent of L0.",
-            figure=figures.scaling(
+            draw=partial(
+                figures.scaling,
                 curves,
                 reference=guide,
                 x_label="vCPUs of the guest",

@@ -6,6 +6,7 @@ Present only when the selected experiments hold exit profiles (``vmtax run --exi
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -49,7 +50,8 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
                 caption="Measured on the hypervisor that runs each configuration (its KVM, "
                 "recorded with tracefs histograms); time per run, normalised to the total of "
                 f"{base or 'the first configuration'}.",
-                figure=figures.exit_reasons(
+                draw=partial(
+                    figures.exit_reasons,
                     bars,
                     title=f"{probe}: exit-handling time by group, normalised",
                 ),

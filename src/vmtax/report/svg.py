@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
+from functools import partial
 
 import matplotlib
 from matplotlib.figure import Figure
+
+from vmtax.report.forked import run_forked, workers_for
 
 RC = {
     "svg.fonttype": "none",
@@ -61,22 +65,25 @@ def to_svg(fig: Figure, key: str) -> str:
 PARALLEL_FIGURES = 4
 
 
-def render_all(figures: list[tuple[str, Figure]], kind: str = "svg") -> list[str | bytes]:
-    """Every figure as SVG markup (``kind="svg"``, salted by its key) or PNG bytes, in order.
+def render_all(
+    figures: list[tuple[str, Callable[[], Figure]]], kind: str = "svg"
+) -> list[str | bytes]:
+    """Make every figure (``(key, draw)``) and render it as SVG markup (``kind="svg"``,
+    salted by its key) or PNG bytes, in order.
 
-    Drawing is matplotlib in Python under the GIL, and most of a report's time, so with many
-    figures the drawing is spread over one process per core (a Figure pickles with its data).
+    Making and drawing figures is matplotlib in Python under the GIL, and most of a report's
+    time, so with many figures both are spread over forked processes, one per core.
     """
-    import os
+    calls = [partial(_make_and_render, kind, key, draw) for key, draw in figures]
+    if workers_for(len(calls)) < 2 or len(calls) < PARALLEL_FIGURES:
+        return [call() for call in calls]
+    # Meshes have the most axes: they go first.
+    meshes = [i for i, (key, _) in enumerate(figures) if key.startswith("mesh")]
+    return run_forked(calls, first=meshes)
 
-    workers = min(len(figures), len(os.sched_getaffinity(0)))
-    if workers < 2 or len(figures) < PARALLEL_FIGURES:
-        return [_render(kind, key, fig) for key, fig in figures]
-    from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(_render, kind, key, fig) for key, fig in figures]
-        return [f.result() for f in futures]
+def _make_and_render(kind: str, key: str, draw: Callable[[], Figure]) -> str | bytes:
+    return _render(kind, key, draw())
 
 
 def _render(kind: str, key: str, fig: Figure) -> str | bytes:

@@ -1,0 +1,30 @@
+"""Forked workers for the report's heavy steps: calls that could not be pickled (lambdas
+over large arrays) run in real worker processes, and their results come back in order."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from vmtax.report.forked import run_forked, workers_for
+
+
+def test_unpicklable_calls_run_in_other_processes_in_order():
+    if workers_for(2) < 2:
+        pytest.skip("one usable core: nothing is forked")
+    data = np.arange(4_000_000, dtype=np.float64).reshape(8, -1)  # 32 MB, never pickled
+    calls = [lambda row=row: (os.getpid(), float(data[row].sum())) for row in range(8)]
+    results = run_forked(calls, first=[7, 6])
+    assert [total for _, total in results] == [float(row.sum()) for row in data]
+    assert os.getpid() not in {pid for pid, _ in results}
+
+
+def test_a_failing_call_raises_in_the_caller_and_the_next_batch_runs():
+    def boom():
+        raise ValueError("no such probe")
+
+    with pytest.raises(ValueError, match="no such probe"):
+        run_forked([lambda: 1, boom, lambda: 3])
+    assert run_forked([lambda: "again", lambda: "fine"]) == ["again", "fine"]

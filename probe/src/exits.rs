@@ -199,7 +199,16 @@ pub fn profile(exit_text: &str, synth_text: &str, isa: &str) -> Profile {
             for e in &h.entries {
                 if let Some(&code) = e.keys.get("reason") {
                     let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
-                    r.time_ns += e.vals.get("lat").copied().unwrap_or(0);
+                    let lat = e.vals.get("lat").copied().unwrap_or(0);
+                    if lat > i64::MAX as u64 {
+                        // A sum of u64s that went below zero: some entry read an earlier
+                        // time than its exit. No total is better than a wrong one.
+                        p.problems.push(format!(
+                            "handling time of reason {code} went below zero (a clock that differs between CPUs)"
+                        ));
+                        continue;
+                    }
+                    r.time_ns += lat;
                     r.timed += e.vals.get("hitcount").copied().unwrap_or(0);
                 }
             }
@@ -445,6 +454,12 @@ pub fn start(o: &StartOpts) -> i32 {
         fs::create_dir(&inst).map_err(|e| format!("mkdir {}: {e}", inst.display()))?;
         // Events are only soft-enabled by the triggers; keep the unused ring buffer small.
         let _ = fs::write(inst.join("buffer_size_kb"), "4");
+        // The handling time is entry - exit across the vCPU thread's migrations; the default
+        // `local` clock is per CPU, and an entry on another CPU could read before its exit
+        // (seen under TCG: a u64 wrapped to 1.8e19). `mono` is one clock for all CPUs.
+        if o.timed && fs::write(inst.join("trace_clock"), "mono").is_err() {
+            fs::write(inst.join("trace_clock"), "global").map_err(|e| format!("trace_clock: {e}"))?;
+        }
         if o.timed {
             append(&root.join("synthetic_events"), &format!("{SYNTH} u32 reason; u64 lat"))?;
         }
@@ -566,6 +581,16 @@ Totals:
         assert!(!profile("", "", "svm").complete);
         let counts_only = profile(&EXIT_HIST.replace("Dropped: 3", "Dropped: 0"), "", "svm");
         assert!(counts_only.complete && counts_only.timed == 0, "{:?}", counts_only.problems);
+    }
+
+    #[test]
+    fn a_handling_time_below_zero_is_a_problem_not_a_total() {
+        // What L1 stored once under the per-CPU clock: one reason's sum wrapped past zero.
+        let wrapped = SYNTH_HIST.replace("lat:    7093726218", "lat: 18446744073709550616");
+        let p = profile(&EXIT_HIST.replace("Dropped: 3", "Dropped: 0"), &wrapped, "svm");
+        assert!(!p.complete);
+        assert!(p.problems[0].contains("reason 114 went below zero"), "{:?}", p.problems);
+        assert_eq!((p.reasons[1].time_ns, p.reasons[1].timed), (0, 0));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pydantic models.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -110,7 +111,7 @@ class Invocation:
         return inv
 
 
-class Workload:
+class Workload(abc.ABC):
     """The plug-in contract. Subclasses set the class attributes and implement ``execute``."""
 
     name: ClassVar[str]
@@ -182,9 +183,9 @@ class Workload:
                 )
         return out
 
+    @abc.abstractmethod
     def execute(self, ctx: Context) -> Iterator[str]:
         """Yield the run's ``vmtax.probe/1`` lines (one run)."""
-        raise NotImplementedError
 
 
 def _typed(p: Param, raw: Any) -> ParamValue:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from vmtax.contract import read_stream
 from vmtax.errors import VmtaxError
 from vmtax.targets import cpio
+from vmtax.targets import qemu as qemu_module
 from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.images import build_minimal, is_static
 from vmtax.targets.qemu import GuestSpec, QemuGuest, QemuTarget, kernel_hang, run_oneshot
@@ -161,6 +163,25 @@ def test_a_boot_whose_kernel_hangs_is_booted_once_more_and_said(image, monkeypat
         assert len(guests) == 2 and not guests[0].running() and guests[0].workdir is None
         hangs = target.provenance()["boot_hangs"]
         assert hangs == ["boot 1: CPU#1 stuck for 782 s in qemu-system-x86:145"]
+    finally:
+        target.close()
+
+
+def test_a_nested_stack_whose_next_level_stalls_is_booted_once_more_and_the_last_boot_waits(
+    image, monkeypatch
+):
+    # A host-side port that no agent serves in this image stands for the level that never
+    # comes up (the stall itself, L2 stuck under L1's KVM, cannot be provoked on demand);
+    # with a stall limit of 0.15 s the first boot is a stall, the last boot has no limit.
+    monkeypatch.setattr(qemu_module, "STALL_SHARE", 0.001)
+    spec = replace(SMALL, host_ports=("vmtax-host",))
+    target = QemuTarget("L1", spec, image=image, boot_timeout=150)
+    try:
+        target.prepare()
+        assert target.guest is not None and target.guest.running()
+        assert target.provenance()["boot_hangs"] == [
+            "boot 1: no level came up for 0 s (up after: none)"
+        ]
     finally:
         target.close()
 

@@ -422,6 +422,11 @@ HUNG_AFTER_SECONDS = 60
 #: KVM on emulated SVM sometimes never returns from the inner guest on one CPU (L1's
 #: watchdog then reports its QEMU stuck for good), and a fresh boot does not.
 BOOT_ATTEMPTS = 2
+#: A nested stack whose next level has not come up for this share of the boot timeout is
+#: hung too (except on the last boot, which waits it out): L2 under L1's KVM was once stuck
+#: for good with both of L1's CPUs busy and nothing on the console, while L2 is up 25-190 s
+#: after L1 (quiet to load average 20).
+STALL_SHARE = 0.2
 
 
 class GuestHung(TargetError):
@@ -511,7 +516,7 @@ class QemuTarget(Target):
         self.boot_hangs = []
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             try:
-                self._boot()
+                self._boot(stall_after=None if attempt == BOOT_ATTEMPTS else self._stall_after())
                 return
             except GuestHung as exc:
                 # Said in the provenance of every run on this guest, and in the error if
@@ -523,8 +528,14 @@ class QemuTarget(Target):
                         f"({'; '.join(self.boot_hangs)}); console: {exc.console}"
                     ) from None
 
-    def _boot(self) -> None:
-        """Boot one guest and wait for its agent; GuestHung when its kernel hangs."""
+    def _stall_after(self) -> float | None:
+        """Seconds a nested stack may go without a level coming up, or None when it cannot
+        tell (only host-side agents, one per hypervisor level, say that a level is up)."""
+        return STALL_SHARE * self.boot_timeout if self._host_levels() else None
+
+    def _boot(self, stall_after: float | None = None) -> None:
+        """Boot one guest and wait for its agent; GuestHung when its kernel hangs, or when
+        no level comes up for ``stall_after`` seconds."""
         assert self.image is not None
         guest = QemuGuest(self.image, self.spec)
         t0 = time.monotonic()
@@ -532,7 +543,7 @@ class QemuTarget(Target):
         self.guest = guest
         assert guest.channel is not None
         try:
-            if not self._wait_ready(guest, t0):
+            if not self._wait_ready(guest, t0, stall_after):
                 raise AgentTimeout(
                     f"{self.name}: agent not ready within {self.boot_timeout:g} s of boot; "
                     f"console: {guest.console_tail()}"
@@ -554,7 +565,7 @@ class QemuTarget(Target):
             raise
         self.boot_seconds = time.monotonic() - t0
 
-    def _wait_ready(self, guest: QemuGuest, t0: float) -> bool:
+    def _wait_ready(self, guest: QemuGuest, t0: float, stall_after: float | None = None) -> bool:
         """Wait for the measured agent's ``serve_ready``; on the way, note when each host
         side's agent got ready (``boot_seconds_by_level``: when that level had booted)."""
         assert guest.channel is not None
@@ -562,11 +573,20 @@ class QemuTarget(Target):
         levels = self._host_levels()
         pending = {port: ch for port, ch in guest.host_channels.items() if port in levels}
         self.boot_seconds_by_level = {}
+        progress = t0  # when the last level came up
         while time.monotonic() < deadline:
             for port, channel in list(pending.items()):
                 if channel.wait_ready(time.monotonic() + 0.05):
-                    self.boot_seconds_by_level[levels[port]] = round(time.monotonic() - t0, 3)
+                    progress = time.monotonic()
+                    self.boot_seconds_by_level[levels[port]] = round(progress - t0, 3)
                     del pending[port]
+            if stall_after is not None and time.monotonic() - progress > stall_after:
+                up = ", ".join(f"{lv} {s:.0f} s" for lv, s in self.boot_seconds_by_level.items())
+                raise GuestHung(
+                    self.name,
+                    f"no level came up for {stall_after:.0f} s (up after: {up or 'none'})",
+                    guest.console_tail(),
+                )
             step = time.monotonic() + (0.2 if pending else 5.0)
             if guest.channel.wait_ready(min(deadline, step)):
                 self.boot_seconds_by_level[self.level] = round(time.monotonic() - t0, 3)

@@ -3,7 +3,7 @@ nested-KVM testbed) with the recorder on vs off, in the same run.
 
 One L1+L2 stack is booted once. Each round runs the agent's cpuid probe three times in L2:
 bracketed by `vmtax-probe exits start` / `exits stop` on L1's host-side port with handling
-times (the four triggers `vmtax run --exits` uses), with counts only (`--no-time`, one
+times (the five triggers `vmtax run --exits` uses), with counts only (`--no-time`, one
 trigger), and without, in rotating order so that drift of the (shared, TCG-emulated) machine
 hits all alike. The figure is the ratio of the medians of the per-round mean CPUID cost to
 the recorder-off median; 1.00 = no overhead. Timings on a

@@ -134,6 +134,9 @@ def test_run_with_exits_keeps_every_run_when_the_host_side_cannot_record(
     assert all("tracefs is not mounted" in p[0] for p in prof["problems"]), list(prof["problems"])
     assert (prof["recorded_at"] == "L0").all()
     assert res.stderr.count("L0 cannot record: exits: tracefs is not mounted") == 1
+    # The start-up could not be measured either (after 3 tries): said once, with why.
+    said = "the start-up's exits at L0 were not measured (start: exits: tracefs is not mounted"
+    assert res.stderr.count(said) == 1, res.stderr
     shown = cli("exits", "exp=latest", "--db", db)
     assert shown.returncode == 0, shown.stderr
     assert "2 profiles are incomplete" in shown.stdout

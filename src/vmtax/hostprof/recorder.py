@@ -22,6 +22,9 @@ from vmtax.hostprof.store import save_profile
 
 #: Seconds an ``exits start`` or ``exits stop`` request may take (TCG levels are slow).
 REQUEST_TIMEOUT_S = 120.0
+#: Tries at measuring one start-up: each is short, and a table without it is off by the
+#: start-up's exits per run.
+CALIBRATION_TRIES = 3
 
 
 def host_sides(target: Any) -> dict[str, Any]:
@@ -73,6 +76,14 @@ def _request(side: Any, args: list[str]) -> tuple[dict[str, Any] | None, str]:
     return None, msg.removeprefix("vmtax-probe: error: ")
 
 
+def _start(target: Any, side: Any) -> str:
+    """``exits start`` for ``target``'s guest on ``side``: "" or the error. Only inside a
+    vmtax guest may the agent mount tracefs itself."""
+    mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
+    _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
+    return err
+
+
 class Recorder:
     """Brackets each run with ``exits start`` / ``exits stop`` on every host side."""
 
@@ -108,20 +119,39 @@ class Recorder:
         startup: dict[str, dict[int, int]] = {}
         args = startup_args(_tsc_hz(target))
         for level, side in sides.items():
-            mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
-            _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
-            if err:
-                continue
-            try:
-                for _ in target.run_agent(args, REQUEST_TIMEOUT_S):
-                    pass
-            except VmtaxError:
-                pass
-            got, _ = _request(side, ["exits", "stop"])
-            if got and got.get("complete"):
-                startup[level] = {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}
+            why = ""
+            for _ in range(CALIBRATION_TRIES):
+                got, why = self._record(target, side, args)
+                if got is not None:
+                    startup[level] = got
+                    break
+            else:
+                self.note_once(
+                    f"exits: {target.name}: the start-up's exits at {level} were not measured "
+                    f"({why}); its exits per iteration include them"
+                )
         with self._lock:
             self._startup[target.name] = startup
+
+    @staticmethod
+    def _record(target: Any, side: Any, args: list[str]) -> tuple[dict[int, int] | None, str]:
+        """One agent invocation of ``args`` on ``target``, recorded on ``side``: (its exits by
+        code, "") when the profile is complete, else (None, why not)."""
+        err = _start(target, side)
+        if err:
+            return None, f"start: {err}"
+        try:
+            for _ in target.run_agent(args, REQUEST_TIMEOUT_S):
+                pass
+        except VmtaxError as exc:
+            _request(side, ["exits", "stop"])  # removes the recording's triggers
+            return None, f"the agent: {exc.message}"
+        got, err = _request(side, ["exits", "stop"])
+        if got is None:
+            return None, f"stop: {err}"
+        if not got.get("complete"):
+            return None, "; ".join(map(str, got.get("problems") or ["incomplete"]))
+        return {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, ""
 
     def before_run(self, target: Any, step: Any) -> None:
         del step
@@ -139,8 +169,7 @@ class Recorder:
             self._calibrate(target, sides)
         started: dict[str, tuple[Any, str]] = {}
         for level, side in sides.items():
-            mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
-            _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
+            err = _start(target, side)
             if err:
                 self.note_once(f"exits: {target.name}: {level} cannot record: {err}")
             started[level] = (side, err)

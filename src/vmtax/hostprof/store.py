@@ -80,7 +80,7 @@ def save_profile(
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
-    out = {k: profile[k] for k in ("threads", "timed") if k in profile}
+    out = {k: profile[k] for k in ("threads", "timed", "untimed") if k in profile}
     if profile.get("startup") is not None:
         out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}
     return out or None

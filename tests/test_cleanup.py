@@ -6,6 +6,7 @@ QEMU, SSH and fleet tests, which sort after it) and compares at the very end of 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -24,7 +25,9 @@ from vmtax.targets.qemu import GuestSpec, QemuTarget
 
 
 def qemu_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "qemu-system"], capture_output=True, text=True)
+    # By process name: a command line that only names QEMU (`ldd qemu-system-x86_64`, run
+    # while an image is built) is not a guest.
+    out = subprocess.run(["pgrep", "^qemu-system"], capture_output=True, text=True)
     return {int(p) for p in out.stdout.split()}
 
 
@@ -170,4 +173,36 @@ def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
         if child.poll() is None:
             child.kill()
     assert child.returncode == 130
+    assert _wait(lambda: not qemu_pids() - before, 10)
+
+
+def test_sigterm_of_vmtax_run_with_two_levels_boots_no_more_guests(tmp_path):
+    # Levels take turns (one boot or run at a time): the level that waits for its turn must
+    # not boot its guest after the interrupt, as it once did (two more QEMUs after SIGTERM).
+    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
+    before = qemu_pids()
+    env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [vmtax, "run", "--levels", "L1,L2", "--accel", "tcg", "--probe", "cpu",
+            "--runs", "50", "--db", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    seen_after: dict[int, str] = {}
+    try:
+        assert _wait(lambda: qemu_pids() - before, 120), "no QEMU started"
+        time.sleep(2)
+        at_signal = qemu_pids() - before
+        child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while child.poll() is None and time.monotonic() < deadline:
+            for pid in qemu_pids() - before - seen_after.keys():
+                with contextlib.suppress(OSError):
+                    seen_after[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().decode()[-200:]
+            time.sleep(0.05)
+        stderr = child.communicate(timeout=5)[1].decode()
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, stderr
+    assert "interrupted" in stderr
+    booted = {pid: argv for pid, argv in seen_after.items() if pid not in at_signal}
+    assert not booted, f"a guest was booted after SIGTERM: {booted}; stderr: {stderr}"
     assert _wait(lambda: not qemu_pids() - before, 10)

@@ -273,7 +273,7 @@ class Runner:
             self._stop.set()
             for target in self.targets:
                 with contextlib.suppress(Exception):
-                    target.close()
+                    target.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             self._store(
                 self.store.finish_experiment, experiment_id=experiment_id, status="interrupted"

@@ -101,6 +101,11 @@ class Target(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most targets have nothing to free
         """Stop everything this target started and remove its temporary files."""
 
+    def cancel(self) -> None:
+        """Stop for good (Ctrl-C, SIGTERM): close, and let no later call start anything.
+        Targets that start nothing in ``prepare()`` need no more than ``close()``."""
+        self.close()
+
 
 def find_agent(explicit: str | None = None) -> Path:
     """Locate the ``vmtax-probe`` binary: an explicit path, ``$VMTAX_PROBE``, the scripts

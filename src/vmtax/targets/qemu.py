@@ -494,8 +494,12 @@ class QemuTarget(Target):
         self.boot_seconds_by_level: dict[str, float] = {}
         #: Boots of the last prepare() whose kernel hung, and how ("boot 1: CPU#1 ...").
         self.boot_hangs: list[str] = []
+        #: Set by cancel(): no guest is booted any more (an interrupted run's other levels
+        #: were each waiting to boot theirs, and did so after the interrupt).
+        self._cancelled = threading.Event()
 
     def prepare(self) -> None:
+        self._refuse_if_cancelled()
         if self.guest is not None and self.guest.running():
             return
         died = self.guest.proc if self.guest is not None else None
@@ -515,6 +519,7 @@ class QemuTarget(Target):
             )
         self.boot_hangs = []
         for attempt in range(1, BOOT_ATTEMPTS + 1):
+            self._refuse_if_cancelled()
             try:
                 self._boot(stall_after=None if attempt == BOOT_ATTEMPTS else self._stall_after())
                 return
@@ -527,6 +532,14 @@ class QemuTarget(Target):
                         f"{self.name}: the guest kernel hung at each of {attempt} boots "
                         f"({'; '.join(self.boot_hangs)}); console: {exc.console}"
                     ) from None
+
+    def _refuse_if_cancelled(self) -> None:
+        if self._cancelled.is_set():
+            raise TargetError(f"{self.name}: stopped (interrupted); no guest is booted")
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        self.close()
 
     def _stall_after(self) -> float | None:
         """Seconds a nested stack may go without a level coming up, or None when it cannot
@@ -575,6 +588,7 @@ class QemuTarget(Target):
         self.boot_seconds_by_level = {}
         progress = t0  # when the last level came up
         while time.monotonic() < deadline:
+            self._refuse_if_cancelled()
             for port, channel in list(pending.items()):
                 if channel.wait_ready(time.monotonic() + 0.05):
                     progress = time.monotonic()

@@ -83,6 +83,22 @@ def test_inner_accel_is_checked(tmp_path, monkeypatch, cli):
     assert flat.returncode == 2 and "needs a nested level" in flat.stderr
 
 
+def test_the_testbed_presets_size_l2_and_other_presets_are_refused(tmp_path, monkeypatch, cli):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    (one,) = level_targets(["L3"], accel="tcg", inner_accel="kvm")
+    (smp,) = level_targets(["L3"], accel="tcg", inner_accel="kvm", preset="kvm-testbed-smp")
+    assert one.inner == [(1, 2048), (1, 1024)] and smp.inner == [(2, 2048), (1, 1024)]
+    (l2,) = level_targets(["L2"], accel="tcg", inner_accel="kvm", preset="kvm-testbed-smp")
+    assert (l2.labels()["vcpus"], l2.labels()["preset"]) == ("2", "kvm-testbed-smp")
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    tcg_preset = cli("run", "--levels", "L2", "--inner-accel", "kvm", "--preset",
+                     "seed-a-reserved", "--db", db)  # fmt: skip
+    assert tcg_preset.returncode == 2
+    assert "with --inner-accel kvm choose kvm-testbed or kvm-testbed-smp" in tcg_preset.stderr
+    kvm_preset = cli("run", "--levels", "L2", "--preset", "kvm-testbed-smp", "--db", db)
+    assert kvm_preset.returncode == 2 and "add --inner-accel kvm" in kvm_preset.stderr
+
+
 def test_a_cpu_without_svm_is_a_one_line_blocker(tmp_path, monkeypatch):
     # -cpu max,svm=off under TCG has no svm flag: L1's init says so and powers off, before any L2.
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))

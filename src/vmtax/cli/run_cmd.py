@@ -85,7 +85,14 @@ def run(
         int | None,
         typer.Option(help="Nest guests N deep (1..3) and run at every level: --levels L0..LN."),
     ] = None,
-    preset: Annotated[str, typer.Option(help="Guest sizing preset for --levels.")] = "seed-c",
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="Guest sizing preset for --levels: seed-c, seed-a-overcommitted, "
+            "seed-a-reserved; with --inner-accel kvm, kvm-testbed (the default there) or "
+            "kvm-testbed-smp (L2 gets two vCPUs)."
+        ),
+    ] = "seed-c",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg, for --levels.")] = "auto",
     inner_accel: Annotated[
         str,

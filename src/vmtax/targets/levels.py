@@ -74,6 +74,10 @@ def size_levels(
     the guest budget, min(GUEST_MEMORY_FRACTION x MemAvailable, GUEST_MEMORY_CAP_MB), and
     the Sizing records it as ``host_memory_mb``.
     """
+    if preset in KVM_TESTBED_PRESETS:
+        raise UsageError(
+            f"sizing preset {preset!r} sizes the nested-KVM testbed: add --inner-accel kvm"
+        )
     if preset not in PRESETS:
         raise UsageError(f"unknown sizing preset {preset!r} (choose {', '.join(PRESETS)})")
     host_cpus, _total_mb = host_resources()
@@ -120,22 +124,37 @@ def _check_levels(levels: list[str]) -> None:
         raise UsageError("a level is listed twice")
 
 
-#: The nested-KVM testbed's fixed sizes (``--inner-accel kvm``), by level: (vCPUs, MiB).
-#: L1 runs under TCG with two vCPUs and room for L2 (whose image carries L3); L2 and L3
-#: get one vCPU each, as the testbed was tried by hand (nested SVM with one vCPU).
-KVM_TESTBED_SIZES = {"L1": (2, 4096), "L2": (1, 2048), "L3": (1, 1024)}
+#: The nested-KVM testbed's presets (``--inner-accel kvm``): fixed sizes by level, (vCPUs,
+#: MiB). L1 runs under TCG with two vCPUs and room for L2 (whose image carries L3).
+#: ``kvm-testbed`` gives L2 and L3 one vCPU each, as the testbed was tried by hand (nested
+#: SVM with one vCPU); ``kvm-testbed-smp`` gives L2 two, for what needs a second CPU (the
+#: wakeup probe's IPI to an idle vCPU: on one CPU its two threads share it, and no IPI is sent).
+KVM_TESTBED_PRESETS = {
+    "kvm-testbed": {"L1": (2, 4096), "L2": (1, 2048), "L3": (1, 1024)},
+    "kvm-testbed-smp": {"L1": (2, 4096), "L2": (2, 2048), "L3": (1, 1024)},
+}
 KVM_TESTBED_PRESET = "kvm-testbed"
+KVM_TESTBED_SIZES = KVM_TESTBED_PRESETS[KVM_TESTBED_PRESET]
 INNER_ACCELS = ("tcg", "kvm")
 
 
-def kvm_testbed_sizing(levels: list[str]) -> dict[str, Sizing]:
-    """The fixed sizes of the nested-KVM testbed for L1..the deepest of ``levels``."""
+def kvm_testbed_sizing(levels: list[str], preset: str = KVM_TESTBED_PRESET) -> dict[str, Sizing]:
+    """The fixed sizes of the nested-KVM testbed for L1..the deepest of ``levels``.
+    ``preset`` is one of ``KVM_TESTBED_PRESETS``; ``seed-c``, the default of ``--preset``
+    for TCG levels, means ``kvm-testbed``."""
+    if preset == "seed-c":
+        preset = KVM_TESTBED_PRESET
+    if preset not in KVM_TESTBED_PRESETS:
+        raise UsageError(
+            f"sizing preset {preset!r} is for TCG levels; with --inner-accel kvm choose "
+            f"{' or '.join(KVM_TESTBED_PRESETS)}"
+        )
     host_cpus, host_mb = host_resources()
     depth = max(int(lv[1]) for lv in levels)
     out = {}
     for n in range(1, depth + 1):
-        vcpus, mem = KVM_TESTBED_SIZES[f"L{n}"]
-        out[f"L{n}"] = Sizing(f"L{n}", vcpus, mem, KVM_TESTBED_PRESET, host_cpus, host_mb, 0, 0)
+        vcpus, mem = KVM_TESTBED_PRESETS[preset][f"L{n}"]
+        out[f"L{n}"] = Sizing(f"L{n}", vcpus, mem, preset, host_cpus, host_mb, 0, 0)
     return out
 
 
@@ -194,7 +213,7 @@ def level_targets(
     if guests:
         deepest = [f"L{n}" for n in range(1, depth + 1)]
         if inner_accel == "kvm":
-            sizing = kvm_testbed_sizing(deepest)
+            sizing = kvm_testbed_sizing(deepest, preset)
         else:
             sizing = size_levels(deepest, preset)
     chosen = "tcg"
@@ -259,6 +278,10 @@ class OneAtATime(Target):
 
     def close(self) -> None:
         self.target.close()
+
+    def cancel(self) -> None:
+        # Not under the lock: a level waiting for it must find its target cancelled.
+        self.target.cancel()
 
 
 def _qemu_target(

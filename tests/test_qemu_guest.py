@@ -7,6 +7,7 @@ port (serve) or the serial console (one-shot).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,7 +22,14 @@ from vmtax.targets import cpio
 from vmtax.targets import qemu as qemu_module
 from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.images import build_minimal, is_static
-from vmtax.targets.qemu import GuestSpec, QemuGuest, QemuTarget, kernel_hang, run_oneshot
+from vmtax.targets.qemu import (
+    GuestSpec,
+    QemuGuest,
+    QemuTarget,
+    _frame,
+    kernel_hang,
+    run_oneshot,
+)
 
 SMALL = GuestSpec(vcpus=2, memory_mb=512, accel="tcg")
 
@@ -62,6 +70,12 @@ def test_serve_target_streams_runs_pins_vcpus_and_survives_a_hung_run(image):
         assert first_guest is not None
         workdir = first_guest.workdir
 
+        # A request the agent refuses ends with its error line, and the same guest serves
+        # on. (Its frame once went unrecognised and the request waited for its timeout.)
+        assert list(target.run_agent(["run", "cpuid", "--iterations", "1"], timeout=60)) == []
+        assert "invalid --iterations 1" in target.last_stderr
+        assert target.guest is first_guest
+
         # A run that outlives its timeout: the guest is killed, completed runs are whole.
         got: list[str] = []
         with pytest.raises(AgentTimeout, match="guest killed"):
@@ -81,6 +95,17 @@ def test_serve_target_streams_runs_pins_vcpus_and_survives_a_hung_run(image):
     finally:
         target.close()
     assert target.guest is None
+
+
+def test_a_done_frame_is_recognised_whatever_the_order_of_its_keys():
+    tail = "vmtax-probe: error: " + "x" * 300 + "\n"
+    for keys in (("type", "exit_code", "stderr_tail"), ("exit_code", "stderr_tail", "type")):
+        values = {"type": "serve_done", "exit_code": 2, "stderr_tail": tail}
+        line = json.dumps({k: values[k] for k in keys}, separators=(",", ":"))
+        assert _frame(line) == values
+    sample = json.dumps({"type": "samples", "run": 0, "values": [1.0] * 50})
+    assert _frame(sample) is None
+    assert _frame('{"type":"header","params":{"cmd":"serve_x"}}') is None
 
 
 def test_image_is_cached_by_content_hash(image, tmp_path, monkeypatch):

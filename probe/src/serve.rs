@@ -9,18 +9,38 @@ use std::process::{Command, Stdio};
 
 const STDERR_TAIL: usize = 2048;
 
-fn frame(v: serde_json::Value) -> String {
-    let mut s = v.to_string();
+/// A transport frame. `type` is its first field, so that a reader can tell a frame from a
+/// contract line by the line's first bytes however long the rest is (serde_json's `json!`
+/// sorts keys, which put `type` after a stderr tail of any length).
+#[derive(serde::Serialize)]
+struct Frame<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent_version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stderr_tail: Option<&'a str>,
+}
+
+fn frame(f: &Frame) -> String {
+    let mut s = serde_json::to_string(f).expect("serializable");
     s.push('\n');
     s
 }
 
 pub fn ready_frame() -> String {
-    frame(serde_json::json!({"type": "serve_ready", "agent_version": crate::output::AGENT_VERSION}))
+    frame(&Frame {
+        kind: "serve_ready",
+        agent_version: Some(crate::output::AGENT_VERSION),
+        exit_code: None,
+        stderr_tail: None,
+    })
 }
 
 pub fn done_frame(code: i32, stderr_tail: &str) -> String {
-    frame(serde_json::json!({"type": "serve_done", "exit_code": code, "stderr_tail": stderr_tail}))
+    frame(&Frame { kind: "serve_done", agent_version: None, exit_code: Some(code), stderr_tail: Some(stderr_tail) })
 }
 
 fn make_raw(f: &File) {
@@ -178,5 +198,21 @@ impl NoCtty for std::fs::OpenOptions {
     fn custom_flags_noctty(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
         self.custom_flags(libc::O_NOCTTY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_start_with_their_type_whatever_follows() {
+        let tail = "vmtax-probe: error: invalid --iterations 1: must be in 2..1000000000\n";
+        let done = done_frame(2, tail);
+        assert!(done.starts_with(r#"{"type":"serve_done","exit_code":2,"stderr_tail":"vmtax-probe: error"#), "{done}");
+        let v: serde_json::Value = serde_json::from_str(&done).unwrap();
+        assert_eq!(v["stderr_tail"], tail);
+        assert!(ready_frame().starts_with(r#"{"type":"serve_ready","agent_version":""#));
+        assert!(ready_frame().ends_with("}\n"));
     }
 }

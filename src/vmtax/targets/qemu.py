@@ -394,8 +394,11 @@ def _stop_all() -> None:
 
 
 def _frame(line: str) -> dict[str, Any] | None:
-    """A serve transport frame (``serve_ready`` / ``serve_done``), or None for contract lines."""
-    if '"serve_' not in line[:48]:
+    """A serve transport frame (``serve_ready`` / ``serve_done``), or None for contract lines.
+
+    The whole line is searched: agents built before the frames put ``type`` first sorted
+    their keys, which put ``type`` after a stderr tail of any length."""
+    if '"serve_' not in line:
         return None
     try:
         obj = json.loads(line)

@@ -82,7 +82,7 @@ def qemu_argv(
     argv = [
         qemu_binary(),
         "-name",
-        "vmtax-guest",
+        "vmtax-guest,debug-threads=on",  # vCPU threads named CPU n/KVM: exits filter them
         "-nodefaults",
         "-no-user-config",
         "-machine",

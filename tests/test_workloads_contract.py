@@ -100,7 +100,7 @@ SCHEMA = json.loads((Path(__file__).parent / "vectors" / "schema.json").read_tex
         ("net", ["test=rr"]),
         ("relay", ["relays=2"]),
         ("hackbench", ["groups=1", "loops=10"]),
-        ("crypto", ["aesni=on"]),  # written by the controller, not the agent
+        ("crypto", ["aesni=on"]),  # the agent's exec probe, relabelled MB/s
         ("memcached", ["threads=0"]),  # a server that does not start: header + error end
     ],
 )
@@ -124,3 +124,27 @@ def test_workload_streams_follow_the_agents_schema(name, params):
         assert stream.end.status == "error" and "did not start" in stream.end.error
     else:
         assert stream.end.status == "ok" and len(stream.runs) == 1
+    if name == "crypto":
+        assert (stream.header.unit, stream.header.better) == ("MB/s", "higher")
+        assert stream.header.params["agent_probe"] == "exec"
+        assert all(json.loads(x)["unit"] == "MB/s" for x in lines if '"samples"' in x[:20])
+
+
+def test_http_starts_its_server_here_and_in_vmtax_guests_only():
+    from vmtax.targets.qemu import GuestSpec, QemuTarget
+    from vmtax.targets.ssh import SshTarget
+    from vmtax.workloads.base import Context, local_only
+
+    ctx = Context(
+        workload=REGISTRY["http"],
+        target=SshTarget("ssh://bench@127.0.0.1:1"),  # never connected
+        inv=Invocation.from_args(["run", "http"], 10.0),
+        params={},
+        env=lambda: None,
+    )
+    with pytest.raises(WorkloadError, match=r"on this machine \(L0\) and in vmtax's guests only"):
+        local_only(ctx, guests=True)
+    ctx.target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg"))  # not booted
+    local_only(ctx, guests=True)
+    with pytest.raises(WorkloadError, match=r"on this machine \(L0\) only"):
+        local_only(ctx)

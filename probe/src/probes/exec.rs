@@ -1,6 +1,9 @@
 //! `exec`: run a program once per iteration and time it: the wall time of the execution, or
 //! the time the program reports itself on a line starting with `time_line` (hackbench's
-//! `Time: 0.710`, in seconds). It lets a workload's tool run wherever the agent runs, guests
+//! `Time: 0.710`, in seconds), or any figure it prints on a line starting with `value_line`
+//! (`openssl speed -mr`'s `+F:22:aes-128-gcm:1234.5`: its last `:` field), times `scale`;
+//! the controller's workload then names the unit. `env` sets variables for the program
+//! (`OPENSSL_ia32cap=...`). It lets a workload's tool run wherever the agent runs, guests
 //! included, when the image carries the program and its libraries. `cmd` is split on
 //! spaces into an argument list; no shell is involved.
 
@@ -13,7 +16,7 @@ use std::process::{Command, Stdio};
 pub struct Exec;
 pub static EXEC: Exec = Exec;
 
-static PARAMS: [ParamSpec; 2] = [
+static PARAMS: [ParamSpec; 5] = [
     ParamSpec {
         name: "cmd",
         default: Default::Str(""),
@@ -24,6 +27,24 @@ static PARAMS: [ParamSpec; 2] = [
         name: "time_line",
         default: Default::Str(""),
         help: "take the value from the stdout line starting with this (seconds); empty: wall time",
+        kind: Kind::Str,
+    },
+    ParamSpec {
+        name: "value_line",
+        default: Default::Str(""),
+        help: "take the value from the stdout line starting with this: its last `:` field, times `scale`",
+        kind: Kind::Str,
+    },
+    ParamSpec {
+        name: "scale",
+        default: Default::Float(1.0),
+        help: "factor applied to the `value_line` figure (e.g. 0.000001 for bytes/s to MB/s)",
+        kind: Kind::Float { min: 1e-12, max: 1e12 },
+    },
+    ParamSpec {
+        name: "env",
+        default: Default::Str(""),
+        help: "NAME=VALUE pairs separated by spaces, added to the program's environment",
         kind: Kind::Str,
     },
 ];
@@ -50,6 +71,12 @@ impl Probe for Exec {
         if params.str("cmd").split_whitespace().next().is_none() {
             return Err("`cmd` names no program".into());
         }
+        if !params.str("time_line").is_empty() && !params.str("value_line").is_empty() {
+            return Err("give `time_line` or `value_line`, not both".into());
+        }
+        if let Some(bad) = params.str("env").split_whitespace().find(|kv| !kv.contains('=') || kv.starts_with('=')) {
+            return Err(format!("`env` takes NAME=VALUE pairs, not {bad:?}"));
+        }
         Ok(())
     }
 
@@ -57,6 +84,14 @@ impl Probe for Exec {
         Ok(Box::new(ExecSession {
             argv: params.str("cmd").split_whitespace().map(String::from).collect(),
             time_line: params.str("time_line").to_string(),
+            value_line: params.str("value_line").to_string(),
+            scale: params.float("scale"),
+            env: params
+                .str("env")
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             cpus: pool.cpus.clone(),
         }))
     }
@@ -65,6 +100,9 @@ impl Probe for Exec {
 struct ExecSession {
     argv: Vec<String>,
     time_line: String,
+    value_line: String,
+    scale: f64,
+    env: Vec<(String, String)>,
     cpus: Vec<usize>,
 }
 
@@ -77,6 +115,7 @@ impl Session for ExecSession {
         let t0 = mono_ns();
         let out = Command::new(&self.argv[0])
             .args(&self.argv[1..])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("{}: {e}", self.argv[0]))?;
@@ -86,10 +125,19 @@ impl Session for ExecSession {
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
             return Err(format!("{} exited with {}: {last}", self.argv[0], out.status));
         }
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !self.value_line.is_empty() {
+            return text
+                .lines()
+                .find(|l| l.starts_with(self.value_line.as_str()))
+                .and_then(|l| l.rsplit(':').next())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map(|v| v * self.scale)
+                .ok_or_else(|| format!("{} printed no line starting with {:?}", self.argv[0], self.value_line));
+        }
         if self.time_line.is_empty() {
             return Ok(wall);
         }
-        let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .find_map(|l| l.strip_prefix(self.time_line.as_str()))
             .and_then(|rest| rest.trim().parse::<f64>().ok())
@@ -115,6 +163,25 @@ mod tests {
             crate::params::resolve("exec", &PARAMS, &["cmd=echo Time: 0.25".into(), "time_line=Time:".into()]).unwrap();
         let mut s = EXEC.setup(&own, &pool).unwrap();
         assert_eq!(s.iterate().unwrap(), 0.25e9);
+        let figure = crate::params::resolve(
+            "exec",
+            &PARAMS,
+            &[
+                "cmd=printenv X".into(),
+                "value_line=+F".into(),
+                "env=X=+F:22:aes-128-gcm:2500000.5".into(),
+                "scale=0.000001".into(),
+            ],
+        )
+        .unwrap();
+        let mut s = EXEC.setup(&figure, &pool).unwrap();
+        assert!((s.iterate().unwrap() - 2.5000005).abs() < 1e-12);
+        let both =
+            crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "time_line=T".into(), "value_line=V".into()])
+                .unwrap();
+        assert!(EXEC.validate(&both).unwrap_err().contains("not both"));
+        let env = crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "env=NOEQUALS".into()]).unwrap();
+        assert!(EXEC.validate(&env).unwrap_err().contains("NAME=VALUE"));
         let bad = crate::params::resolve("exec", &PARAMS, &["cmd=false".into()]).unwrap();
         assert!(EXEC.setup(&bad, &pool).unwrap().iterate().unwrap_err().contains("exited"));
     }

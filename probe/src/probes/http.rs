@@ -1,7 +1,8 @@
 //! `http`: an HTTP/1.1 keep-alive GET client, one connection per thread, timing every
 //! request from the first byte sent to the last byte of the body read. The controller
 //! starts the server (lighttpd) and passes its port; the agent is only the client, so the
-//! same client runs at every level.
+//! same client runs at every level. In a guest, where nobody else can start it, `server`
+//! has the agent start it for the session and stop it after.
 
 use super::net::{connect, drive_parallel};
 use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
@@ -14,7 +15,7 @@ use std::net::TcpStream;
 pub struct Http;
 pub static HTTP: Http = Http;
 
-static PARAMS: [ParamSpec; 4] = [
+static PARAMS: [ParamSpec; 5] = [
     ParamSpec { name: "host", default: Default::Str("127.0.0.1"), help: "server address", kind: Kind::Str },
     ParamSpec { name: "port", default: Default::Int(80), help: "server port", kind: Kind::Int { min: 1, max: 65535 } },
     ParamSpec { name: "path", default: Default::Str("/"), help: "path to GET", kind: Kind::Str },
@@ -23,6 +24,12 @@ static PARAMS: [ParamSpec; 4] = [
         default: Default::Int(1),
         help: "concurrent keep-alive connections (one thread each)",
         kind: Kind::Int { min: 1, max: 256 },
+    },
+    ParamSpec {
+        name: "server",
+        default: Default::Str(""),
+        help: "web server command line the agent starts first and stops after (no shell); empty: one is running",
+        kind: Kind::Str,
     },
 ];
 
@@ -120,18 +127,24 @@ impl Probe for Http {
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         let host = params.str("host");
         let addr = format!("{host}:{}", params.int("port"));
+        let server = match params.str("server") {
+            "" => None,
+            cmd => Some(super::net::spawn_server(cmd, &addr)?),
+        };
         let mut conns: Vec<Conn> =
             (0..params.int("connections")).map(|_| Conn::new(&addr, host, params.str("path"))).collect();
         for c in conns.iter_mut() {
             c.get()?;
         }
-        Ok(Box::new(HttpSession { conns, cpus: pool.cpus.clone() }))
+        Ok(Box::new(HttpSession { conns, cpus: pool.cpus.clone(), _server: server }))
     }
 }
 
 struct HttpSession {
     conns: Vec<Conn>,
     cpus: Vec<usize>,
+    // Dropped after the connections (fields drop in order): the server goes last.
+    _server: Option<super::net::Child>,
 }
 
 impl Session for HttpSession {

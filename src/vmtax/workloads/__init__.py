@@ -27,6 +27,8 @@ REGISTRY: dict[str, Workload] = {
 
 # Guest images carry what the workloads run there (targets.images' generic hook).
 images.EXTRA_BINARIES.extend(b for w in REGISTRY.values() for b in w.guest_binaries)
+for _w in REGISTRY.values():
+    images.EXTRA_FILES.update(_w.guest_files)
 # memcached started as root switches to a user it looks up in /etc/passwd.
 images.EXTRA_FILES.setdefault("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
 images.EXTRA_FILES.setdefault("etc/group", b"root:x:0:\n")

@@ -134,6 +134,8 @@ class Workload(abc.ABC):
     #: Programs guest images carry for this workload (with their libraries), so that it
     #: runs in guests too.
     guest_binaries: ClassVar[tuple[str, ...]] = ()
+    #: Files guest images carry for it: path in the guest (no leading /) -> content.
+    guest_files: ClassVar[dict[str, bytes]] = {}
 
     def all_params(self) -> tuple[Param, ...]:
         preset = Param(
@@ -256,11 +258,23 @@ class Context:
             yield self.rename_header(line)
 
     def rename_header(self, line: str) -> str:
-        if '"type":"header"' not in line.replace(" ", ""):
+        """The agent probe's line as the workload's: the header gets the workload's name,
+        parameters, unit and direction, and samples the workload's unit (an ``exec`` of
+        ``openssl speed`` measures MB/s, higher is better, not the probe's ns)."""
+        compact = line[:64].replace(" ", "")
+        if '"type":"samples"' in compact:
+            if f'"unit":"{self.workload.unit}"' in line[:120].replace(" ", ""):
+                return line
+            rec = json.loads(line)
+            rec["unit"] = self.workload.unit
+            return json.dumps(rec) + "\n"
+        if '"type":"header"' not in compact:
             return line
         rec = json.loads(line)
         rec["params"] = {"agent_probe": rec["probe"], **rec["params"], **self.params}
         rec["probe"] = self.workload.name
+        rec["unit"] = self.workload.unit
+        rec["better"] = self.workload.better
         return json.dumps(rec) + "\n"
 
     def stream(
@@ -515,10 +529,21 @@ def is_local(target: Target) -> bool:
     return isinstance(target.__dict__.get("target", target), LocalTarget)
 
 
-def local_only(ctx: Context) -> None:
-    """Server workloads start their server on this machine: refuse other targets clearly."""
-    if not is_local(ctx.target):
-        raise WorkloadError(
-            f"workload {ctx.workload.name} runs its server on this machine (L0) only for now; "
-            f"{ctx.target.name} does not carry {', '.join(ctx.workload.needs) or 'it'}"
-        )
+def is_guest(target: Target) -> bool:
+    """Whether ``target`` is one of vmtax's QEMU guests, whose image carries each workload's
+    ``guest_binaries`` and ``guest_files``."""
+    from vmtax.targets.qemu import QemuTarget
+
+    return isinstance(target.__dict__.get("target", target), QemuTarget)
+
+
+def local_only(ctx: Context, *, guests: bool = False) -> None:
+    """Server workloads start their server on this machine (and, with ``guests``, in
+    vmtax's guests): refuse other targets clearly."""
+    if is_local(ctx.target) or (guests and is_guest(ctx.target)):
+        return
+    where = "this machine (L0) and in vmtax's guests" if guests else "this machine (L0)"
+    raise WorkloadError(
+        f"workload {ctx.workload.name} runs its server on {where} only for now; "
+        f"{ctx.target.name} does not carry {', '.join(ctx.workload.needs) or 'it'}"
+    )

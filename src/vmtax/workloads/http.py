@@ -5,16 +5,65 @@ temporary directory; the client is the agent's ``http`` probe (HTTP/1.1 keep-ali
 connection per thread), so one value is one request's latency and the run keeps them all.
 Compare with ``vmtax compare`` for the shift and ``vmtax artifacts`` / the report for the
 change of shape (Anderson-Darling, bimodality).
+
+In a guest the image carries lighttpd, its configuration and both files (``guest_files``);
+the agent starts lighttpd on the guest's loopback for the session and stops it after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
-from vmtax.workloads.base import Context, Param, Server, Workload, free_port, local_only
+from vmtax.workloads.base import (
+    Context,
+    Param,
+    Server,
+    Workload,
+    free_port,
+    is_local,
+    local_only,
+)
 
 #: Study D's index.html was 44 bytes; study C's Apache file was 41 KB.
 FILES = {"page44": ("index.html", 44), "file41k": ("file41k.bin", 41 * 1024)}
+#: Where a guest's lighttpd keeps its files, and the port it listens on (nothing else runs
+#: in a guest).
+GUEST_DIR = Path("/srv/vmtax-http")
+GUEST_PORT = 8080
+
+
+def body(size: int) -> str:
+    """A file of exactly ``size`` bytes."""
+    return ("vmtax " * (size // 6 + 1))[: size - 1] + "\n"
+
+
+def config(root: Path, port: int, errorlog: Path) -> str:
+    """lighttpd's configuration: both files under ``root``, keep-alive without limits."""
+    return "\n".join(
+        [
+            f'server.document-root = "{root}"',
+            'server.bind = "127.0.0.1"',
+            f"server.port = {port}",
+            f'server.errorlog = "{errorlog}"',
+            "server.max-keep-alive-requests = 1000000",
+            "server.max-keep-alive-idle = 600",
+            'index-file.names = ("index.html")',
+            'mimetype.assign = (".html" => "text/html", "" => "application/octet-stream")',
+            "",
+        ]
+    )
+
+
+def guest_files() -> dict[str, bytes]:
+    files = {
+        str(GUEST_DIR / "lighttpd.conf")[1:]: config(
+            GUEST_DIR / "www", GUEST_PORT, GUEST_DIR / "error.log"
+        ).encode()
+    }
+    for name, size in FILES.values():
+        files[str(GUEST_DIR / "www" / name)[1:]] = body(size).encode()
+    return files
 
 
 class Http(Workload):
@@ -38,22 +87,22 @@ class Http(Workload):
         "study-c": {"file": "file41k", "connections": 10},
     }
     needs = ("lighttpd",)
+    guest_binaries = ("/usr/sbin/lighttpd",)
+    guest_files = guest_files()
     default_iterations = 20000
     default_duration = 1.0
     default_warmup = 20
 
     def execute(self, ctx: Context) -> Iterator[str]:
-        local_only(ctx)
+        name, _ = FILES[str(ctx.params["file"])]
+        params = {"path": f"/{name}", "connections": int(ctx.params["connections"])}
+        local_only(ctx, guests=True)
+        if not is_local(ctx.target):
+            server = f"lighttpd -D -f {GUEST_DIR / 'lighttpd.conf'}"
+            yield from ctx.agent("http", {"port": GUEST_PORT, "server": server, **params})
+            return
         with lighttpd() as srv:
-            name, _ = FILES[str(ctx.params["file"])]
-            yield from ctx.agent(
-                "http",
-                {
-                    "port": srv.port,
-                    "path": f"/{name}",
-                    "connections": int(ctx.params["connections"]),
-                },
-            )
+            yield from ctx.agent("http", {"port": srv.port, **params})
 
 
 def lighttpd() -> Server:
@@ -63,25 +112,10 @@ def lighttpd() -> Server:
         root = srv.dir / "www"
         root.mkdir()
         for name, size in FILES.values():
-            body = ("vmtax " * (size // 6 + 1))[: size - 1] + "\n"
-            (root / name).write_text(body)
+            (root / name).write_text(body(size))
         port = free_port()
         conf = srv.dir / "lighttpd.conf"
-        conf.write_text(
-            "\n".join(
-                [
-                    f'server.document-root = "{root}"',
-                    'server.bind = "127.0.0.1"',
-                    f"server.port = {port}",
-                    f'server.errorlog = "{srv.dir / "error.log"}"',
-                    "server.max-keep-alive-requests = 1000000",
-                    "server.max-keep-alive-idle = 600",
-                    'index-file.names = ("index.html")',
-                    'mimetype.assign = (".html" => "text/html", "" => "application/octet-stream")',
-                    "",
-                ]
-            )
-        )
+        conf.write_text(config(root, port, srv.dir / "error.log"))
         srv.start(["lighttpd", "-D", "-f", str(conf)], port=port)
     except BaseException:
         srv.stop()

@@ -91,6 +91,35 @@ def test_l0_is_local_and_l1_is_a_qemu_guest_with_its_labels(tmp_path, monkeypatc
     assert l1.provenance()["sizing"]["vcpus"] == int(labels["vcpus"])
 
 
+def test_guest_net_gives_l1_a_nic_on_the_user_network_and_nothing_else_gets_one(
+    tmp_path, monkeypatch, cli
+):
+    from vmtax.targets.images import Image
+    from vmtax.targets.qemu import qemu_argv
+
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    image = Image("minimal", "0", tmp_path, {})
+    (plain,) = level_targets(["L1"], accel="tcg")
+    _, l1 = level_targets(["L0", "L1"], accel="tcg", guest_net="user")
+    l1 = l1.target  # behind the levels' one-at-a-time wrapper
+    argv = qemu_argv(image, l1.spec, tmp_path)
+    assert argv[argv.index("-netdev") + 1] == "user,id=net0"
+    assert "virtio-net-pci,netdev=net0" in argv and l1.labels()["net"] == "user"
+    assert "-netdev" not in qemu_argv(image, plain.spec, tmp_path)
+    assert "net" not in plain.labels()
+    with pytest.raises(UsageError, match="L1 guests only"):
+        level_targets(["L1", "L2"], accel="tcg", guest_net="user")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    for args, said in (
+        (["--levels", "L0,L1", "--guest-net", "tap"], "--guest-net must be user"),
+        (["--guest-net", "user"], "needs a guest level"),
+        (["--levels", "L1,L2", "--guest-net", "user"], "L1 guests only"),
+    ):
+        res = cli("run", *args, "--db", db)
+        assert res.returncode == 2 and said in res.stderr, res.stderr
+        assert res.stderr.count("\n") == 1
+
+
 def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     from vmtax.store import Store
     from vmtax.targets.accel import kvm_verdict

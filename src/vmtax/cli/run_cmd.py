@@ -102,6 +102,13 @@ def run(
             "emulates in L1), e.g. --levels L1,L2,L3 --inner-accel kvm."
         ),
     ] = "tcg",
+    guest_net: Annotated[
+        str,
+        typer.Option(
+            help="user: give L1 guests a virtio-net NIC on QEMU's user network, where this "
+            "machine is 10.0.2.2, e.g. for --probe net --param peer=host (guest to host)."
+        ),
+    ] = "",
     target: Annotated[
         list[str] | None, typer.Option(help="Run on ssh://user@host[:port] (repeatable).")
     ] = None,
@@ -141,6 +148,8 @@ def run(
 
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid
 
+    Example: vmtax run --levels L0,L1 --guest-net user --probe net --param peer=host
+
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
     """
     _COMMAND_START[0] = time.monotonic()  # an adaptive budget counts from here
@@ -169,6 +178,12 @@ def run(
         if not 1 <= depth <= 3:
             raise UsageError(f"--depth must be 1, 2 or 3, got {depth}")
         levels = ",".join(f"L{n}" for n in range(depth + 1))
+    if guest_net not in {"", "user"}:
+        raise UsageError(f"--guest-net must be user, got {guest_net!r}")
+    if guest_net and not re.search(r"L1", (levels or "").upper()):
+        raise UsageError("--guest-net needs a guest level: --levels L0,L1")
+    if guest_net and re.search(r"L[23]", (levels or "").upper()):
+        raise UsageError("--guest-net reaches L1 guests only; L2 and L3 have no NIC")
     if inner_accel == "kvm" and not re.search(r"L[23]", (levels or "").upper()):
         raise UsageError("--inner-accel kvm needs a nested level: --levels L1,L2 or L1,L2,L3")
     if resume is not None:
@@ -181,6 +196,7 @@ def run(
         ssh=target or [],
         fleet=targets,
         inner_accel=inner_accel,
+        guest_net=guest_net,
     )
     if level is not None and len(specs) > 1:
         raise UsageError("--level names one machine; with several targets each has its own")
@@ -423,6 +439,7 @@ def target_specs(
     ssh: list[str],
     fleet: str | None,
     inner_accel: str = "tcg",
+    guest_net: str = "",
 ) -> list[dict[str, Any]]:
     """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
     specs: list[dict[str, Any]] = []
@@ -436,6 +453,8 @@ def target_specs(
         level_spec = {"kind": "level", "preset": preset, "accel": accel}
         if inner_accel != "tcg":
             level_spec["inner_accel"] = inner_accel
+        if guest_net:
+            level_spec["guest_net"] = guest_net
         specs += [{**level_spec, "level": name} for name in names]
     for url in ssh:
         if not url.startswith("ssh://") or len(url) <= len("ssh://"):

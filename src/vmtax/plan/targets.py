@@ -41,6 +41,7 @@ def make_targets(
                     preset=spec["preset"],
                     accel=spec["accel"],
                     inner_accel=spec.get("inner_accel", "tcg"),
+                    guest_net=spec.get("guest_net", ""),
                 )
             )
             if len(made) != len(group):
@@ -92,6 +93,7 @@ def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
         and a.get("preset") == b.get("preset")
         and a.get("accel") == b.get("accel")
         and a.get("inner_accel", "tcg") == b.get("inner_accel", "tcg")
+        and a.get("guest_net", "") == b.get("guest_net", "")
     )
 
 

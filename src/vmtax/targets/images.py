@@ -31,7 +31,14 @@ from vmtax.targets import cpio
 FORMAT = 2
 #: What the guest needs: the PCI transport, virtio-serial (the agent's channel), and
 #: virtio-blk + ext4 (which also mounts ext2; it needs crc32c) for the scratch disk.
-MINIMAL_MODULES = ("virtio_pci", "virtio_console", "virtio_blk", "crc32c_generic", "ext4")
+MINIMAL_MODULES = (
+    "virtio_pci",
+    "virtio_console",
+    "virtio_blk",
+    "crc32c_generic",
+    "ext4",
+    "virtio_net",  # for guests given a NIC (--guest-net user)
+)
 #: What a guest needs to be a KVM host itself: QEMU's TCG emulates AMD SVM (not VMX), so
 #: kvm_amd and what it links (irqbypass, ccp, kvm). The init script inserts kvm_amd with
 #: nested=1 so that the guest it boots can run KVM again.

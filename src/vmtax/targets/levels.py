@@ -193,6 +193,7 @@ def level_targets(
     image: str = "minimal",
     timeout: float = DEFAULT_TIMEOUT,
     inner_accel: str = "tcg",
+    guest_net: str = "",
 ) -> list[Target]:
     """One target per level: L0 is this machine, L1..L3 are QEMU guests vmtax boots.
 
@@ -200,6 +201,8 @@ def level_targets(
     ``timeout`` bounds each guest's boot (to the agent's ready line).
     ``inner_accel="kvm"`` boots L2 and L3 under the KVM of the level above them (the
     nested-KVM testbed, fixed sizes ``KVM_TESTBED_SIZES``); ``"tcg"`` nests TCG in TCG.
+    ``guest_net="user"`` gives L1 guests a NIC on QEMU's user network (this machine is
+    10.0.2.2 there), for workloads whose peer is on this machine.
     """
     _check_levels(levels)
     if image not in ("minimal", "full"):
@@ -208,6 +211,10 @@ def level_targets(
         raise UsageError(f"unknown inner accelerator {inner_accel!r} (choose tcg or kvm)")
     guests = [lv for lv in levels if lv != "L0"]
     depth = max((int(lv[1]) for lv in guests), default=0)
+    if guest_net not in ("", "user"):
+        raise UsageError(f"unknown guest network {guest_net!r} (choose user)")
+    if guest_net and depth > 1:
+        raise UsageError("--guest-net reaches L1 guests only; L2 and L3 have no NIC")
     # Size every level down to the deepest, so that an L2 guest sits in an L1 of L1's size.
     sizing: dict[str, Sizing] = {}
     if guests:
@@ -236,7 +243,7 @@ def level_targets(
 
             out.append(LocalTarget(level="L0"))
             continue
-        out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel))
+        out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net))
     if len(out) == 1:
         return out
     # All levels share this machine's CPUs: one boot or run at a time, so that a guest
@@ -285,14 +292,19 @@ class OneAtATime(Target):
 
 
 def _qemu_target(
-    level: str, sizing: dict[str, Sizing], accel: str, timeout: float, inner_accel: str
+    level: str,
+    sizing: dict[str, Sizing],
+    accel: str,
+    timeout: float,
+    inner_accel: str,
+    guest_net: str = "",
 ) -> Target:
     from vmtax.targets.qemu import GuestSpec, QemuTarget
 
     n = int(level[1])
     outer = sizing["L1"]
     inner = [(sizing[f"L{k}"].vcpus, sizing[f"L{k}"].memory_mb) for k in range(2, n + 1)]
-    spec = GuestSpec(vcpus=outer.vcpus, memory_mb=outer.memory_mb, accel=accel)
+    spec = GuestSpec(vcpus=outer.vcpus, memory_mb=outer.memory_mb, accel=accel, network=guest_net)
     size = sizing[level]
     kvm_inside = inner_accel == "kvm" and n > 1
     provenance: dict[str, Any] = {

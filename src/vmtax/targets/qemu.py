@@ -58,6 +58,9 @@ class GuestSpec:
     #: Names of more virtio-serial ports, each on its own socket (``host-<name>.sock``):
     #: the host sides of inner levels (see ``QemuTarget.host_sides``).
     host_ports: tuple[str, ...] = ()
+    #: "user": a virtio-net NIC on QEMU's user network, where this machine is 10.0.2.2
+    #: (its loopback) and the guest 10.0.2.15; "": no network device.
+    network: str = ""
 
 
 def qemu_binary() -> str:
@@ -134,6 +137,8 @@ def qemu_argv(
             "-device",
             "virtio-blk-pci,drive=scratch",
         ]
+    if spec.network == "user":
+        argv += ["-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0"]
     argv += list(spec.extra_args)
     if paused:
         argv.append("-S")
@@ -676,12 +681,15 @@ class QemuTarget(Target):
         return {level: HostSide(self, port, level) for port, level in self._host_levels().items()}
 
     def labels(self) -> dict[str, str]:
-        return {
+        out = {
             "accel": self.spec.accel,
             "vcpus": str(self.spec.vcpus),
             "mem_mb": str(self.spec.memory_mb),
             **self._labels,
         }
+        if self.spec.network:
+            out["net"] = self.spec.network
+        return out
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {"target": self.name, **self._provenance}

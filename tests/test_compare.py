@@ -131,6 +131,20 @@ def test_a_side_with_one_run_gets_no_p_value_instead_of_an_error():
     assert "cannot reach significance" in row.warnings
 
 
+def test_the_best_possible_p_counts_the_family_that_holm_adjusts():
+    # 5 vs 5 runs, four probes clearly apart: the exact permutation floor is 2/252, Holm over
+    # the four tested rows gives 0.032, and no row may say it cannot reach significance
+    # (counting the four baseline rows too gave 0.063 and said so).
+    configs = [Config("L0"), Config("L1", {"a": "b"}, 3.0)]
+    runs, samples = runs_frame(configs, probes=("p1", "p2", "p3", "p4"), runs=5, iterations=100, seed=1)
+    comp = compare(runs, samples, "level=L0", resamples=10_000)
+    tested = comp.rows[(comp.rows.level == "L1") & (comp.rows.probe != "geomean")]
+    assert len(tested) == 4
+    assert tested.p_adjusted.tolist() == pytest.approx([4 * 2 / 252] * 4)
+    assert (tested.verdict == "slower").all()
+    assert not tested.warnings.str.contains("cannot reach significance").any(), tested.warnings
+
+
 def test_holm_counts_the_whole_family():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.02)],

@@ -251,9 +251,10 @@ def compare(
             for n, nb, t in zip(frame["n_runs"], frame["_n_base"], tested, strict=True)
         ]
     )
-    best = significance.best_adjusted(
-        np.where(np.isfinite(pvals_family), pvals_family, 1.0), floors, adjust
-    )
+    # The same family as p_adjusted: the tested rows with a p-value (NaN is left out, as
+    # adjust leaves it out). Baseline rows given p = 1 here once inflated Holm's count and
+    # said "cannot reach significance" beside a significant verdict.
+    best = significance.best_adjusted(pvals_family, floors, adjust)
     for i in np.flatnonzero(tested.to_numpy()):
         if np.isfinite(best[i]) and best[i] >= ALPHA:
             _warn(

@@ -136,7 +136,9 @@ def test_the_best_possible_p_counts_the_family_that_holm_adjusts():
     # the four tested rows gives 0.032, and no row may say it cannot reach significance
     # (counting the four baseline rows too gave 0.063 and said so).
     configs = [Config("L0"), Config("L1", {"a": "b"}, 3.0)]
-    runs, samples = runs_frame(configs, probes=("p1", "p2", "p3", "p4"), runs=5, iterations=100, seed=1)
+    runs, samples = runs_frame(
+        configs, probes=("p1", "p2", "p3", "p4"), runs=5, iterations=100, seed=1
+    )
     comp = compare(runs, samples, "level=L0", resamples=10_000)
     tested = comp.rows[(comp.rows.level == "L1") & (comp.rows.probe != "geomean")]
     assert len(tested) == 4

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInf
 from vmtax.contract import Samples as SamplesRecord
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target
+
+if TYPE_CHECKING:
+    from vmtax.targets.qemu import QemuTarget
 
 ParamValue = bool | int | float | str
 #: Temporary directories of servers are named with this prefix (the cleanup test looks for it).
@@ -522,19 +525,29 @@ def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) 
     return out
 
 
+def _behind_wrapper(target: Target) -> Target:
+    """The target itself, also when it sits behind the levels' one-at-a-time wrapper."""
+    return target.__dict__.get("target", target)
+
+
 def is_local(target: Target) -> bool:
-    """Whether ``target`` is this machine (also behind the levels' one-at-a-time wrapper)."""
+    """Whether ``target`` is this machine."""
     from vmtax.targets.local import LocalTarget
 
-    return isinstance(target.__dict__.get("target", target), LocalTarget)
+    return isinstance(_behind_wrapper(target), LocalTarget)
+
+
+def guest_of(target: Target) -> QemuTarget | None:
+    """The QEMU guest ``target`` is, if it is one of vmtax's guests (whose image carries
+    each workload's ``guest_binaries`` and ``guest_files``), else None."""
+    from vmtax.targets.qemu import QemuTarget
+
+    inner = _behind_wrapper(target)
+    return inner if isinstance(inner, QemuTarget) else None
 
 
 def is_guest(target: Target) -> bool:
-    """Whether ``target`` is one of vmtax's QEMU guests, whose image carries each workload's
-    ``guest_binaries`` and ``guest_files``."""
-    from vmtax.targets.qemu import QemuTarget
-
-    return isinstance(target.__dict__.get("target", target), QemuTarget)
+    return guest_of(target) is not None
 
 
 def local_only(ctx: Context, *, guests: bool = False) -> None:

@@ -20,7 +20,7 @@ from vmtax.workloads.base import (
     Workload,
     WorkloadError,
     free_port,
-    is_guest,
+    guest_of,
     is_local,
 )
 
@@ -69,11 +69,11 @@ class Net(Workload):
     def _against_this_machine(
         self, ctx: Context, probe: str, params: dict[str, bool | int | float | str]
     ) -> Iterator[str]:
+        guest = guest_of(ctx.target)
         if is_local(ctx.target):
             host = "127.0.0.1"
-        elif is_guest(ctx.target):
-            spec = ctx.target.__dict__.get("target", ctx.target).spec
-            if spec.network != "user":
+        elif guest is not None:
+            if guest.spec.network != "user":
                 raise WorkloadError(
                     f"{ctx.target.name} has no network device for peer=host: "
                     "run with --guest-net user"

@@ -3,20 +3,25 @@
 //! `Time: 0.710`, in seconds), or any figure it prints on a line starting with `value_line`
 //! (`openssl speed -mr`'s `+F:22:aes-128-gcm:1234.5`: its last `:` field), times `scale`;
 //! the controller's workload then names the unit. `env` sets variables for the program
-//! (`OPENSSL_ia32cap=...`). It lets a workload's tool run wherever the agent runs, guests
-//! included, when the image carries the program and its libraries. `cmd` is split on
-//! spaces into an argument list; no shell is involved.
+//! (`OPENSSL_ia32cap=...`). With `values_prefix` the program runs once per run and every
+//! stdout line starting with the prefix is one value (its last field, times `scale`), in the
+//! order printed: a tool that times each of its own requests (sysbench through vmtax's Lua
+//! wrapper) keeps them all; `rate_line` then names the line whose last field is the tool's
+//! own throughput, reported as the summary's `rate`. It lets a workload's tool run wherever
+//! the agent runs, guests included, when the image carries the program and its libraries.
+//! `cmd` is split on spaces into an argument list; no shell is involved.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
-use std::process::{Command, Stdio};
+use std::collections::BTreeMap;
+use std::process::{Command, Output, Stdio};
 
 pub struct Exec;
 pub static EXEC: Exec = Exec;
 
-static PARAMS: [ParamSpec; 5] = [
+static PARAMS: [ParamSpec; 7] = [
     ParamSpec {
         name: "cmd",
         default: Default::Str(""),
@@ -47,6 +52,18 @@ static PARAMS: [ParamSpec; 5] = [
         help: "NAME=VALUE pairs separated by spaces, added to the program's environment",
         kind: Kind::Str,
     },
+    ParamSpec {
+        name: "values_prefix",
+        default: Default::Str(""),
+        help: "run once per run; each stdout line starting with this is one value (last field, times `scale`)",
+        kind: Kind::Str,
+    },
+    ParamSpec {
+        name: "rate_line",
+        default: Default::Str(""),
+        help: "with `values_prefix`: the stdout line starting with this gives the summary's `rate` (last field)",
+        kind: Kind::Str,
+    },
 ];
 
 static SPEC: Spec = Spec {
@@ -71,8 +88,12 @@ impl Probe for Exec {
         if params.str("cmd").split_whitespace().next().is_none() {
             return Err("`cmd` names no program".into());
         }
-        if !params.str("time_line").is_empty() && !params.str("value_line").is_empty() {
-            return Err("give `time_line` or `value_line`, not both".into());
+        let modes = ["time_line", "value_line", "values_prefix"].into_iter().filter(|m| !params.str(m).is_empty());
+        if modes.count() > 1 {
+            return Err("give one of `time_line`, `value_line` and `values_prefix`, not both".into());
+        }
+        if !params.str("rate_line").is_empty() && params.str("values_prefix").is_empty() {
+            return Err("`rate_line` goes with `values_prefix`".into());
         }
         if let Some(bad) = params.str("env").split_whitespace().find(|kv| !kv.contains('=') || kv.starts_with('=')) {
             return Err(format!("`env` takes NAME=VALUE pairs, not {bad:?}"));
@@ -85,6 +106,9 @@ impl Probe for Exec {
             argv: params.str("cmd").split_whitespace().map(String::from).collect(),
             time_line: params.str("time_line").to_string(),
             value_line: params.str("value_line").to_string(),
+            values_prefix: params.str("values_prefix").to_string(),
+            rate_line: params.str("rate_line").to_string(),
+            rate: None,
             scale: params.float("scale"),
             env: params
                 .str("env")
@@ -101,17 +125,17 @@ struct ExecSession {
     argv: Vec<String>,
     time_line: String,
     value_line: String,
+    values_prefix: String,
+    rate_line: String,
+    rate: Option<f64>,
     scale: f64,
     env: Vec<(String, String)>,
     cpus: Vec<usize>,
 }
 
-impl Session for ExecSession {
-    fn cpus(&self) -> Vec<usize> {
-        self.cpus.clone()
-    }
-
-    fn iterate(&mut self) -> Result<f64, String> {
+impl ExecSession {
+    /// Run the program to completion: its output and wall time (ns); a failure is one line.
+    fn execute(&self) -> Result<(Output, f64), String> {
         let t0 = mono_ns();
         let out = Command::new(&self.argv[0])
             .args(&self.argv[1..])
@@ -125,6 +149,56 @@ impl Session for ExecSession {
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
             return Err(format!("{} exited with {}: {last}", self.argv[0], out.status));
         }
+        Ok((out, wall))
+    }
+
+    /// `values_prefix` mode: one execution gives the whole run's values.
+    fn run_once(&mut self, ctl: &mut Ctl) -> Result<(), RunErr> {
+        let (out, wall) = self.execute().map_err(RunErr::Fail)?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last_field = |l: &str| l.split_whitespace().last().and_then(|v| v.parse::<f64>().ok());
+        for line in text.lines().filter(|l| l.starts_with(self.values_prefix.as_str())) {
+            let v = last_field(line).ok_or_else(|| RunErr::Fail(format!("unreadable value line {line:?}")))?;
+            ctl.values.push(v * self.scale);
+        }
+        if ctl.values.len() < 2 {
+            return Err(RunErr::Fail(format!(
+                "{} printed {} line(s) starting with {:?}; need at least 2",
+                self.argv[0],
+                ctl.values.len(),
+                self.values_prefix
+            )));
+        }
+        if !self.rate_line.is_empty() {
+            let line = text.lines().find(|l| l.starts_with(self.rate_line.as_str()));
+            self.rate = Some(line.and_then(last_field).ok_or_else(|| {
+                RunErr::Fail(format!("{} printed no line starting with {:?}", self.argv[0], self.rate_line))
+            })?);
+        }
+        ctl.wall_ns = wall as u64;
+        ctl.stopped_by_duration = true; // the program's own limit ended the run
+        Ok(())
+    }
+}
+
+impl Session for ExecSession {
+    fn cpus(&self) -> Vec<usize> {
+        self.cpus.clone()
+    }
+
+    fn run(&mut self, ctl: &mut Ctl) -> Result<(), RunErr> {
+        if self.values_prefix.is_empty() {
+            return ctl.drive(|| self.iterate());
+        }
+        self.run_once(ctl)
+    }
+
+    fn extra(&self, _values: &[f64]) -> BTreeMap<String, f64> {
+        self.rate.map(|r| BTreeMap::from([("rate".to_string(), r)])).unwrap_or_default()
+    }
+
+    fn iterate(&mut self) -> Result<f64, String> {
+        let (out, wall) = self.execute()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !self.value_line.is_empty() {
             return text
@@ -180,9 +254,40 @@ mod tests {
             crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "time_line=T".into(), "value_line=V".into()])
                 .unwrap();
         assert!(EXEC.validate(&both).unwrap_err().contains("not both"));
+        let lonely_rate = crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "rate_line=R".into()]).unwrap();
+        assert!(EXEC.validate(&lonely_rate).unwrap_err().contains("goes with"));
         let env = crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "env=NOEQUALS".into()]).unwrap();
         assert!(EXEC.validate(&env).unwrap_err().contains("NAME=VALUE"));
         let bad = crate::params::resolve("exec", &PARAMS, &["cmd=false".into()]).unwrap();
         assert!(EXEC.setup(&bad, &pool).unwrap().iterate().unwrap_err().contains("exited"));
+    }
+
+    #[test]
+    fn one_execution_gives_every_value_it_prints_and_its_own_rate() {
+        let pool = CpuPool { cpus: vec![0], requested: false };
+        // awk's program has no space in it: `cmd` is split on spaces.
+        let params = crate::params::resolve(
+            "exec",
+            &PARAMS,
+            &[
+                "cmd=awk BEGIN{print(\"tx\",1,500);print(\"tx\",2,700);print(\"noise\");print(\"rate:\",12.5);print(\"tx\",3,600)}".into(),
+                "values_prefix=tx".into(),
+                "rate_line=rate:".into(),
+                "scale=2".into(),
+            ],
+        )
+        .unwrap();
+        EXEC.validate(&params).unwrap();
+        let mut s = EXEC.setup(&params, &pool).unwrap();
+        let mut ctl = Ctl::new(1, 1000, Some(10.0));
+        s.run(&mut ctl).unwrap();
+        assert_eq!(ctl.values, vec![1000.0, 1400.0, 1200.0]);
+        assert!(ctl.warm.is_empty() && ctl.stopped_by_duration && ctl.wall_ns > 0);
+        assert_eq!(s.extra(&ctl.values).get("rate"), Some(&12.5));
+        let few =
+            crate::params::resolve("exec", &PARAMS, &["cmd=echo tx 1".into(), "values_prefix=tx".into()]).unwrap();
+        let mut s = EXEC.setup(&few, &pool).unwrap();
+        let err = s.run(&mut Ctl::new(0, 10, None)).unwrap_err();
+        assert!(matches!(err, RunErr::Fail(m) if m.contains("need at least 2")));
     }
 }

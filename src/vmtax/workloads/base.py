@@ -262,9 +262,20 @@ class Context:
 
     def rename_header(self, line: str) -> str:
         """The agent probe's line as the workload's: the header gets the workload's name,
-        parameters, unit and direction, and samples the workload's unit (an ``exec`` of
-        ``openssl speed`` measures MB/s, higher is better, not the probe's ns)."""
+        parameters, unit and direction, samples the workload's unit (an ``exec`` of
+        ``openssl speed`` measures MB/s, higher is better, not the probe's ns), and the run
+        summary the tool's own throughput where it reported one."""
         compact = line[:64].replace(" ", "")
+        if '"type":"run_summary"' in compact and self.workload.throughput_unit:
+            # A tool run by ``exec`` that reports its own throughput (sysbench's tx/s) gives
+            # it as the summary's ``rate``: it becomes the workload's throughput.
+            rec = json.loads(line)
+            rate = (rec.get("extra") or {}).get("rate")
+            if rate is None:
+                return line
+            rec["throughput"] = rate
+            rec["throughput_unit"] = self.workload.throughput_unit
+            return json.dumps(rec) + "\n"
         if '"type":"samples"' in compact:
             if f'"unit":"{self.workload.unit}"' in line[:120].replace(" ", ""):
                 return line

@@ -1,11 +1,18 @@
 """oltp: ``sysbench oltp_read_write`` against a throwaway MariaDB or PostgreSQL (study A; C).
 
-Each run initialises a fresh data directory in its own temporary directory (from a template
-made once per controller process, since ``mariadb-install-db`` alone takes seconds), starts
-the server on a free loopback port, loads ``tables`` x ``table_size`` rows, runs sysbench for
-the run's duration and stops the server. One value is one transaction's latency, timed in
-sysbench's own Lua (``sysbench_event_times.lua``) so that every transaction is kept, in the
-order they ended; the throughput is sysbench's transactions/s.
+Each run starts a fresh server in its own temporary directory on a free loopback port, loads
+``tables`` x ``table_size`` rows, runs sysbench for the run's duration and stops the server.
+One value is one transaction's latency, timed in sysbench's own Lua
+(``sysbench_event_times.lua``) so that every transaction is kept, in the order they ended;
+the throughput is sysbench's transactions/s.
+
+MariaDB starts from an empty data directory (InnoDB creates its files; ``--skip-grant-tables``
+needs no system tables, and the database is a directory), the same way on this machine and in
+vmtax's guests, whose images carry ``mariadbd``, ``sysbench`` and its Lua scripts: there
+``oltp.sh`` (made here, from the same server flags) does the run on the scratch disk and the
+agent's ``exec`` reads every transaction it prints. PostgreSQL needs ``initdb``; its data
+directory is copied from a template made once per controller process, and it runs on this
+machine only.
 """
 
 from __future__ import annotations
@@ -31,13 +38,18 @@ from vmtax.workloads.base import (
     Workload,
     WorkloadError,
     free_port,
+    is_local,
     local_only,
     tool,
 )
 
 SYSBENCH_SCRIPTS = Path("/usr/share/sysbench")
-#: MariaDB's default 96 MiB redo log would be most of every copied data directory.
-SMALL_REDO_LOG = ("--innodb-log-file-size=8M",)
+MARIADBD = "/usr/sbin/mariadbd"
+#: The server's error messages (it refuses to start without them).
+MARIADB_MESSAGES = Path("/usr/share/mysql/english/errmsg.sys")
+#: What a guest's oltp run uses: its script, and the port of its server on its loopback.
+GUEST_DIR = Path("/srv/vmtax-oltp")
+GUEST_PORT = 3306
 _TEMPLATES: dict[str, Path] = {}
 _TEMPLATE_LOCK = threading.Lock()
 _TEMPLATE_ROOT: list[Path] = []
@@ -68,6 +80,91 @@ def pg_bin(name: str) -> str:
     return shutil.which(name) or name
 
 
+def mariadbd_flags(datadir: str, port: int, buffer: str, user: str) -> list[str]:
+    """The server's flags, the same on this machine and in guests: loopback only, no grant
+    tables, binary log or name lookups, a small redo log (MariaDB's default 96 MiB would be
+    most of the data directory)."""
+    return [
+        "--no-defaults",
+        f"--datadir={datadir}",
+        f"--socket={datadir}/mysqld.sock",
+        f"--pid-file={datadir}/mysqld.pid",
+        f"--port={port}",
+        "--bind-address=127.0.0.1",
+        "--skip-grant-tables",
+        "--skip-log-bin",
+        "--skip-name-resolve",
+        f"--innodb-buffer-pool-size={buffer}",
+        "--innodb-log-file-size=8M",
+        f"--user={user}",
+    ]
+
+
+def mysql_conn(port: int) -> list[str]:
+    return [
+        "--db-driver=mysql",
+        "--mysql-host=127.0.0.1",
+        f"--mysql-port={port}",
+        "--mysql-user=root",
+        "--mysql-db=sbtest",
+    ]
+
+
+def guest_script() -> str:
+    """oltp.sh for guests (busybox sh): the same server and sysbench run as on this
+    machine, on the scratch disk; prints one ``tx END_NS LATENCY_NS`` line per transaction
+    in the order they ended, then ``rate: TX_PER_S``. Arguments: table_size tables threads
+    seconds events buffer_mb."""
+    flags = " ".join(mariadbd_flags('"$dir/data"', GUEST_PORT, "${6}M", "root"))
+    conn = " ".join(mysql_conn(GUEST_PORT))
+    sysbench = f"/usr/bin/sysbench --tables=$2 --table-size=$1 {conn}"
+    return f"""# vmtax oltp in a guest: MariaDB on the scratch disk (/tmp), sysbench on loopback.
+bb=/bin/busybox
+dir=$($bb mktemp -d /tmp/vmtax-oltp.XXXXXX) || exit 1
+pid=
+trap '[ -n "$pid" ] && $bb kill -9 $pid; $bb rm -rf "$dir"' EXIT
+$bb mkdir -p "$dir/data/sbtest"
+{MARIADBD} {flags} >"$dir/server.log" 2>&1 &
+pid=$!
+n=0
+until [ -S "$dir/data/mysqld.sock" ]; do
+    if ! $bb kill -0 $pid 2>/dev/null || [ $n -ge 300 ]; then
+        echo "mariadbd did not start: $($bb tail -n 1 "$dir/server.log")" >&2
+        exit 1
+    fi
+    $bb sleep 0.1
+    n=$((n + 1))
+done
+{sysbench} oltp_read_write prepare >"$dir/prepare.log" 2>&1 \\
+    || {{ echo "sysbench prepare failed: $($bb tail -n 1 "$dir/prepare.log")" >&2; exit 1; }}
+VMTAX_SB_SCRIPT={SYSBENCH_SCRIPTS}/oltp_read_write.lua VMTAX_SB_OUT="$dir/lat" \\
+LUA_PATH="{SYSBENCH_SCRIPTS}/?.lua;;" {sysbench} --threads=$3 --time=$4 --events=$5 \\
+    {GUEST_DIR}/event_times.lua run >"$dir/run.log" 2>&1 \\
+    || {{ echo "sysbench run failed: $($bb tail -n 1 "$dir/run.log")" >&2; exit 1; }}
+$bb cat "$dir"/lat.* | $bb sort -n | $bb sed 's/^/tx /'
+$bb sed -n 's/.*transactions:.*(\\([0-9.]*\\) per sec.*/rate: \\1/p' "$dir/run.log"
+"""
+
+
+def guest_files() -> dict[str, bytes]:
+    """oltp.sh, the event-timing wrapper, sysbench's two Lua scripts and the server's
+    messages, for guest images (the last three only where this machine has them)."""
+    files = {
+        str(GUEST_DIR / "oltp.sh")[1:]: guest_script().encode(),
+        str(GUEST_DIR / "event_times.lua")[1:]: (
+            resources.files("vmtax.workloads") / "sysbench_event_times.lua"
+        ).read_bytes(),
+    }
+    for path in (
+        SYSBENCH_SCRIPTS / "oltp_common.lua",
+        SYSBENCH_SCRIPTS / "oltp_read_write.lua",
+        MARIADB_MESSAGES,
+    ):
+        if path.is_file():
+            files[str(path)[1:]] = path.read_bytes()
+    return files
+
+
 class Oltp(Workload):
     name = "oltp"
     summary = "one sysbench oltp_read_write transaction against a real database server"
@@ -88,13 +185,23 @@ class Oltp(Workload):
         # Study C: MySQL with SysBench, 200 parallel transactions.
         "study-c": {"table_size": 1_000_000, "threads": 200},
     }
-    needs = ("sysbench", "mariadbd", "mariadb-install-db", "postgres", "initdb")
+    needs = ("sysbench", "mariadbd", "postgres", "initdb")
+    guest_binaries = (MARIADBD, "/usr/bin/sysbench")
+    guest_files = guest_files()
     default_iterations = 1_000_000
     default_duration = 3.0
 
     def execute(self, ctx: Context) -> Iterator[str]:
-        local_only(ctx)
         db = str(ctx.params["db"])
+        local_only(ctx, guests=True)
+        if db == "pgsql" and not is_local(ctx.target):
+            raise WorkloadError(
+                f"db=pgsql runs on this machine (L0) only: {ctx.target.name} carries MariaDB, "
+                "not PostgreSQL (use db=mariadb there)"
+            )
+        if not is_local(ctx.target):
+            yield from in_guest(ctx)
+            return
         owner = "mysql" if db == "mariadb" else "postgres"
         # A throwaway database: killed, not shut down (its directory is removed anyway).
         with Server(f"oltp-{db}", owner=owner, stop_signal=signal.SIGKILL) as srv:
@@ -183,61 +290,24 @@ def _copy_datadir(template: Path, dest: Path, owner: str | None) -> None:
 
 def start_mariadb(srv: Server, ctx: Context) -> list[str]:
     data = srv.dir / "data"
-    _copy_datadir(
-        _template(
-            "mariadb",
-            srv.owner,
-            lambda d: [
-                "mariadb-install-db",
-                "--no-defaults",
-                f"--datadir={d}",
-                f"--user={srv.owner or 'root'}",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-                *SMALL_REDO_LOG,
-            ],
-        ),
-        data,
-        srv.owner,
-    )
+    # An empty data directory and the database as a directory in it (see the module's doc).
+    (data / "sbtest").mkdir(parents=True)
+    if srv.owner:
+        subprocess.run(["chown", "-R", f"{srv.owner}:{srv.owner}", str(data)], check=True)
     port = free_port()
-    srv.start(
-        [
-            shutil.which("mariadbd") or "/usr/sbin/mariadbd",
-            "--no-defaults",
-            f"--datadir={data}",
-            f"--socket={srv.dir / 'mysqld.sock'}",
-            f"--port={port}",
-            "--bind-address=127.0.0.1",
-            "--skip-grant-tables",
-            "--skip-log-bin",
-            "--skip-name-resolve",
-            f"--innodb-buffer-pool-size={ctx.params['buffer_mb']}M",
-            *SMALL_REDO_LOG,
-            f"--pid-file={srv.dir / 'mysqld.pid'}",
-            *([f"--user={srv.owner}"] if srv.owner else []),
-        ],
-        port=port,
-    )
-    tool(
-        [
-            "mariadb",
-            "--no-defaults",
-            "-h127.0.0.1",
-            f"-P{port}",
-            "-uroot",
-            "-e",
-            "CREATE DATABASE sbtest",
-        ],
-        timeout=30,
-    )
-    return [
-        "--db-driver=mysql",
-        "--mysql-host=127.0.0.1",
-        f"--mysql-port={port}",
-        "--mysql-user=root",
-        "--mysql-db=sbtest",
-    ]
+    buffer = f"{ctx.params['buffer_mb']}M"
+    argv = [shutil.which("mariadbd") or MARIADBD]
+    srv.start(argv + mariadbd_flags(str(data), port, buffer, srv.owner or "root"), port=port)
+    return mysql_conn(port)
+
+
+def in_guest(ctx: Context) -> Iterator[str]:
+    """The run in a vmtax guest: oltp.sh through the agent's exec, every transaction kept."""
+    p = ctx.params
+    args = [p["table_size"], p["tables"], p["threads"], max(1, round(ctx.duration))]
+    args += [ctx.iterations, p["buffer_mb"]]
+    cmd = " ".join(["/bin/sh", str(GUEST_DIR / "oltp.sh"), *map(str, args)])
+    yield from ctx.agent("exec", {"cmd": cmd, "values_prefix": "tx", "rate_line": "rate:"})
 
 
 def start_pgsql(srv: Server, ctx: Context) -> list[str]:

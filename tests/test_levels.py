@@ -104,6 +104,10 @@ def test_guest_net_gives_l1_a_nic_on_the_user_network_and_nothing_else_gets_one(
     l1 = l1.target  # behind the levels' one-at-a-time wrapper
     argv = qemu_argv(image, l1.spec, tmp_path)
     assert argv[argv.index("-netdev") + 1] == "user,id=net0"
+    forwarded = qemu_argv(image, l1.spec, tmp_path, forwards={7100: 40001, 7101: 40002})
+    assert forwarded[forwarded.index("-netdev") + 1] == (
+        "user,id=net0,hostfwd=tcp:127.0.0.1:40001-:7100,hostfwd=tcp:127.0.0.1:40002-:7101"
+    )
     assert "virtio-net-pci,netdev=net0" in argv and l1.labels()["net"] == "user"
     assert "-netdev" not in qemu_argv(image, plain.spec, tmp_path)
     assert "net" not in plain.labels()

@@ -95,6 +95,17 @@ enum Cmd {
     Netserver {
         #[arg(long, default_value = "0.0.0.0:12865")]
         bind: String,
+        /// Exit once this many clients have come and gone (0: serve until killed)
+        #[arg(long, default_value_t = 0)]
+        clients: u64,
+    },
+    /// Be one forwarder of a relay ring that spans machines: accept, connect to --next, pass
+    /// every message on. Example: vmtax-probe relay-forward --bind 127.0.0.1:7200 --next 127.0.0.1:7100
+    RelayForward {
+        #[arg(long)]
+        bind: String,
+        #[arg(long)]
+        next: String,
     },
 }
 
@@ -188,10 +199,17 @@ fn main() {
             exits::start(&exits::StartOpts { qemu, pids, tracefs, mount, size, timed: !no_time })
         }
         Cmd::Exits { action: ExitsCmd::Stop { tracefs } } => exits::stop(tracefs.as_deref()),
-        Cmd::Netserver { bind } => match probes::net::netserver(&bind) {
+        Cmd::Netserver { bind, clients } => match probes::net::netserver(&bind, clients) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("vmtax-probe: error: netserver: {e}");
+                1
+            }
+        },
+        Cmd::RelayForward { bind, next } => match probes::relay::forward(&bind, &next) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("vmtax-probe: error: relay-forward: {e}");
                 1
             }
         },

@@ -241,12 +241,24 @@ fn serve_conn(mut s: TcpStream, pinned: Option<usize>) -> Result<(), String> {
 
 /// `vmtax-probe netserver`: accept `tcp_*` clients of other agents, one thread each, until
 /// killed. Prints the bound address on stdout first.
-pub fn netserver(bind: &str) -> Result<(), String> {
+pub fn netserver(bind: &str, clients: u64) -> Result<(), String> {
     ensure_loopback();
     let listener = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+    // The bound address on stdout tells whoever started it (the controller, through a
+    // guest's agent) that clients may connect now.
     println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let mut served = Vec::new();
     for conn in listener.incoming().flatten() {
-        std::thread::spawn(move || serve_conn(conn, None));
+        let handle = std::thread::spawn(move || serve_conn(conn, None));
+        if clients > 0 {
+            served.push(handle);
+            if served.len() as u64 >= clients {
+                break;
+            }
+        }
+    }
+    for handle in served {
+        let _ = handle.join();
     }
     Ok(())
 }

@@ -3,19 +3,25 @@
 //! reads it and sends it on, and the master times its return. One value is one round trip
 //! of the ring, so runs x iterations give the study's mesh (periodic lines, cross-run
 //! spikes). `interval_us` spaces the master's sends as the study's "every t seconds" did.
+//!
+//! A ring can span machines: `away` lists forwarders that run elsewhere (`vmtax-probe
+//! relay-forward`, started by the controller), which take the odd places of the ring (1, 3,
+//! ...) while this agent's nodes take the even ones, so every hop crosses between the two.
+//! `listen` then fixes where this agent's nodes listen (master first), so that the away
+//! forwarders know where to send: in a guest, ports its user network forwards.
 
-use super::net::{connect, listen_loopback};
+use super::net::{connect, ensure_loopback, listen_loopback};
 use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
 
 pub struct Relay;
 pub static RELAY: Relay = Relay;
 
-static PARAMS: [ParamSpec; 2] = [
+static PARAMS: [ParamSpec; 4] = [
     ParamSpec {
         name: "relays",
         default: Default::Int(1),
@@ -28,7 +34,28 @@ static PARAMS: [ParamSpec; 2] = [
         help: "microseconds from one send of the master to the next (0: back to back)",
         kind: Kind::Int { min: 0, max: 10_000_000 },
     },
+    ParamSpec {
+        name: "away",
+        default: Default::Str(""),
+        help: "comma-separated addresses of forwarders run elsewhere: the ring's places 1, 3, ...",
+        kind: Kind::Str,
+    },
+    ParamSpec {
+        name: "listen",
+        default: Default::Str(""),
+        help: "comma-separated addresses this agent's nodes listen on, master first (default: free loopback ports)",
+        kind: Kind::Str,
+    },
 ];
+
+fn list(params: &Params, name: &str) -> Vec<String> {
+    params.str(name).split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
+}
+
+/// Node `i`'s place in a ring of `n + 1`: elsewhere (an `away` forwarder) or here.
+fn is_away(i: usize, spread: bool) -> bool {
+    spread && i % 2 == 1
+}
 
 static SPEC: Spec = Spec {
     name: "relay",
@@ -48,29 +75,59 @@ impl Probe for Relay {
         &SPEC
     }
 
+    fn validate(&self, params: &Params) -> Result<(), String> {
+        let n = params.int("relays") as usize;
+        let away = list(params, "away");
+        let here = (0..=n).filter(|i| !is_away(*i, !away.is_empty())).count();
+        if !away.is_empty() && away.len() != n.div_ceil(2) {
+            return Err(format!("`away` needs {} addresses for {n} relays (places 1, 3, ...)", n.div_ceil(2)));
+        }
+        let listen = list(params, "listen");
+        if !listen.is_empty() && listen.len() != here {
+            return Err(format!("`listen` needs {here} addresses (the master and this agent's forwarders)"));
+        }
+        Ok(())
+    }
+
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
         let n = params.int("relays") as usize;
+        let away = list(params, "away");
+        let spread = !away.is_empty();
+        let mut binds = list(params, "listen").into_iter();
         // Node 0 is the master, 1..=n the forwarders; node i sends to node i+1 (mod n+1).
-        let listeners = (0..=n).map(|_| listen_loopback()).collect::<Result<Vec<_>, _>>()?;
-        let addrs: Vec<String> = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.to_string()).map_err(|e| e.to_string()))
-            .collect::<Result<_, _>>()?;
+        let mut listeners: Vec<Option<TcpListener>> = Vec::new();
+        let mut addrs: Vec<String> = Vec::new();
+        for i in 0..=n {
+            if is_away(i, spread) {
+                listeners.push(None);
+                addrs.push(away[i / 2].clone());
+                continue;
+            }
+            let l = match binds.next() {
+                Some(b) => {
+                    ensure_loopback();
+                    TcpListener::bind(&b).map_err(|e| format!("bind {b}: {e}"))?
+                }
+                None => listen_loopback()?,
+            };
+            let mut addr = l.local_addr().map_err(|e| e.to_string())?;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            addrs.push(addr.to_string());
+            listeners.push(Some(l));
+        }
         let mut listeners = listeners.into_iter();
-        let master_in = listeners.next().expect("master listener");
+        let master_in = listeners.next().flatten().expect("master listener");
         for (i, l) in listeners.enumerate() {
+            let Some(l) = l else { continue };
             let next = addrs[(i + 2) % (n + 1)].clone();
             std::thread::spawn(move || {
-                let Ok((mut up, _)) = l.accept() else { return };
+                let Ok((up, _)) = l.accept() else { return };
                 let _ = up.set_nodelay(true);
-                let Ok(mut down) = connect(&next) else { return };
-                let mut msg = [0u8; 4];
-                while up.read_exact(&mut msg).is_ok() {
-                    if down.write_all(&msg).is_err() {
-                        break;
-                    }
+                if let Ok(down) = connect(&next) {
+                    pump(up, down);
                 }
-                let _ = down.shutdown(Shutdown::Both);
             });
         }
         let out = connect(&addrs[1])?;
@@ -85,6 +142,35 @@ impl Probe for Relay {
             cpus: pool.cpus.clone(),
         }))
     }
+}
+
+/// Pass every message from `up` to `down` until either side closes.
+fn pump(mut up: TcpStream, mut down: TcpStream) {
+    let mut msg = [0u8; 4];
+    while up.read_exact(&mut msg).is_ok() {
+        if down.write_all(&msg).is_err() {
+            break;
+        }
+    }
+    let _ = down.shutdown(Shutdown::Both);
+}
+
+/// `vmtax-probe relay-forward`: one forwarder of a ring that spans machines, for as many
+/// rings (runs) as come, until killed. Prints its bound address when it listens.
+pub fn forward(bind: &str, next: &str) -> Result<(), String> {
+    ensure_loopback();
+    let listener = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+    println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    for up in listener.incoming().flatten() {
+        let next = next.to_string();
+        std::thread::spawn(move || {
+            let _ = up.set_nodelay(true);
+            if let Ok(down) = connect(&next) {
+                pump(up, down);
+            }
+        });
+    }
+    Ok(())
 }
 
 struct RelaySession {
@@ -143,5 +229,43 @@ mod tests {
         s.run(&mut ctl).unwrap();
         assert_eq!(ctl.values.len(), 200);
         assert!(ctl.values.iter().all(|v| *v > 0.0));
+    }
+
+    #[test]
+    fn a_ring_spans_forwarders_elsewhere_at_its_odd_places() {
+        // Two "away" forwarders (threads here, processes or machines in use) at places 1
+        // and 3; this agent's master (0) and forwarder (2) listen where they are told.
+        let ports: Vec<u16> =
+            (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let mut away = Vec::new();
+        for next in [ports[1], ports[0]] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            away.push(l.local_addr().unwrap().to_string());
+            std::thread::spawn(move || {
+                let (up, _) = l.accept().unwrap();
+                pump(up, connect(&format!("127.0.0.1:{next}")).unwrap());
+            });
+        }
+        let params = crate::params::resolve(
+            "relay",
+            &PARAMS,
+            &[
+                "relays=3".into(),
+                format!("away={}", away.join(",")),
+                format!("listen=127.0.0.1:{},0.0.0.0:{}", ports[0], ports[1]),
+            ],
+        )
+        .unwrap();
+        RELAY.validate(&params).unwrap();
+        let pool = CpuPool { cpus: vec![0], requested: false };
+        let mut s = RELAY.setup(&params, &pool).unwrap();
+        let mut ctl = Ctl::new(2, 100, Some(5.0));
+        s.run(&mut ctl).unwrap();
+        assert_eq!(ctl.values.len(), 100);
+        let short = crate::params::resolve("relay", &PARAMS, &["relays=3".into(), "away=127.0.0.1:1".into()]).unwrap();
+        assert!(RELAY.validate(&short).unwrap_err().contains("needs 2 addresses"));
+        let listen =
+            crate::params::resolve("relay", &PARAMS, &["relays=2".into(), "listen=127.0.0.1:1".into()]).unwrap();
+        assert!(RELAY.validate(&listen).unwrap_err().contains("needs 3 addresses"));
     }
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import socket
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -56,6 +57,14 @@ def lines_until_eof(
         if isinstance(item, BaseException):
             raise item
         yield str(item)
+
+
+def free_port() -> int:
+    """A TCP port free on this machine's loopback now (whoever binds it does so a moment
+    later: a server a workload starts, QEMU's port forwards)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Target(ABC):

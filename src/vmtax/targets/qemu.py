@@ -29,7 +29,7 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent
+from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent, free_port
 from vmtax.targets.images import Image, build_nested
 
 QEMU = "qemu-system-x86_64"
@@ -63,6 +63,12 @@ class GuestSpec:
     network: str = ""
 
 
+#: The guest's TCP ports that a user network forwards from this machine's loopback (QEMU's
+#: ``hostfwd``), so that this machine and other guests can connect in: to
+#: ``127.0.0.1:<QemuGuest.forwards[port]>`` here, or ``10.0.2.2:<that port>`` from a guest.
+FORWARDED_PORTS = (7100, 7101, 7102, 7103)
+
+
 def qemu_binary() -> str:
     path = shutil.which(QEMU)
     if not path:
@@ -77,8 +83,10 @@ def qemu_argv(
     *,
     agent_args: list[str] | None = None,
     paused: bool = True,
+    forwards: dict[int, int] | None = None,
 ) -> list[str]:
-    """The full QEMU command line. ``agent_args`` runs the agent one-shot instead of serving."""
+    """The full QEMU command line. ``agent_args`` runs the agent one-shot instead of serving;
+    ``forwards`` maps guest ports to this machine's loopback ports (user network only)."""
     append = ["console=ttyS0", "quiet", "panic=-1", *spec.extra_append]
     if agent_args:
         append += ["--", *agent_args]
@@ -138,7 +146,10 @@ def qemu_argv(
             "virtio-blk-pci,drive=scratch",
         ]
     if spec.network == "user":
-        argv += ["-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0"]
+        fwd = "".join(
+            f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for guest, host in (forwards or {}).items()
+        )
+        argv += ["-netdev", f"user,id=net0{fwd}", "-device", "virtio-net-pci,netdev=net0"]
     argv += list(spec.extra_args)
     if paused:
         argv.append("-S")
@@ -241,12 +252,22 @@ class QemuGuest:
     host_channels: dict[str, AgentChannel] = field(default_factory=dict)
     #: The console's last lines, kept when stop() removes the directory.
     console_snapshot: str = ""
+    #: Guest port -> this machine's loopback port, on a user network (``FORWARDED_PORTS``).
+    forwards: dict[int, int] = field(default_factory=dict)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Start QEMU paused, pin its vCPU threads, connect the channel, then let it run."""
         self.workdir = Path(tempfile.mkdtemp(prefix="vmtax-qemu-"))
-        self.argv = qemu_argv(self.image, self.spec, self.workdir, agent_args=self.agent_args)
+        if self.spec.network == "user":
+            self.forwards = {port: free_port() for port in FORWARDED_PORTS}
+        self.argv = qemu_argv(
+            self.image,
+            self.spec,
+            self.workdir,
+            agent_args=self.agent_args,
+            forwards=self.forwards,
+        )
         if self.spec.scratch_mb:
             # Sparse: costs host disk only for what the guest writes; removed with workdir.
             with (self.workdir / "scratch.img").open("wb") as fh:
@@ -697,6 +718,8 @@ class QemuTarget(Target):
             out.update(self.image.provenance())
         if self.guest is not None:
             out["qemu_argv"] = self.guest.argv
+            if self.guest.forwards:
+                out["forwards"] = {str(g): h for g, h in self.guest.forwards.items()}
             out["vcpu_pinning"] = {str(k): v for k, v in self.guest.pinning.items()}
         if self.inner:
             out["inner_levels"] = [

@@ -37,7 +37,7 @@ import numpy as np
 from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInfo, RunSummary
 from vmtax.contract import Samples as SamplesRecord
 from vmtax.errors import VmtaxError
-from vmtax.targets.base import Target
+from vmtax.targets.base import Target, free_port  # noqa: F401 - the workloads import it from here
 
 if TYPE_CHECKING:
     from vmtax.targets.qemu import QemuTarget
@@ -247,8 +247,11 @@ class Context:
         """Seconds left before the controller's kill deadline, less a margin for cleanup."""
         return max(1.0, self.inv.kill_after - (time.monotonic() - self.started) - 2.0)
 
-    def agent(self, probe: str, params: dict[str, ParamValue]) -> Iterator[str]:
-        """Run an agent probe on the target with this run's shape; header renamed to us."""
+    def agent(
+        self, probe: str, params: dict[str, ParamValue], *, on: Target | None = None
+    ) -> Iterator[str]:
+        """Run an agent probe on the target (or ``on`` another, e.g. the client end on this
+        machine) with this run's shape; header renamed to us."""
         args = ["run", probe, "--runs", "1", "--iterations", str(self.iterations)]
         args += ["--duration", repr(float(self.duration)), "--warmup", str(self.warmup)]
         if self.inv.timeout:
@@ -257,7 +260,7 @@ class Context:
             args += ["--cpus", self.inv.cpus]
         for key, val in params.items():
             args += ["--param", f"{key}={_fmt(val)}"]
-        for line in self.target.run_agent(args, self.left()):
+        for line in (on or self.target).run_agent(args, self.left()):
             yield self.rename_header(line)
 
     def rename_header(self, line: str) -> str:
@@ -393,13 +396,6 @@ def _one_line(text: str) -> str:
 
 
 # --- servers -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (the server binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> bool:

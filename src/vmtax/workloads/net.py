@@ -5,27 +5,24 @@ so the workload runs on every target, guests included. ``peer=host`` puts the se
 machine instead: vmtax starts ``vmtax-probe netserver`` on a free loopback port here, and the
 client runs on the target, which for a guest means over its virtio-net NIC and QEMU's user
 network (``vmtax run --guest-net user``; this machine is 10.0.2.2 from the guest).
-``host``/``port`` point the client at any other agent's netserver (host to host).
+``peer=from-host`` turns it round: the target's agent runs the netserver (in a guest on a
+port its user network forwards) and the client runs here, so the run times this machine
+reaching a service in the target. ``host``/``port`` point the client at any other agent's
+netserver (host to host).
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import socket
+import threading
 from collections.abc import Iterator
 
 from vmtax.targets.base import find_agent
-from vmtax.workloads.base import (
-    Context,
-    Param,
-    Server,
-    Workload,
-    WorkloadError,
-    free_port,
-    guest_of,
-    is_local,
-)
-
-#: This machine as a guest on QEMU's user network sees it.
-HOST_FROM_GUEST = "10.0.2.2"
+from vmtax.targets.local import LocalTarget
+from vmtax.workloads.base import Context, Param, Server, Workload, WorkloadError, free_port
+from vmtax.workloads.reach import host_seen_from, target_listeners
 
 
 class Net(Workload):
@@ -41,9 +38,10 @@ class Net(Workload):
         Param(
             "peer",
             "target",
-            "where the server runs: target (loopback inside it) or host (this machine; "
-            "a guest reaches it over its NIC, --guest-net user)",
-            ("target", "host"),
+            "where the server runs: target (loopback inside it), host (this machine; a "
+            "guest reaches it over its NIC, --guest-net user) or from-host (the server in "
+            "the target, the client here)",
+            ("target", "host", "from-host"),
         ),
         Param("host", "", "another agent's netserver; empty: as peer says"),
         Param("port", 0, "that netserver's port"),
@@ -64,27 +62,51 @@ class Net(Workload):
         elif p["peer"] == "host":
             yield from self._against_this_machine(ctx, probe, params)
             return
+        elif p["peer"] == "from-host":
+            yield from self._from_this_machine(ctx, probe, params)
+            return
         yield from ctx.agent(probe, params)
 
     def _against_this_machine(
         self, ctx: Context, probe: str, params: dict[str, bool | int | float | str]
     ) -> Iterator[str]:
-        guest = guest_of(ctx.target)
-        if is_local(ctx.target):
-            host = "127.0.0.1"
-        elif guest is not None:
-            if guest.spec.network != "user":
-                raise WorkloadError(
-                    f"{ctx.target.name} has no network device for peer=host: "
-                    "run with --guest-net user"
-                )
-            host = HOST_FROM_GUEST
-        else:
-            raise WorkloadError(
-                f"peer=host reaches this machine from itself or its guests only, not "
-                f"{ctx.target.name}: give host= and port= of a netserver it can reach"
-            )
+        host = host_seen_from(ctx.target, "peer=host")
         with Server("netserver") as srv:
             port = free_port()
             srv.start([str(find_agent()), "netserver", "--bind", f"127.0.0.1:{port}"], port=port)
             yield from ctx.agent(probe, {**params, "host": host, "port": port})
+
+    def _from_this_machine(
+        self, ctx: Context, probe: str, params: dict[str, bool | int | float | str]
+    ) -> Iterator[str]:
+        """The target's agent serves one client (in a thread, since its request lasts
+        until the client is done) and this machine's agent is the client."""
+        (listener,) = target_listeners(ctx.target, 1, "peer=from-host")
+        request = ["netserver", "--bind", listener.bind, "--clients", "1"]
+        said: queue.Queue[str | BaseException | None] = queue.Queue()
+
+        def serve() -> None:
+            try:
+                for line in ctx.target.run_agent(request, ctx.left()):
+                    said.put(line)
+                said.put(None)
+            except BaseException as exc:  # noqa: BLE001 - handed to the client side
+                said.put(exc)
+
+        server = threading.Thread(target=serve, name="net-from-host", daemon=True)
+        server.start()
+        first = said.get(timeout=ctx.left())
+        if not isinstance(first, str):
+            why = first if isinstance(first, BaseException) else ctx.target.last_stderr
+            raise WorkloadError(f"the netserver in {ctx.target.name} did not start: {why}")
+        host, _, port = listener.from_host.rpartition(":")
+        here = LocalTarget(find_agent())
+        try:
+            yield from ctx.agent(probe, {**params, "host": host, "port": int(port)}, on=here)
+        finally:
+            # A client that failed before connecting leaves the netserver waiting for it
+            # (and the target's request open): one empty connection lets it finish.
+            if server.is_alive():
+                with contextlib.suppress(OSError):
+                    socket.create_connection((host, int(port)), timeout=2).close()
+            server.join(timeout=ctx.left())

@@ -1,15 +1,23 @@
-"""relay: study D's relay ring, in the agent (N forwarders and a master over loopback TCP).
+"""relay: study D's relay ring, in the agent (N forwarders and a master over TCP, Nagle off).
 
 The master times each round trip of a 4-byte message; a run's values in order are one row
 of the study's run x iteration mesh, which ``vmtax artifacts`` searches for periodic lines
 and cross-run spikes.
+
+``spread=target`` keeps the whole ring in the target, on its loopback. ``spread=host``
+spreads it over the target and this machine, one relay on each in turn: the master and the
+forwarders at even places run in the target's agent, those at odd places are
+``vmtax-probe relay-forward`` processes here, so every hop crosses between the two (in a
+guest, over its NIC: ``vmtax run --guest-net user``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vmtax.workloads.base import Context, Param, Workload
+from vmtax.targets.base import find_agent
+from vmtax.workloads.base import Context, Param, Server, Workload, free_port
+from vmtax.workloads.reach import host_seen_from, target_listeners
 
 
 class Relay(Workload):
@@ -21,6 +29,12 @@ class Relay(Workload):
     params = (
         Param("relays", 1, "forwarders besides the master"),
         Param("interval_us", 0, "microseconds between the master's sends (0: back to back)"),
+        Param(
+            "spread",
+            "target",
+            "the whole ring in the target, or one relay in turn on the target and this machine",
+            ("target", "host"),
+        ),
     )
     presets = {"study-d": {"relays": 1}}
     agent_only = True
@@ -29,7 +43,26 @@ class Relay(Workload):
     default_warmup = 100
 
     def execute(self, ctx: Context) -> Iterator[str]:
-        yield from ctx.agent(
-            "relay",
-            {"relays": int(ctx.params["relays"]), "interval_us": int(ctx.params["interval_us"])},
-        )
+        params: dict[str, bool | int | float | str] = {
+            "relays": int(ctx.params["relays"]),
+            "interval_us": int(ctx.params["interval_us"]),
+        }
+        if ctx.params["spread"] == "target":
+            yield from ctx.agent("relay", params)
+            return
+        n = int(ctx.params["relays"])
+        places = n + 1
+        here = places // 2 + places % 2  # the master and the forwarders at even places
+        listeners = target_listeners(ctx.target, here, "relay spread=host")
+        host = host_seen_from(ctx.target, "relay spread=host")
+        with Server("relay-forward") as srv:
+            away = []
+            for place in range(1, places, 2):
+                # The next place is the target's (even): its listener, as this machine sees it.
+                nxt = listeners[((place + 1) % places) // 2].from_host
+                port = free_port()
+                argv = [str(find_agent()), "relay-forward", "--bind", f"127.0.0.1:{port}"]
+                srv.start([*argv, "--next", nxt], port=port)
+                away.append(f"{host}:{port}")
+            params |= {"away": ",".join(away), "listen": ",".join(x.bind for x in listeners)}
+            yield from ctx.agent("relay", params)

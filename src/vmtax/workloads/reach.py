@@ -1,0 +1,79 @@
+"""How this machine and a target reach each other's TCP ports, for workloads whose two ends
+run on different machines (net with ``peer=host`` or ``peer=from-host``, a relay ring spread
+over the target and this machine).
+
+A target is this machine itself (both ends on its loopback) or one of vmtax's L1 guests with
+a user network (``vmtax run --guest-net user``): the guest reaches this machine's loopback
+at 10.0.2.2, and this machine reaches the guest's ``FORWARDED_PORTS`` on loopback ports QEMU
+forwards. Anything else is refused in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vmtax.targets.base import Target
+from vmtax.targets.qemu import FORWARDED_PORTS, QemuTarget
+from vmtax.workloads.base import WorkloadError, free_port, guest_of, is_local
+
+#: This machine as a guest on QEMU's user network sees it.
+HOST_FROM_GUEST = "10.0.2.2"
+
+
+@dataclass(frozen=True)
+class Listener:
+    """A port the target listens on: where it binds, and how this machine connects to it."""
+
+    bind: str
+    from_host: str
+
+
+def host_seen_from(target: Target, what: str) -> str:
+    """The address the target connects to for this machine's loopback."""
+    if is_local(target):
+        return "127.0.0.1"
+    _networked_guest(target, what)
+    return HOST_FROM_GUEST
+
+
+def target_listeners(target: Target, count: int, what: str) -> list[Listener]:
+    """``count`` ports the target can listen on that this machine can connect to. The guest
+    is booted first (its forwards are chosen at boot)."""
+    if is_local(target):
+        return [Listener(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in _free_ports(count)]
+    guest = _networked_guest(target, what)
+    if count > len(FORWARDED_PORTS):
+        raise WorkloadError(
+            f"{what} needs {count} ports in {target.name}; its network forwards "
+            f"{len(FORWARDED_PORTS)}"
+        )
+    target.prepare()
+    booted = guest.guest
+    assert booted is not None
+    return [
+        Listener(f"0.0.0.0:{port}", f"127.0.0.1:{booted.forwards[port]}")
+        for port in FORWARDED_PORTS[:count]
+    ]
+
+
+def _networked_guest(target: Target, what: str) -> QemuTarget:
+    guest = guest_of(target)
+    if guest is None:
+        raise WorkloadError(
+            f"{what} spans this machine and {target.name}, which is neither this machine nor "
+            "one of vmtax's guests: give host= and port= of a netserver it can reach"
+        )
+    if guest.spec.network != "user":
+        raise WorkloadError(
+            f"{target.name} has no network device for {what}: run with --guest-net user"
+        )
+    return guest
+
+
+def _free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports

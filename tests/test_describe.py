@@ -155,3 +155,31 @@ def test_identical_runs_give_a_zero_width_interval():
 def test_empty_frame_has_the_columns():
     out = describe(pd.DataFrame(columns=["config", "probe", "status"]))
     assert out.empty and list(out.columns) == COLUMNS
+
+
+def test_the_terminal_table_calls_a_rate_a_mean_not_a_response_time():
+    import pandas as pd
+
+    from vmtax.report.terminal import studya_table
+
+    def row(probe: str, unit: str) -> dict[str, object]:
+        return {
+            "config": "L0",
+            "probe": probe,
+            "throughput_mean": None,
+            "throughput_unit": None,
+            "throughput_stderr_pct": None,
+            "resp_mean": 10.0,
+            "resp_stderr": 1.0,
+            "resp_stderr_pct": 10.0,
+            "p95": 12.0,
+            "unit": unit,
+            "n_runs": 3,
+        }
+
+    def header(*rows: dict[str, object]) -> list[str]:
+        return [str(c.header) for c in studya_table(pd.DataFrame(list(rows))).columns]
+
+    assert "Resp. mean" in header(row("http", "ns"), row("cpuid", "cycles"))
+    both = header(row("http", "ns"), row("crypto", "MB/s"))
+    assert "Mean" in both and "Resp. mean" not in both

@@ -23,7 +23,9 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
     table.add_column("Probe")
     table.add_column("Throughput", justify="right")
     table.add_column("StdErr%", justify="right")
-    table.add_column("Resp. mean", justify="right")
+    # Study A's column is a response time; a rate such as crypto's MB/s is only a mean.
+    times = described_df["unit"].astype(str).isin(TIME_UNITS).all() if len(described_df) else True
+    table.add_column("Resp. mean" if times else "Mean", justify="right")
     table.add_column("StdErr", justify="right")
     table.add_column("StdErr%", justify="right")
     table.add_column("p95", justify="right")
@@ -51,6 +53,9 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
         table.caption = P95_NOTE
     return table
 
+
+#: Units of a response time (or its cost in cycles), for the column's name.
+TIME_UNITS = frozenset({"ns", "us", "µs", "ms", "s", "cycles"})
 
 #: Why a row can show a p95 below its mean (said wherever such a row is shown).
 P95_NOTE = (

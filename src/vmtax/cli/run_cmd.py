@@ -106,7 +106,8 @@ def run(
         str,
         typer.Option(
             help="user: give L1 guests a virtio-net NIC on QEMU's user network, where this "
-            "machine is 10.0.2.2, e.g. for --probe net --param peer=host (guest to host)."
+            "machine is 10.0.2.2 and guest ports 7100-7103 are forwarded from this machine, "
+            "e.g. for --probe net --param peer=host (guest to host) or peer=from-host."
         ),
     ] = "",
     target: Annotated[

@@ -29,7 +29,8 @@ class QemuGuests:
 
         self.spec = spec
         self.boot_timeout = boot_timeout
-        self.image = build_minimal(find_agent())
+        # The sweep's workloads are the agent's own: small guests need none of the servers.
+        self.image = build_minimal(find_agent(), with_workloads=False)
         self.file_backed = bool(spec.cap_mb) and swap_total_kb() == 0
         self.ram_dir: Path | None = None
         self._made = 0

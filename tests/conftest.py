@@ -207,3 +207,16 @@ def netns_fleet(tmp_path: Path) -> Iterator:
         fleet.teardown()
     for fleet in made:
         assert fleet.leftovers() == [], "the fleet left something behind"
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator:
+    """A real OpenSSH server on 127.0.0.1 that trusts this test's key (test_ssh_support)."""
+    from test_ssh_support import Sshd, needs_sshd
+
+    needs_sshd()
+    server = Sshd(tmp_path / "sshd")
+    server.start()
+    server.trust()
+    yield server
+    server.stop()

@@ -13,16 +13,6 @@ from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.ssh import SshTarget, file_sha256, parse_url, redact
 
 
-@pytest.fixture
-def sshd(tmp_path):
-    needs_sshd()
-    server = Sshd(tmp_path / "sshd")
-    server.start()
-    server.trust()
-    yield server
-    server.stop()
-
-
 def test_a_normal_run_streams_a_whole_stream_and_copies_the_agent_once(sshd):
     target = sshd.target()
     try:

@@ -130,10 +130,21 @@ def test_workload_streams_follow_the_agents_schema(name, params):
         assert all(json.loads(x)["unit"] == "MB/s" for x in lines if '"samples"' in x[:20])
 
 
-def test_http_starts_its_server_here_and_in_vmtax_guests_only():
+def test_server_workloads_start_their_servers_on_the_targets_vmtax_knows():
+    from vmtax.targets.base import Target
     from vmtax.targets.qemu import GuestSpec, QemuTarget
     from vmtax.targets.ssh import SshTarget
-    from vmtax.workloads.base import Context, local_only
+    from vmtax.workloads.base import Context, servers_here
+
+    class Elsewhere(Target):
+        """A kind of target vmtax has no way to start servers on (none exists yet)."""
+
+        name, level = "elsewhere", "L0"
+
+        def prepare(self) -> None: ...
+
+        def run_agent(self, args, timeout):
+            yield from ()
 
     ctx = Context(
         workload=REGISTRY["http"],
@@ -142,9 +153,9 @@ def test_http_starts_its_server_here_and_in_vmtax_guests_only():
         params={},
         env=lambda: None,
     )
-    with pytest.raises(WorkloadError, match=r"on this machine \(L0\) and in vmtax's guests only"):
-        local_only(ctx, guests=True)
+    servers_here(ctx)
     ctx.target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg"))  # not booted
-    local_only(ctx, guests=True)
-    with pytest.raises(WorkloadError, match=r"on this machine \(L0\) only"):
-        local_only(ctx)
+    servers_here(ctx)
+    ctx.target = Elsewhere()
+    with pytest.raises(WorkloadError, match=r"http cannot start its server on elsewhere"):
+        servers_here(ctx)

@@ -1,9 +1,9 @@
 """The workloads in a real L1 QEMU guest (TCG here): net, relay, hackbench and crypto
 (openssl) from the agent, memcached and lighttpd started by the agent in the guest, oltp
-(MariaDB and sysbench on the guest's scratch disk), net from the guest to a netserver on
-this machine and from this machine into the guest over the guest's NIC, and a relay ring
-spread over the guest and this machine; L0 runs them all too. oltp with PostgreSQL is refused in
-the guest in one line. One L1 boot: about 60 s on 2 quiet cores.
+(MariaDB or PostgreSQL, and sysbench, on the guest's scratch disk), net from the guest to a
+netserver on this machine and from this machine into the guest over the guest's NIC, and a
+relay ring spread over the guest and this machine; L0 runs them all too. One L1 boot: about
+70 s on 2 quiet cores.
 """
 
 from __future__ import annotations
@@ -90,27 +90,23 @@ def test_workloads_at_l0_and_l1(tmp_path):
     status = {(lv, probe): st for lv, probe, st, _ in rows}
     everywhere = (
         *("net", "net-host", "net-from-host", "relay", "relay-spread", "hackbench"),
-        *("memcached", "crypto", "http", "oltp"),
+        *("memcached", "crypto", "http", "oltp", "oltp-pgsql"),
     )
     for probe in everywhere:
         assert status[("L0", probe)] == "ok", rows
         assert status[("L1", probe)] == "ok", rows
-    assert status[("L0", "oltp-pgsql")] == "ok", rows
-    assert status[("L1", "oltp-pgsql")] == "failed"
-    error = next(e for lv, p, _, e in rows if (lv, p) == ("L1", "oltp-pgsql"))
-    assert "this machine (L0) only" in error, error
     # oltp in the guest: every transaction kept, and sysbench's own tx/s as the throughput.
     oltp = (
         sqlite3.connect(db)
         .execute(
             "SELECT r.n, r.throughput, r.throughput_unit FROM runs r "
             "JOIN configurations c ON c.id = r.configuration_id "
-            "WHERE r.probe = 'oltp' AND c.level = 'L1'"
+            "WHERE r.probe LIKE 'oltp%' AND c.level = 'L1'"
         )
-        .fetchone()
+        .fetchall()
     )
-    assert oltp[0] >= 2 and oltp[1] > 0 and oltp[2] == "tx/s", oltp
-    assert res.returncode == 1 and res.stderr.count("vmtax: error:") == 1, res.stderr
+    assert len(oltp) == 2 and all(n >= 2 and tps > 0 and u == "tx/s" for n, tps, u in oltp)
+    assert res.returncode == 0, res.stderr
     # crypto in the guest: MB/s, and aesni=off hands openssl the capability mask there too.
     # (Which path is faster is a timing, for bench/: under TCG AES-NI is emulated and runs
     # 1.1-1.6x the software path; on hardware about 20x.)

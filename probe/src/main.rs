@@ -107,6 +107,9 @@ enum Cmd {
         #[arg(long)]
         next: String,
     },
+    /// Print a TCP port free on this machine's loopback now, for a server the controller is
+    /// about to start here. Example: vmtax-probe free-port
+    FreePort,
 }
 
 #[derive(Subcommand)]
@@ -210,6 +213,16 @@ fn main() {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("vmtax-probe: error: relay-forward: {e}");
+                1
+            }
+        },
+        Cmd::FreePort => match probes::net::listen_loopback().and_then(|l| l.local_addr().map_err(|e| e.to_string())) {
+            Ok(addr) => {
+                println!("{}", addr.port());
+                0
+            }
+            Err(e) => {
+                eprintln!("vmtax-probe: error: free-port: {e}");
                 1
             }
         },

@@ -6,6 +6,9 @@
 - The agent is copied once per version into a per-user cache dir on the host
   (``~/.cache/vmtax/agents/<sha256>/vmtax-probe``, or ``remote_dir/<sha256>/``) and its
   sha256 is checked there.
+- Servers that workloads start on the host get a fresh directory from the host's own
+  ``mktemp -d`` (its temporary directory, not a home that may be shared over NFS), filled
+  over SFTP and removed after the run.
 - Remote commands are built from argument lists with ``shlex.quote``; nothing from the URL
   or the plan reaches a shell unquoted. Passwords and key material are never logged.
 - An encrypted identity key is unlocked with the passphrase in the environment variable the
@@ -294,6 +297,47 @@ class SshTarget(Target):
             while chunk := await fh.read(1 << 20):
                 h.update(chunk)
         return h.hexdigest()
+
+    # -- scratch directories for servers -------------------------------------------------------
+    def make_scratch(self, prefix: str) -> str:
+        """A fresh directory in the host's temporary directory, named ``prefix`` and a
+        random suffix; ``remove_scratch`` removes it."""
+        self.prepare()
+        return self._call(self._make_scratch(prefix), 60)
+
+    async def _make_scratch(self, prefix: str) -> str:
+        assert self._conn is not None
+        argv = ["mktemp", "-d", "-t", f"{prefix}XXXXXXXX"]
+        res = await self._conn.run(shlex.join(argv), check=False)
+        directory = str(res.stdout or "").strip()
+        if res.exit_status != 0 or not directory.startswith("/"):
+            why = str(res.stderr or "").strip() or f"exit status {res.exit_status}"
+            raise TargetError(f"{self.name}: cannot make a scratch directory: {why}")
+        async with self._conn.start_sftp_client() as sftp:
+            await sftp.chmod(directory, 0o755)  # servers may run as another user
+        return directory
+
+    def put_files(self, directory: str, files: dict[str, bytes]) -> None:
+        """Write ``files`` (path relative to ``directory`` -> content) on the host."""
+        self.prepare()
+        self._call(self._put_files(directory, files), 120)
+
+    async def _put_files(self, directory: str, files: dict[str, bytes]) -> None:
+        assert self._conn is not None
+        async with self._conn.start_sftp_client() as sftp:
+            for rel, data in files.items():
+                path = f"{directory}/{rel}"
+                await sftp.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                async with sftp.open(path, "wb") as fh:
+                    await fh.write(data)
+
+    def remove_scratch(self, directory: str) -> None:
+        """Remove a directory ``make_scratch`` made (and what servers wrote in it)."""
+        argv = ["rm", "-rf", "--", directory]
+        with contextlib.suppress(Exception):
+            self.prepare()  # reconnects if the run lost the connection
+            assert self._conn is not None
+            self._call(self._conn.run(shlex.join(argv), check=False), 60)
 
     # -- running ------------------------------------------------------------------------------
     def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:

@@ -29,9 +29,13 @@ REGISTRY: dict[str, Workload] = {
 images.EXTRA_BINARIES.extend(b for w in REGISTRY.values() for b in w.guest_binaries)
 for _w in REGISTRY.values():
     images.EXTRA_FILES.update(_w.guest_files)
-# memcached started as root switches to a user it looks up in /etc/passwd.
-images.EXTRA_FILES.setdefault("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
-images.EXTRA_FILES.setdefault("etc/group", b"root:x:0:\n")
+# memcached started as root switches to a user it looks up in /etc/passwd; PostgreSQL
+# refuses root, and oltp.sh runs it as postgres.
+images.EXTRA_FILES.setdefault(
+    "etc/passwd",
+    b"root:x:0:0:root:/root:/bin/sh\npostgres:x:70:70:PostgreSQL:/tmp:/bin/sh\n",
+)
+images.EXTRA_FILES.setdefault("etc/group", b"root:x:0:\npostgres:x:70:\n")
 
 _ENV: dict[int, Fingerprint] = {}
 _ENV_LOCK = threading.Lock()

@@ -41,6 +41,7 @@ from vmtax.targets.base import Target, free_port  # noqa: F401 - the workloads i
 
 if TYPE_CHECKING:
     from vmtax.targets.qemu import QemuTarget
+    from vmtax.targets.ssh import SshTarget
 
 ParamValue = bool | int | float | str
 #: Temporary directories of servers are named with this prefix (the cleanup test looks for it).
@@ -557,13 +558,48 @@ def is_guest(target: Target) -> bool:
     return guest_of(target) is not None
 
 
-def local_only(ctx: Context, *, guests: bool = False) -> None:
-    """Server workloads start their server on this machine (and, with ``guests``, in
-    vmtax's guests): refuse other targets clearly."""
-    if is_local(ctx.target) or (guests and is_guest(ctx.target)):
+def ssh_of(target: Target) -> SshTarget | None:
+    """The SSH host ``target`` is, if it is one, else None."""
+    from vmtax.targets.ssh import SshTarget
+
+    inner = _behind_wrapper(target)
+    return inner if isinstance(inner, SshTarget) else None
+
+
+def remote_free_port(target: Target) -> int:
+    """A TCP port free on ``target``'s loopback now, as its agent finds it."""
+    lines = list(target.run_agent(["free-port"], 30.0))
+    if not lines or not lines[0].strip().isdigit():
+        why = last_line(target.last_stderr) if target.last_stderr else "no port printed"
+        raise WorkloadError(f"{target.name}: cannot find a free port: {why}")
+    return int(lines[0])
+
+
+@contextlib.contextmanager
+def on_ssh_host(
+    ctx: Context, server: str, files: Callable[[str, int], dict[str, bytes]]
+) -> Iterator[tuple[str, int]]:
+    """Where a server runs on an SSH host: a port free on its loopback and a fresh
+    directory there holding ``files(directory, port)`` (its configuration, its data);
+    yields ``(directory, port)`` and removes the directory after. The server itself is
+    started by the agent, or by a script in the directory, and stopped by it."""
+    ssh = ssh_of(ctx.target)
+    assert ssh is not None
+    port = remote_free_port(ssh)
+    directory = ssh.make_scratch(f"{TMP_PREFIX}{server}-")
+    try:
+        ssh.put_files(directory, files(directory, port))
+        yield directory, port
+    finally:
+        ssh.remove_scratch(directory)
+
+
+def servers_here(ctx: Context) -> None:
+    """Server workloads start their server on this machine, in vmtax's guests or on SSH
+    hosts (through the agent there): refuse any other target clearly."""
+    if is_local(ctx.target) or is_guest(ctx.target) or ssh_of(ctx.target):
         return
-    where = "this machine (L0) and in vmtax's guests" if guests else "this machine (L0)"
     raise WorkloadError(
-        f"workload {ctx.workload.name} runs its server on {where} only for now; "
-        f"{ctx.target.name} does not carry {', '.join(ctx.workload.needs) or 'it'}"
+        f"workload {ctx.workload.name} cannot start its server on {ctx.target.name}: "
+        "it runs on this machine (L0), in vmtax's guests and on SSH hosts"
     )

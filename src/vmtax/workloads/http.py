@@ -7,7 +7,9 @@ Compare with ``vmtax compare`` for the shift and ``vmtax artifacts`` / the repor
 change of shape (Anderson-Darling, bimodality).
 
 In a guest the image carries lighttpd, its configuration and both files (``guest_files``);
-the agent starts lighttpd on the guest's loopback for the session and stops it after.
+the agent starts lighttpd on the guest's loopback for the session and stops it after. On an
+SSH host (which must have lighttpd installed) the same files go to a fresh directory there,
+with a port free on its loopback, and the agent starts and stops lighttpd the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from vmtax.workloads.base import (
     Workload,
     free_port,
     is_local,
-    local_only,
+    on_ssh_host,
+    servers_here,
+    ssh_of,
 )
 
 #: Study D's index.html was 44 bytes; study C's Apache file was 41 KB.
@@ -31,6 +35,7 @@ FILES = {"page44": ("index.html", 44), "file41k": ("file41k.bin", 41 * 1024)}
 #: in a guest).
 GUEST_DIR = Path("/srv/vmtax-http")
 GUEST_PORT = 8080
+LIGHTTPD = "/usr/sbin/lighttpd"
 
 
 def body(size: int) -> str:
@@ -55,15 +60,20 @@ def config(root: Path, port: int, errorlog: Path) -> str:
     )
 
 
-def guest_files() -> dict[str, bytes]:
-    files = {
-        str(GUEST_DIR / "lighttpd.conf")[1:]: config(
-            GUEST_DIR / "www", GUEST_PORT, GUEST_DIR / "error.log"
-        ).encode()
-    }
+def site_files(where: Path | str, port: int) -> dict[str, bytes]:
+    """lighttpd's configuration and both files, as they sit in ``where`` (relative paths)."""
+    where = Path(where)
+    files = {"lighttpd.conf": config(where / "www", port, where / "error.log").encode()}
     for name, size in FILES.values():
-        files[str(GUEST_DIR / "www" / name)[1:]] = body(size).encode()
+        files[f"www/{name}"] = body(size).encode()
     return files
+
+
+def guest_files() -> dict[str, bytes]:
+    return {
+        f"{str(GUEST_DIR)[1:]}/{rel}": data
+        for rel, data in site_files(GUEST_DIR, GUEST_PORT).items()
+    }
 
 
 class Http(Workload):
@@ -87,7 +97,7 @@ class Http(Workload):
         "study-c": {"file": "file41k", "connections": 10},
     }
     needs = ("lighttpd",)
-    guest_binaries = ("/usr/sbin/lighttpd",)
+    guest_binaries = (LIGHTTPD,)
     guest_files = guest_files()
     default_iterations = 20000
     default_duration = 1.0
@@ -96,9 +106,14 @@ class Http(Workload):
     def execute(self, ctx: Context) -> Iterator[str]:
         name, _ = FILES[str(ctx.params["file"])]
         params = {"path": f"/{name}", "connections": int(ctx.params["connections"])}
-        local_only(ctx, guests=True)
+        servers_here(ctx)
+        if ssh_of(ctx.target):
+            with on_ssh_host(ctx, "lighttpd", site_files) as (where, port):
+                server = f"{LIGHTTPD} -D -f {where}/lighttpd.conf"
+                yield from ctx.agent("http", {"port": port, "server": server, **params})
+            return
         if not is_local(ctx.target):
-            server = f"lighttpd -D -f {GUEST_DIR / 'lighttpd.conf'}"
+            server = f"{LIGHTTPD} -D -f {GUEST_DIR / 'lighttpd.conf'}"
             yield from ctx.agent("http", {"port": GUEST_PORT, "server": server, **params})
             return
         with lighttpd() as srv:
@@ -109,14 +124,11 @@ def lighttpd() -> Server:
     """A started lighttpd serving both files from its temporary directory."""
     srv = Server("lighttpd", owner="www-data")
     try:
-        root = srv.dir / "www"
-        root.mkdir()
-        for name, size in FILES.values():
-            (root / name).write_text(body(size))
         port = free_port()
-        conf = srv.dir / "lighttpd.conf"
-        conf.write_text(config(root, port, srv.dir / "error.log"))
-        srv.start(["lighttpd", "-D", "-f", str(conf)], port=port)
+        for rel, data in site_files(srv.dir, port).items():
+            (srv.dir / rel).parent.mkdir(exist_ok=True)
+            (srv.dir / rel).write_bytes(data)
+        srv.start(["lighttpd", "-D", "-f", str(srv.dir / "lighttpd.conf")], port=port)
     except BaseException:
         srv.stop()
         raise

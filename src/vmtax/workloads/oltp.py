@@ -7,12 +7,15 @@ One value is one transaction's latency, timed in sysbench's own Lua
 the throughput is sysbench's transactions/s.
 
 MariaDB starts from an empty data directory (InnoDB creates its files; ``--skip-grant-tables``
-needs no system tables, and the database is a directory), the same way on this machine and in
-vmtax's guests, whose images carry ``mariadbd``, ``sysbench`` and its Lua scripts: there
-``oltp.sh`` (made here, from the same server flags) does the run on the scratch disk and the
-agent's ``exec`` reads every transaction it prints. PostgreSQL needs ``initdb``; its data
-directory is copied from a template made once per controller process, and it runs on this
-machine only.
+needs no system tables, and the database is a directory). PostgreSQL needs ``initdb``; on this
+machine its data directory is copied from a template made once per controller process.
+
+In vmtax's guests and on SSH hosts ``oltp.sh`` (made here, from the same server flags) does
+the whole run: it starts the server in a fresh data directory (the guest's scratch disk, or
+the host's scratch directory), loads the rows, runs sysbench, prints every transaction for
+the agent's ``exec`` to read, and stops the server. Guest images carry ``mariadbd``, the
+PostgreSQL server with ``initdb`` and ``createdb``, ``sysbench`` and its Lua scripts; an SSH
+host needs them installed (Debian's paths).
 """
 
 from __future__ import annotations
@@ -39,17 +42,26 @@ from vmtax.workloads.base import (
     WorkloadError,
     free_port,
     is_local,
-    local_only,
+    on_ssh_host,
+    servers_here,
+    ssh_of,
     tool,
 )
 
 SYSBENCH_SCRIPTS = Path("/usr/share/sysbench")
 MARIADBD = "/usr/sbin/mariadbd"
+#: Runs PostgreSQL as postgres where the run is root (util-linux's: busybox's cannot).
+SETPRIV = "/usr/bin/setpriv"
+UTC_ZONE = Path("/usr/share/zoneinfo/UTC")
+#: initdb's flags everywhere; the C locale, as a guest has no other (and like for like).
+INITDB_FLAGS = ("-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
 #: The server's error messages (it refuses to start without them).
 MARIADB_MESSAGES = Path("/usr/share/mysql/english/errmsg.sys")
 #: What a guest's oltp run uses: its script, and the port of its server on its loopback.
 GUEST_DIR = Path("/srv/vmtax-oltp")
 GUEST_PORT = 3306
+#: A guest's scratch disk, where its data directory goes.
+GUEST_SCRATCH = "/tmp"  # noqa: S108 - the guest's own disk, nobody else's /tmp
 _TEMPLATES: dict[str, Path] = {}
 _TEMPLATE_LOCK = threading.Lock()
 _TEMPLATE_ROOT: list[Path] = []
@@ -80,6 +92,29 @@ def pg_bin(name: str) -> str:
     return shutil.which(name) or name
 
 
+def pg_guest_parts() -> tuple[list[str], dict[str, bytes]]:
+    """What a guest needs to run PostgreSQL, from this machine's (Debian's) installation:
+    the server, initdb and createdb, the two modules initdb loads (PL/pgSQL, the snowball
+    dictionaries), its share directory (less manual pages and contrib), the UTC zone file
+    and setpriv to run it as postgres. Nothing when PostgreSQL is not installed here."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if not found:
+        return [], {}
+    version = found[-1].parent.parent
+    binaries = [str(version / "bin" / b) for b in ("postgres", "initdb", "createdb")]
+    binaries += [str(version / "lib" / m) for m in ("plpgsql.so", "dict_snowball.so")]
+    binaries.append(SETPRIV)
+    share = Path("/usr/share/postgresql") / version.name
+    files = {
+        str(f)[1:]: f.read_bytes()
+        for f in sorted(share.rglob("*"))
+        if f.is_file() and f.relative_to(share).parts[0] not in {"man", "contrib"}
+    }
+    if UTC_ZONE.is_file():
+        files[str(UTC_ZONE)[1:]] = UTC_ZONE.read_bytes()
+    return binaries, files
+
+
 def mariadbd_flags(datadir: str, port: int, buffer: str, user: str) -> list[str]:
     """The server's flags, the same on this machine and in guests: loopback only, no grant
     tables, binary log or name lookups, a small redo log (MariaDB's default 96 MiB would be
@@ -100,7 +135,7 @@ def mariadbd_flags(datadir: str, port: int, buffer: str, user: str) -> list[str]
     ]
 
 
-def mysql_conn(port: int) -> list[str]:
+def mysql_conn(port: int | str) -> list[str]:
     return [
         "--db-driver=mysql",
         "--mysql-host=127.0.0.1",
@@ -110,51 +145,110 @@ def mysql_conn(port: int) -> list[str]:
     ]
 
 
-def guest_script() -> str:
-    """oltp.sh for guests (busybox sh): the same server and sysbench run as on this
-    machine, on the scratch disk; prints one ``tx END_NS LATENCY_NS`` line per transaction
-    in the order they ended, then ``rate: TX_PER_S``. Arguments: table_size tables threads
-    seconds events buffer_mb."""
-    flags = " ".join(mariadbd_flags('"$dir/data"', GUEST_PORT, "${6}M", "root"))
-    conn = " ".join(mysql_conn(GUEST_PORT))
-    sysbench = f"/usr/bin/sysbench --tables=$2 --table-size=$1 {conn}"
-    return f"""# vmtax oltp in a guest: MariaDB on the scratch disk (/tmp), sysbench on loopback.
+def postgres_flags(
+    datadir: str, port: int | str, socket_dir: str, buffer_mb: object, connections: int | str
+) -> list[str]:
+    """The PostgreSQL server's flags, the same on this machine and on SSH hosts."""
+    return [
+        *("-D", datadir, "-p", str(port), "-c", "listen_addresses=127.0.0.1"),
+        *("-c", f"unix_socket_directories={socket_dir}", "-c", f"shared_buffers={buffer_mb}MB"),
+        *("-c", f"max_connections={connections}"),
+    ]
+
+
+def pgsql_conn(port: int | str) -> list[str]:
+    return [
+        "--db-driver=pgsql",
+        "--pgsql-host=127.0.0.1",
+        f"--pgsql-port={port}",
+        "--pgsql-user=postgres",
+        "--pgsql-db=sbtest",
+    ]
+
+
+def script() -> str:
+    """oltp.sh, for guests (busybox sh) and SSH hosts (any POSIX sh): the same server and
+    sysbench run as on this machine; prints one ``tx END_NS LATENCY_NS`` line per
+    transaction in the order they ended, then ``rate: TX_PER_S``. Arguments: db table_size
+    tables threads seconds events buffer_mb port base_dir (where the data directory goes);
+    ``event_times.lua`` sits beside it."""
+    flags = " ".join(mariadbd_flags('"$dir/data"', "$port", "${7}M", "root"))
+    pg_flags = " ".join(postgres_flags('"$dir/data"', "$port", '"$dir"', "${7}", "$(($4 + 10))"))
+    return f"""# vmtax oltp: a throwaway database server and sysbench, both on loopback.
 bb=/bin/busybox
-dir=$($bb mktemp -d /tmp/vmtax-oltp.XXXXXX) || exit 1
-pid=
-trap '[ -n "$pid" ] && $bb kill -9 $pid; $bb rm -rf "$dir"' EXIT
-$bb mkdir -p "$dir/data/sbtest"
-{MARIADBD} {flags} >"$dir/server.log" 2>&1 &
-pid=$!
+[ -x $bb ] || bb=  # not a vmtax guest: the host's own tools
+here=$($bb dirname "$0")
+db=$1 port=$8
+dir=$($bb mktemp -d "$9/vmtax-oltp.XXXXXX") || exit 1
+pid= stop=-9  # a throwaway MariaDB is killed, not shut down
+trap '[ -n "$pid" ] && $bb kill $stop $pid && wait $pid 2>/dev/null; $bb rm -rf "$dir"' EXIT
+fail() {{ echo "$1: $($bb tail -n 1 "$2")" >&2; exit 1; }}
+if [ "$db" = pgsql ]; then
+    # PostgreSQL refuses to run as root: as root, run it as postgres (setpriv execs, so
+    # $pid is the server's own). Its immediate shutdown (QUIT) still removes its shared
+    # memory, which a kill would leave behind.
+    pg=$($bb ls -d /usr/lib/postgresql/*/bin 2>/dev/null | $bb tail -n 1)
+    [ -n "$pg" ] || {{ echo "PostgreSQL is not installed here" >&2; exit 1; }}
+    stop=-QUIT as=
+    if [ "$($bb id -u)" = 0 ]; then
+        as="{SETPRIV} --reuid=postgres --regid=postgres --clear-groups"
+        $bb chown postgres "$dir"
+    fi
+    # TZ: a guest has no /etc/localtime, only the UTC zone file.
+    TZ=UTC $as "$pg/initdb" -D "$dir/data" {" ".join(INITDB_FLAGS)} \\
+        >"$dir/init.log" 2>&1 || fail "initdb failed" "$dir/init.log"
+    $as "$pg/postgres" {pg_flags} >"$dir/server.log" 2>&1 &
+    pid=$!
+    ready="$dir/.s.PGSQL.$port"
+    conn="{" ".join(pgsql_conn("$port"))}"
+else
+    $bb mkdir -p "$dir/data/sbtest"
+    {MARIADBD} {flags} >"$dir/server.log" 2>&1 &
+    pid=$!
+    ready="$dir/data/mysqld.sock"
+    conn="{" ".join(mysql_conn("$port"))}"
+fi
 n=0
-until [ -S "$dir/data/mysqld.sock" ]; do
+until [ -S "$ready" ]; do
     if ! $bb kill -0 $pid 2>/dev/null || [ $n -ge 300 ]; then
-        echo "mariadbd did not start: $($bb tail -n 1 "$dir/server.log")" >&2
-        exit 1
+        fail "$db did not start" "$dir/server.log"
     fi
     $bb sleep 0.1
     n=$((n + 1))
 done
-{sysbench} oltp_read_write prepare >"$dir/prepare.log" 2>&1 \\
-    || {{ echo "sysbench prepare failed: $($bb tail -n 1 "$dir/prepare.log")" >&2; exit 1; }}
+if [ "$db" = pgsql ]; then
+    n=0  # the socket appears a moment before the server takes queries
+    until "$pg/createdb" -h 127.0.0.1 -p $port -U postgres sbtest >"$dir/createdb.log" 2>&1; do
+        [ $n -ge 100 ] && fail "createdb failed" "$dir/createdb.log"
+        $bb sleep 0.2
+        n=$((n + 1))
+    done
+fi
+sysbench="/usr/bin/sysbench --tables=$3 --table-size=$2 $conn"
+$sysbench oltp_read_write prepare >"$dir/prepare.log" 2>&1 \\
+    || fail "sysbench prepare failed" "$dir/prepare.log"
 VMTAX_SB_SCRIPT={SYSBENCH_SCRIPTS}/oltp_read_write.lua VMTAX_SB_OUT="$dir/lat" \\
-LUA_PATH="{SYSBENCH_SCRIPTS}/?.lua;;" {sysbench} --threads=$3 --time=$4 --events=$5 \\
-    {GUEST_DIR}/event_times.lua run >"$dir/run.log" 2>&1 \\
-    || {{ echo "sysbench run failed: $($bb tail -n 1 "$dir/run.log")" >&2; exit 1; }}
+LUA_PATH="{SYSBENCH_SCRIPTS}/?.lua;;" $sysbench --threads=$4 --time=$5 --events=$6 \\
+    "$here/event_times.lua" run >"$dir/run.log" 2>&1 || fail "sysbench run failed" "$dir/run.log"
 $bb cat "$dir"/lat.* | $bb sort -n | $bb sed 's/^/tx /'
 $bb sed -n 's/.*transactions:.*(\\([0-9.]*\\) per sec.*/rate: \\1/p' "$dir/run.log"
 """
 
 
-def guest_files() -> dict[str, bytes]:
-    """oltp.sh, the event-timing wrapper, sysbench's two Lua scripts and the server's
-    messages, for guest images (the last three only where this machine has them)."""
-    files = {
-        str(GUEST_DIR / "oltp.sh")[1:]: guest_script().encode(),
-        str(GUEST_DIR / "event_times.lua")[1:]: (
+def script_files() -> dict[str, bytes]:
+    """oltp.sh and the event-timing wrapper it runs (relative paths)."""
+    return {
+        "oltp.sh": script().encode(),
+        "event_times.lua": (
             resources.files("vmtax.workloads") / "sysbench_event_times.lua"
         ).read_bytes(),
     }
+
+
+def guest_files() -> dict[str, bytes]:
+    """oltp.sh, the event-timing wrapper, sysbench's two Lua scripts and the server's
+    messages, for guest images (the last three only where this machine has them)."""
+    files = {f"{str(GUEST_DIR)[1:]}/{rel}": data for rel, data in script_files().items()}
     for path in (
         SYSBENCH_SCRIPTS / "oltp_common.lua",
         SYSBENCH_SCRIPTS / "oltp_read_write.lua",
@@ -186,25 +280,30 @@ class Oltp(Workload):
         "study-c": {"table_size": 1_000_000, "threads": 200},
     }
     needs = ("sysbench", "mariadbd", "postgres", "initdb")
-    guest_binaries = (MARIADBD, "/usr/bin/sysbench")
-    guest_files = guest_files()
+    guest_binaries = (MARIADBD, "/usr/bin/sysbench", *pg_guest_parts()[0])
+    guest_files = {**guest_files(), **pg_guest_parts()[1]}
     default_iterations = 1_000_000
     default_duration = 3.0
 
     def execute(self, ctx: Context) -> Iterator[str]:
         db = str(ctx.params["db"])
-        local_only(ctx, guests=True)
-        if db == "pgsql" and not is_local(ctx.target):
-            raise WorkloadError(
-                f"db=pgsql runs on this machine (L0) only: {ctx.target.name} carries MariaDB, "
-                "not PostgreSQL (use db=mariadb there)"
-            )
+        servers_here(ctx)
+        if ssh_of(ctx.target):
+            with on_ssh_host(ctx, f"oltp-{db}", lambda _dir, _port: script_files()) as (
+                where,
+                port,
+            ):
+                yield from by_script(ctx, f"{where}/oltp.sh", port, where)
+            return
         if not is_local(ctx.target):
-            yield from in_guest(ctx)
+            yield from by_script(ctx, str(GUEST_DIR / "oltp.sh"), GUEST_PORT, GUEST_SCRATCH)
             return
         owner = "mysql" if db == "mariadb" else "postgres"
-        # A throwaway database: killed, not shut down (its directory is removed anyway).
-        with Server(f"oltp-{db}", owner=owner, stop_signal=signal.SIGKILL) as srv:
+        # A throwaway database: MariaDB is killed, not shut down (its directory is removed
+        # anyway); PostgreSQL's immediate shutdown (QUIT) still removes its shared memory,
+        # which a kill would leave behind.
+        stop = signal.SIGKILL if db == "mariadb" else signal.SIGQUIT
+        with Server(f"oltp-{db}", owner=owner, stop_signal=stop) as srv:
             conn = start_mariadb(srv, ctx) if db == "mariadb" else start_pgsql(srv, ctx)
             common = [
                 *conn,
@@ -301,12 +400,13 @@ def start_mariadb(srv: Server, ctx: Context) -> list[str]:
     return mysql_conn(port)
 
 
-def in_guest(ctx: Context) -> Iterator[str]:
-    """The run in a vmtax guest: oltp.sh through the agent's exec, every transaction kept."""
+def by_script(ctx: Context, script_path: str, port: int, base: str) -> Iterator[str]:
+    """The run in a vmtax guest or on an SSH host: oltp.sh through the agent's exec, its
+    data directory under ``base``, every transaction kept."""
     p = ctx.params
-    args = [p["table_size"], p["tables"], p["threads"], max(1, round(ctx.duration))]
-    args += [ctx.iterations, p["buffer_mb"]]
-    cmd = " ".join(["/bin/sh", str(GUEST_DIR / "oltp.sh"), *map(str, args)])
+    args = [p["db"], p["table_size"], p["tables"], p["threads"], max(1, round(ctx.duration))]
+    args += [ctx.iterations, p["buffer_mb"], port, base]
+    cmd = " ".join(["/bin/sh", script_path, *map(str, args)])
     yield from ctx.agent("exec", {"cmd": cmd, "values_prefix": "tx", "rate_line": "rate:"})
 
 
@@ -316,41 +416,17 @@ def start_pgsql(srv: Server, ctx: Context) -> list[str]:
         _template(
             "pgsql",
             srv.owner,
-            lambda d: [
-                pg_bin("initdb"),
-                "-D",
-                str(d),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-            ],
+            lambda d: [pg_bin("initdb"), "-D", str(d), *INITDB_FLAGS],
         ),
         data,
         srv.owner,
     )
     data.chmod(0o700)
     port = free_port()
-    srv.start(
-        [
-            pg_bin("postgres"),
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            f"unix_socket_directories={srv.dir}",
-            "-c",
-            f"shared_buffers={ctx.params['buffer_mb']}MB",
-            "-c",
-            f"max_connections={int(ctx.params['threads']) + 10}",
-        ],
-        port=port,
+    flags = postgres_flags(
+        str(data), port, str(srv.dir), ctx.params["buffer_mb"], int(ctx.params["threads"]) + 10
     )
+    srv.start([pg_bin("postgres"), *flags], port=port)
     # The port accepts a moment before the server takes queries; createdb retries briefly.
     deadline = time.monotonic() + 30
     while True:
@@ -373,10 +449,4 @@ def start_pgsql(srv: Server, ctx: Context) -> list[str]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    return [
-        "--db-driver=pgsql",
-        "--pgsql-host=127.0.0.1",
-        f"--pgsql-port={port}",
-        "--pgsql-user=postgres",
-        "--pgsql-db=sbtest",
-    ]
+    return pgsql_conn(port)

@@ -1,0 +1,78 @@
+"""Server workloads on an SSH host: a real OpenSSH server on 127.0.0.1, so the "host" is this
+machine reached over SSH. The agent there finds a free port, the controller puts the server's
+files in a fresh directory there, the agent (or oltp.sh) starts and stops the server, and
+nothing is left afterwards: no directory, no process, no port, no shared memory."""
+
+from __future__ import annotations
+
+import glob
+import socket
+import subprocess
+
+import pytest
+
+from vmtax.contract import read_stream
+from vmtax.workloads import run_lines
+
+
+def leftovers() -> set[str]:
+    """Scratch directories of servers on the host, and processes running from one."""
+    procs = subprocess.run(
+        ["pgrep", "-af", "vmtax-wl-"], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    return set(glob.glob("/tmp/vmtax-wl-*")) | {p for p in procs if "pgrep" not in p}
+
+
+def shared_memory_segments() -> int:
+    out = subprocess.run(["ipcs", "-m"], capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in out.splitlines() if line.startswith("0x"))
+
+
+def port_is_closed(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "throughput"),
+    [
+        ("http", ["file=file41k", "connections=2"], "req/s"),
+        ("memcached", ["connections=2"], "ops/s"),
+        ("oltp", ["db=mariadb", "table_size=500"], "tx/s"),
+        ("oltp", ["db=pgsql", "table_size=500"], "tx/s"),
+    ],
+)
+def test_server_workloads_run_on_an_ssh_host_and_leave_nothing(sshd, name, params, throughput):
+    before, segments = leftovers(), shared_memory_segments()
+    args = ["run", name, "--duration", "1", "--iterations", "2000", "--warmup", "2"]
+    for p in params:
+        args += ["--param", p]
+    target = sshd.target()
+    try:
+        stream = read_stream(run_lines(target, args, 120.0))
+    finally:
+        target.close()
+    assert stream.complete and stream.end.status == "ok", (stream.problem, stream.end)
+    run = stream.runs[0]
+    assert stream.header.probe == name
+    assert run.summary.throughput_unit == throughput and run.summary.throughput > 0
+    assert run.summary.n == len(run.values) >= 2 and (run.values > 0).all()
+    hp = stream.header.params
+    # The port the host's agent found free: in the client's parameters, or oltp.sh's.
+    port = int(hp["port"]) if "port" in hp else int(str(hp["cmd"]).split()[-2])
+    assert port_is_closed(port)
+    assert leftovers() == before
+    assert shared_memory_segments() == segments  # PostgreSQL's, had it been killed
+
+
+def test_a_server_that_does_not_start_on_an_ssh_host_is_one_line(sshd):
+    before = leftovers()
+    target = sshd.target()
+    try:
+        args = ["run", "memcached", "--duration", "0.2", "--param", "threads=0"]
+        stream = read_stream(run_lines(target, args, 60.0))
+    finally:
+        target.close()
+    assert stream.end is not None and stream.end.status == "error"
+    assert "memcached did not start" in stream.end.error and "\n" not in stream.end.error
+    assert leftovers() == before

@@ -76,3 +76,32 @@ def test_a_server_that_does_not_start_on_an_ssh_host_is_one_line(sshd):
     assert stream.end is not None and stream.end.status == "error"
     assert "memcached did not start" in stream.end.error and "\n" not in stream.end.error
     assert leftovers() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("net", ["test=rr", "peer=host"]),
+        ("net", ["test=stream", "peer=from-host"]),
+        ("relay", ["spread=host", "relays=3"]),
+    ],
+)
+def test_workloads_span_this_machine_and_an_ssh_host(sshd, name, params):
+    """Each end on its own machine, reached at its address on the SSH connection."""
+    args = ["run", name, "--duration", "0.3", "--iterations", "5000", "--warmup", "2"]
+    for p in params:
+        args += ["--param", p]
+    target = sshd.target()
+    try:
+        stream = read_stream(run_lines(target, args, 120.0))
+    finally:
+        target.close()
+    assert stream.complete and stream.end.status == "ok", (stream.problem, stream.end)
+    run = stream.runs[0]
+    assert run.summary.n == len(run.values) >= 2 and (run.values > 0).all()
+    hp = stream.header.params
+    if name == "relay":
+        # The forwarders here, at odd places: one for each of the ring's two odd places.
+        assert len(str(hp["away"]).split(",")) == 2 and str(hp["away"]).startswith("127.0.0.1:")
+    else:
+        assert hp["agent_probe"] == f"tcp_{params[0].split('=')[1]}"

@@ -153,7 +153,14 @@ impl Probe for Net {
             });
             addr.to_string()
         } else {
-            format!("{}:{}", params.str("host"), params.int("port"))
+            let host = params.str("host");
+            let port = params.int("port");
+            // An IPv6 address goes in brackets (an SSH host may be reached over IPv6).
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
         };
         if pinned {
             crate::affinity::pin(&[cpu])?;

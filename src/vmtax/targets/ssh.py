@@ -298,6 +298,15 @@ class SshTarget(Target):
                 h.update(chunk)
         return h.hexdigest()
 
+    def link_addresses(self) -> tuple[str, str]:
+        """(this machine's address, the host's address) on the SSH connection: where each
+        end reaches the other, for workloads with one end here and one there."""
+        self.prepare()
+        assert self._conn is not None
+        here = self._conn.get_extra_info("sockname")
+        there = self._conn.get_extra_info("peername")
+        return str(here[0]), str(there[0])
+
     # -- scratch directories for servers -------------------------------------------------------
     def make_scratch(self, prefix: str) -> str:
         """A fresh directory in the host's temporary directory, named ``prefix`` and a

@@ -399,12 +399,14 @@ def _one_line(text: str) -> str:
 # --- servers -------------------------------------------------------------------------------
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], deadline: float) -> bool:
-    """True once something accepts on 127.0.0.1:port; False if ``proc`` exits first."""
+def wait_port(
+    port: int, proc: subprocess.Popen[bytes], deadline: float, host: str = "127.0.0.1"
+) -> bool:
+    """True once something accepts on host:port; False if ``proc`` exits first."""
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             return False
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
             return True
         time.sleep(0.05)
     return False
@@ -458,7 +460,10 @@ class Server:
             text = (res.stderr or res.stdout).decode("utf-8", "replace")
             raise WorkloadError(f"{self.name}: {what} failed: {last_line(text)}")
 
-    def start(self, argv: list[str], *, port: int, timeout: float = 30.0) -> None:
+    def start(
+        self, argv: list[str], *, port: int, timeout: float = 30.0, host: str = "127.0.0.1"
+    ) -> None:
+        """Start ``argv`` and wait until it accepts on ``host:port``."""
         self.port = port
         try:
             with self.log.open("ab") as log:
@@ -475,7 +480,7 @@ class Server:
         except FileNotFoundError:
             raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
         self.procs.append(proc)
-        if not wait_port(port, proc, time.monotonic() + timeout):
+        if not wait_port(port, proc, time.monotonic() + timeout, host):
             code = proc.poll()
             why = f"exited with code {code}" if code is not None else f"silent for {timeout:g} s"
             raise WorkloadError(f"{self.name} did not start ({why}): {last_line(self.log_text())}")

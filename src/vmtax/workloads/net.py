@@ -7,8 +7,9 @@ client runs on the target, which for a guest means over its virtio-net NIC and Q
 network (``vmtax run --guest-net user``; this machine is 10.0.2.2 from the guest).
 ``peer=from-host`` turns it round: the target's agent runs the netserver (in a guest on a
 port its user network forwards) and the client runs here, so the run times this machine
-reaching a service in the target. ``host``/``port`` point the client at any other agent's
-netserver (host to host).
+reaching a service in the target. With an SSH host as the target both run host to host,
+each end on its address of the SSH connection. ``host``/``port`` point the client at any
+other agent's netserver.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from vmtax.targets.base import find_agent
 from vmtax.targets.local import LocalTarget
 from vmtax.workloads.base import Context, Param, Server, Workload, WorkloadError, free_port
-from vmtax.workloads.reach import host_seen_from, target_listeners
+from vmtax.workloads.reach import host_end, hostport, split_hostport, target_listeners
 
 
 class Net(Workload):
@@ -70,11 +71,12 @@ class Net(Workload):
     def _against_this_machine(
         self, ctx: Context, probe: str, params: dict[str, bool | int | float | str]
     ) -> Iterator[str]:
-        host = host_seen_from(ctx.target, "peer=host")
+        end = host_end(ctx.target, "peer=host")
         with Server("netserver") as srv:
             port = free_port()
-            srv.start([str(find_agent()), "netserver", "--bind", f"127.0.0.1:{port}"], port=port)
-            yield from ctx.agent(probe, {**params, "host": host, "port": port})
+            argv = [str(find_agent()), "netserver", "--bind", hostport(end.bind_ip, port)]
+            srv.start(argv, port=port, host=end.bind_ip)
+            yield from ctx.agent(probe, {**params, "host": end.seen_as, "port": port})
 
     def _from_this_machine(
         self, ctx: Context, probe: str, params: dict[str, bool | int | float | str]
@@ -99,14 +101,14 @@ class Net(Workload):
         if not isinstance(first, str):
             why = first if isinstance(first, BaseException) else ctx.target.last_stderr
             raise WorkloadError(f"the netserver in {ctx.target.name} did not start: {why}")
-        host, _, port = listener.from_host.rpartition(":")
+        host, port = split_hostport(listener.from_host)
         here = LocalTarget(find_agent())
         try:
-            yield from ctx.agent(probe, {**params, "host": host, "port": int(port)}, on=here)
+            yield from ctx.agent(probe, {**params, "host": host, "port": port}, on=here)
         finally:
             # A client that failed before connecting leaves the netserver waiting for it
             # (and the target's request open): one empty connection lets it finish.
             if server.is_alive():
                 with contextlib.suppress(OSError):
-                    socket.create_connection((host, int(port)), timeout=2).close()
+                    socket.create_connection((host, port), timeout=2).close()
             server.join(timeout=ctx.left())

@@ -2,19 +2,28 @@
 run on different machines (net with ``peer=host`` or ``peer=from-host``, a relay ring spread
 over the target and this machine).
 
-A target is this machine itself (both ends on its loopback) or one of vmtax's L1 guests with
-a user network (``vmtax run --guest-net user``): the guest reaches this machine's loopback
+A target is this machine itself (both ends on its loopback), one of vmtax's L1 guests with
+a user network (``vmtax run --guest-net user``: the guest reaches this machine's loopback
 at 10.0.2.2, and this machine reaches the guest's ``FORWARDED_PORTS`` on loopback ports QEMU
-forwards. Anything else is refused in one line.
+forwards), or an SSH host (each end listens on its own address of the SSH connection, where
+the other end reached it, on a port free there). Anything else is refused in one line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vmtax.targets.base import Target
 from vmtax.targets.qemu import FORWARDED_PORTS, QemuTarget
-from vmtax.workloads.base import WorkloadError, free_port, guest_of, is_local
+from vmtax.workloads.base import (
+    WorkloadError,
+    free_port,
+    guest_of,
+    is_local,
+    remote_free_port,
+    ssh_of,
+)
 
 #: This machine as a guest on QEMU's user network sees it.
 HOST_FROM_GUEST = "10.0.2.2"
@@ -28,19 +37,46 @@ class Listener:
     from_host: str
 
 
-def host_seen_from(target: Target, what: str) -> str:
-    """The address the target connects to for this machine's loopback."""
+@dataclass(frozen=True)
+class HostEnd:
+    """Where this machine's end of a workload listens, and the address the target connects
+    to for it."""
+
+    bind_ip: str
+    seen_as: str
+
+
+def host_end(target: Target, what: str) -> HostEnd:
     if is_local(target):
-        return "127.0.0.1"
+        return HostEnd("127.0.0.1", "127.0.0.1")
+    ssh = ssh_of(target)
+    if ssh is not None:
+        here, _ = ssh.link_addresses()
+        return HostEnd(here, here)
     _networked_guest(target, what)
-    return HOST_FROM_GUEST
+    return HostEnd("127.0.0.1", HOST_FROM_GUEST)  # QEMU relays 10.0.2.2 to the loopback
+
+
+def hostport(ip: str, port: int) -> str:
+    """``ip:port``, with an IPv6 address in brackets."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def split_hostport(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def target_listeners(target: Target, count: int, what: str) -> list[Listener]:
-    """``count`` ports the target can listen on that this machine can connect to. The guest
+    """``count`` ports the target can listen on that this machine can connect to. A guest
     is booted first (its forwards are chosen at boot)."""
     if is_local(target):
         return [Listener(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in _free_ports(count)]
+    ssh = ssh_of(target)
+    if ssh is not None:
+        _, there = ssh.link_addresses()
+        ports = _free_ports(count, lambda: remote_free_port(ssh))
+        return [Listener(hostport(there, p), hostport(there, p)) for p in ports]
     guest = _networked_guest(target, what)
     if count > len(FORWARDED_PORTS):
         raise WorkloadError(
@@ -60,8 +96,9 @@ def _networked_guest(target: Target, what: str) -> QemuTarget:
     guest = guest_of(target)
     if guest is None:
         raise WorkloadError(
-            f"{what} spans this machine and {target.name}, which is neither this machine nor "
-            "one of vmtax's guests: give host= and port= of a netserver it can reach"
+            f"{what} spans this machine and {target.name}, which is neither this machine, "
+            "one of vmtax's guests nor an SSH host: give host= and port= of a netserver it "
+            "can reach"
         )
     if guest.spec.network != "user":
         raise WorkloadError(
@@ -70,10 +107,10 @@ def _networked_guest(target: Target, what: str) -> QemuTarget:
     return guest
 
 
-def _free_ports(count: int) -> list[int]:
+def _free_ports(count: int, find: Callable[[], int] = free_port) -> list[int]:
     ports: list[int] = []
     while len(ports) < count:
-        port = free_port()
+        port = find()
         if port not in ports:
             ports.append(port)
     return ports

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from vmtax.targets.base import find_agent
 from vmtax.workloads.base import Context, Param, Server, Workload, free_port
-from vmtax.workloads.reach import host_seen_from, target_listeners
+from vmtax.workloads.reach import host_end, hostport, target_listeners
 
 
 class Relay(Workload):
@@ -54,15 +54,16 @@ class Relay(Workload):
         places = n + 1
         here = places // 2 + places % 2  # the master and the forwarders at even places
         listeners = target_listeners(ctx.target, here, "relay spread=host")
-        host = host_seen_from(ctx.target, "relay spread=host")
+        end = host_end(ctx.target, "relay spread=host")
         with Server("relay-forward") as srv:
             away = []
             for place in range(1, places, 2):
                 # The next place is the target's (even): its listener, as this machine sees it.
                 nxt = listeners[((place + 1) % places) // 2].from_host
                 port = free_port()
-                argv = [str(find_agent()), "relay-forward", "--bind", f"127.0.0.1:{port}"]
-                srv.start([*argv, "--next", nxt], port=port)
-                away.append(f"{host}:{port}")
+                bind = hostport(end.bind_ip, port)
+                argv = [str(find_agent()), "relay-forward", "--bind", bind, "--next", nxt]
+                srv.start(argv, port=port, host=end.bind_ip)
+                away.append(hostport(end.seen_as, port))
             params |= {"away": ",".join(away), "listen": ",".join(x.bind for x in listeners)}
             yield from ctx.agent("relay", params)

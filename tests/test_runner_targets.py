@@ -83,6 +83,12 @@ def test_the_local_fingerprint_labels_what_lies_under_l0():
     assert labels["host_hypervisor"] == (
         (fp.hypervisor.vendor or "").lower().split()[0] if fp.hypervisor.detected else "none"
     )
+    # The nesting depth timed from CPUIDs varies from run to run: never a label.
+    assert fp.nesting.cpuid_cycles is not None and "host_nesting" not in labels
+    reported = fp.model_copy(
+        update={"nesting": fp.nesting.model_copy(update={"depth": 2, "cpuid_cycles": None})}
+    )
+    assert detected_labels(reported)["host_nesting"] == "2"  # as /proc/sysinfo reports it
 
 
 def test_describe_uses_runs_as_the_unit():

@@ -198,10 +198,16 @@ def check_probes(plan: Plan, available: Iterable[ProbeInfo]) -> None:
 
 
 def detected_labels(fp: Fingerprint) -> dict[str, str]:
-    """What the fingerprint says lies under L0, e.g. host_hypervisor=kvm, host_nesting=1."""
+    """What the fingerprint says lies under L0, e.g. host_hypervisor=kvm.
+
+    Labels name a configuration, so they must come out the same each time one machine is
+    measured. The nesting depth does only where the machine reports it (/proc/sysinfo);
+    the estimate from timed CPUIDs does not (on a KVM guest a CPUID costs 6-15k cycles
+    from one run to the next, across the estimate's bounds), so it stays in the stored
+    fingerprint and is not a label."""
     vendor = (fp.hypervisor.vendor or "").strip().lower() if fp.hypervisor.detected else ""
     out = {"host_hypervisor": vendor.split()[0] if vendor else "none"}
-    if fp.nesting.depth is not None:
+    if fp.nesting.depth is not None and fp.nesting.cpuid_cycles is None:
         out["host_nesting"] = str(fp.nesting.depth)
     return out
 

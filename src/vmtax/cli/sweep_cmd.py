@@ -11,11 +11,15 @@ import typer
 
 from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.sweep.tiers import TRIPLET_EVENTS
 
 SHOW_FORMATS = ("table", "markdown", "json", "html")
 
 sweep_app = typer.Typer(
-    help="Overcommitment sweeps: scale guests, vCPUs or memory in steps; find the knee.",
+    help="Overcommitment sweeps: scale guests, vCPUs or memory in steps; find the knee.\n\n"
+    "Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest\n\n"
+    "Example: vmtax sweep --workload triplet --accel tcg  (study B's web, app and db "
+    "guests: 1 to 4 triplets)",
     no_args_is_help=False,
     invoke_without_command=True,
 )
@@ -54,16 +58,33 @@ def sweep(
     ] = None,
     interval: Annotated[float | None, typer.Option(help="Sample interval, seconds.")] = None,
     workload: Annotated[
-        str, typer.Option(help="cpu | threads | memory (the agent's probes)")
+        str,
+        typer.Option(
+            help="cpu | threads | memory (the agent's probes) | triplet (study B's web, app "
+            "and db guests)"
+        ),
     ] = "cpu",
     think_time: Annotated[
         float, typer.Option(help="Seconds between a client's transactions.")
     ] = 0.0,
-    events: Annotated[int, typer.Option(help="Probe events per transaction.")] = 200,
+    events: Annotated[
+        int | None,
+        typer.Option(
+            help=f"Probe events per transaction (200); triplet: page views ({TRIPLET_EVENTS})."
+        ),
+    ] = None,
     max_prime: Annotated[int, typer.Option(help="cpu workload: max_prime per event.")] = 2000,
     guest_vcpus: Annotated[int, typer.Option(help="vCPUs of each guest (guests axis).")] = 1,
     guest_memory: Annotated[int, typer.Option(help="MiB of each guest.")] = 160,
     guests: Annotated[int, typer.Option(help="Guests (vcpus and memory axes).")] = 1,
+    tiers: Annotated[
+        str,
+        typer.Option(help="triplet: tier sizes, small (1 vCPU each) | study-b (study B's)."),
+    ] = "small",
+    clients: Annotated[
+        int | None,
+        typer.Option(help="triplet: clients per triplet (small 2, study-b 4)."),
+    ] = None,
     cap_mb: Annotated[
         int | None, typer.Option(help="cgroup memory cap around all guests, MiB (memory axis).")
     ] = None,
@@ -82,6 +103,8 @@ def sweep(
     them at once, discard the warm-up, sample the window; then find the knee.
 
     Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest
+
+    Example: vmtax sweep --workload triplet  # study B's web/app/db guests: 1, 2, 3 triplets
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -95,6 +118,8 @@ def sweep(
 
     if level not in ("L0", "L1"):
         raise UsageError(f"--level must be L0 or L1, got {level!r}")
+    if workload == "triplet" and resume is None:
+        _triplet_can_run(level)
     store = Store.open(db)
     try:
         if resume is not None:
@@ -105,24 +130,21 @@ def sweep(
             experiment_id = resume
         else:
             cpus, _ = host_resources()
-            chosen = accel
-            if level == "L1":
-                from vmtax.targets.accel import choose_accel
-
-                chosen = choose_accel(accel)
             spec = SweepSpec(
                 axis=axis,
                 workload="threads" if axis == "vcpus" and workload == "cpu" else workload,
                 think_time_s=think_time,
-                events=events,
+                events=events or (TRIPLET_EVENTS if workload == "triplet" else 200),
                 max_prime=max_prime,
                 host_cpus=cpus,
                 guest_vcpus=guest_vcpus,
                 guest_memory_mb=guest_memory,
                 guests=guests,
                 cap_mb=cap_mb,
-                accel=chosen if level == "L1" else "none",
+                accel="none",
                 slo_s=slo,
+                tiers=tiers,
+                clients_per_triplet=clients,
             )
             preset = steps if steps in ("default", "study-b") else "default"
             spec = apply_presets(spec, steps=preset, timing=timing)
@@ -138,6 +160,11 @@ def sweep(
                 ),
             )
             spec.check()
+            if level == "L1":
+                from vmtax.targets.accel import choose_accel
+
+                # After the checks: probing KVM can take seconds, a usage error should not.
+                spec = replace(spec, accel=choose_accel(accel))
             experiment_id = store.create_experiment(
                 command=_command_line(sys.argv[1:], store.url_display),
                 suite="sweep",
@@ -181,6 +208,16 @@ def sweep(
         _show(store, experiment_id, "table")
     finally:
         store.close()
+
+
+def _triplet_can_run(level: str) -> None:
+    """The triplet's servers run in QEMU guests from an image with PHP: say so in one line
+    before an experiment is made."""
+    from vmtax.workloads import webapp
+
+    if level != "L1":
+        raise UsageError("the triplet workload runs its tiers in QEMU guests: use --level L1")
+    webapp.extension_dir(webapp.php_cgi())
 
 
 def _factory(spec: object, level: str, boot_timeout: float) -> object:

@@ -10,6 +10,9 @@ is stored (``sweep_steps`` / ``sweep_samples``); ``vmtax.stats.knee`` finds the 
 - ``cgroup``: the memory cap around the guests' QEMU processes;
 - ``run``: the step loop, the closed-loop clients, resume and failure handling;
 - ``guests``: QEMU guests (L1) or agent processes (L0) for the steps;
+- ``tiers``, ``triplet``: study B's web, app and db guests (``--workload triplet``), their
+  sizes, and the clients on this machine that drive them;
+- ``gueststeal``: a guest's own steal, read inside it, when its clients run elsewhere;
 - ``store``: the tables and what ``vmtax sweep show`` reads;
 - ``summary``: a stored sweep as per-step figures and the analysis;
 - ``synthetic``: study B's two shapes with known knees, for tests.

@@ -7,10 +7,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vmtax.sweep.cgroup import swap_total_kb
 from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
+
+if TYPE_CHECKING:
+    from vmtax.targets.images import Image
 
 
 class QemuGuests:
@@ -23,19 +27,36 @@ class QemuGuests:
     the cap can write guest pages out and fault them back (anonymous RAM could not be paged
     at all). ``close()`` removes the directory."""
 
-    def __init__(self, spec: SweepSpec, *, boot_timeout: float = 300.0) -> None:
+    def __init__(
+        self, spec: SweepSpec, *, boot_timeout: float = 300.0, image: Image | None = None
+    ) -> None:
         from vmtax.targets.base import find_agent
         from vmtax.targets.images import build_minimal
 
         self.spec = spec
         self.boot_timeout = boot_timeout
-        # The sweep's workloads are the agent's own: small guests need none of the servers.
-        self.image = build_minimal(find_agent(), with_workloads=False)
+        # The probe workloads are the agent's own: small guests need none of the servers.
+        self.image = image or build_minimal(find_agent(), with_workloads=False)
         self.file_backed = bool(spec.cap_mb) and swap_total_kb() == 0
         self.ram_dir: Path | None = None
         self._made = 0
 
     def __call__(self, size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
+        return self.boot(size, index, vcpus, memory_mb)
+
+    def boot(
+        self,
+        size: StepSize,
+        index: int,
+        vcpus: int,
+        memory_mb: int,
+        *,
+        network: str = "",
+        scratch_mb: int = 0,
+        provenance: dict[str, Any] | None = None,
+    ) -> Guest:
+        """Boot guest ``index`` of the step; ``network="user"`` gives it a NIC whose
+        FORWARDED_PORTS this machine reaches on its loopback, ``scratch_mb`` a disk at /tmp."""
         from vmtax.targets.qemu import GuestSpec, QemuTarget
 
         # Named vCPU threads ("CPU n/TCG"), so their run-queue wait can be told apart from
@@ -53,13 +74,14 @@ class QemuGuests:
                 "memory-backend=vmtax-ram",
             )
         gspec = GuestSpec(vcpus=vcpus, memory_mb=memory_mb, accel=self.spec.accel, pin=False,
-                          scratch_mb=0, extra_args=extra)  # fmt: skip
+                          scratch_mb=scratch_mb, extra_args=extra, network=network)  # fmt: skip
         target = QemuTarget(
             "L1",
             gspec,
             image=self.image,
             boot_timeout=self.boot_timeout,
             labels={"sweep_step": str(size.index), "guest": str(index + 1)},
+            provenance=provenance,
         )
         target.name = f"qemu-guest{index + 1}"
         target.prepare()
@@ -73,6 +95,11 @@ class QemuGuests:
 
 
 def qemu_factory(spec: SweepSpec, *, boot_timeout: float = 300.0) -> QemuGuests:
+    """The guests of a QEMU sweep: the triplet's tiers, or one guest per client."""
+    if spec.workload == "triplet":
+        from vmtax.sweep.triplet import TripletGuests
+
+        return TripletGuests(spec, boot_timeout=boot_timeout)
     return QemuGuests(spec, boot_timeout=boot_timeout)
 
 

@@ -8,6 +8,10 @@ interval in which its record reached the host. The controller samples the host (
 utilisation, each QEMU process's CPU, run-queue wait, RSS, major faults) and the memory cap's
 paging counters at the same instants.
 
+The triplet workload (study B's web, app and db guests) has its clients on this machine
+instead: each GETs the app's page through the triplet's web guest (``triplet``), and each
+guest's steal is read from its /proc/stat by a script in the guest (``gueststeal``).
+
 A step is committed whole (its samples with it) or not at all; ``--resume`` runs the steps
 without an ``ok`` row. A guest that cannot boot, or a workload that breaks, stores the step as
 ``failed`` with a one-line reason and ends the sweep there; the committed steps stay.
@@ -32,6 +36,7 @@ from vmtax.store import Store
 from vmtax.sweep import host
 from vmtax.sweep import store as sweep_store
 from vmtax.sweep.cgroup import MemoryCap, swap_total_kb
+from vmtax.sweep.gueststeal import StealRecorder
 from vmtax.sweep.spec import StepSize, SweepSpec
 from vmtax.targets.base import Target
 
@@ -63,6 +68,11 @@ class Guest:
     memory_mb: int
     pid: int | None = None
     cpus: str | None = None  # --cpus for the agent (L0 processes are placed round-robin)
+    #: A script in the guest that reads its /proc/stat steal (see gueststeal), for guests
+    #: whose clients run elsewhere; None: the clients' agent runs report it.
+    steal_script: str | None = None
+    #: What the step's detail says about this guest besides its target's provenance.
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 #: Starts one guest (a booted target) for a step: (step, guest index, vCPUs, MiB) -> Guest.
@@ -100,11 +110,17 @@ def work_per_event(spec: SweepSpec, guest: Guest) -> float:
 
 
 def throughput_unit(spec: SweepSpec) -> str:
+    if spec.workload == "triplet":
+        return "app.php requests/s"
     return "MiB/s written" if spec.workload == "memory" else f"{spec.workload} events/s"
 
 
 class Client(threading.Thread):
-    """One closed-loop client driving the agent in one guest until ``end``."""
+    """One closed-loop client driving the agent in one guest until ``end``; its transactions
+    count for guest ``index``."""
+
+    #: Whether a transaction's steal ticks are the guest's (its agent runs in the guest).
+    steal_from_agent = True
 
     def __init__(
         self, index: int, guest: Guest, spec: SweepSpec, end: float, out: list[Transaction]
@@ -113,6 +129,12 @@ class Client(threading.Thread):
         self.index, self.guest, self.spec, self.end, self.out = index, guest, spec, end, out
         self.stop = threading.Event()
         self.error: str | None = None
+        self.label = f"guest {index + 1}"
+
+    def invocation(self, seconds: float) -> tuple[Target, list[str], float]:
+        """Where the agent runs, its arguments for ``seconds``, and what an event counts."""
+        args = workload_args(self.spec, self.guest, seconds)
+        return self.guest.target, args, work_per_event(self.spec, self.guest)
 
     def run(self) -> None:
         try:
@@ -120,9 +142,7 @@ class Client(threading.Thread):
                 left = self.end - time.monotonic()
                 if left < 0.5:
                     return
-                args = workload_args(self.spec, self.guest, left)
-                target = self.guest.target
-                per_event = work_per_event(self.spec, self.guest)
+                target, args, per_event = self.invocation(left)
                 got = 0
                 for line in target.run_agent(args, left + END_GRACE_S):
                     if '"run_summary"' not in line[:40]:
@@ -135,7 +155,7 @@ class Client(threading.Thread):
                             self.index,
                             int(rec["n"]) * per_event,
                             float(rec["wall_s"]),
-                            rec.get("steal_ticks"),
+                            rec.get("steal_ticks") if self.steal_from_agent else None,
                         )
                     )
                 if not got and self.end - time.monotonic() > 2:
@@ -144,7 +164,7 @@ class Client(threading.Thread):
                 if self.spec.think_time_s > 0:
                     self.stop.wait(self.spec.think_time_s)
         except (VmtaxError, ValueError, KeyError) as exc:
-            self.error = f"guest {self.index + 1}: {' '.join(str(exc).split())}"
+            self.error = f"{self.label}: {' '.join(str(exc).split())}"
 
 
 @dataclass
@@ -219,9 +239,11 @@ class SweepRunner:
         t0 = time.monotonic()
         # The clients run a little past the last sample, so that none stops inside it.
         end = t0 + n_total * timing.interval_s + 0.5
-        clients = [Client(i, g, spec, end, txns) for i, g in enumerate(self.guests)]
+        clients = self._clients(end, txns)
+        recorders = self._steal_recorders(n_total)
         for c in clients:
             c.start()
+        driven = {c.index for c in clients}
         pids = [g.pid for g in self.guests if g.pid is not None]
         ncpus = spec.host_cpus
         prev = host.snapshot(pids)
@@ -236,7 +258,9 @@ class SweepRunner:
                 phase = "warmup" if seq < n_warm else "window"
                 if phase == "window":
                     window += got
-                outcome.samples.append(self._sample(phase, t0, prev, snap, got, ncpus, prev_cg, cg))
+                outcome.samples.append(
+                    self._sample(phase, t0, prev, snap, got, ncpus, prev_cg, cg, driven)
+                )
                 prev, prev_cg = snap, cg
                 broken = [c.error for c in clients if c.error]
                 if broken:
@@ -247,6 +271,7 @@ class SweepRunner:
                 c.stop.set()
         for c in clients:
             c.join(timeout=END_GRACE_S + 15)
+        self._guest_steal(outcome.samples, recorders, t0)
         broken = [c.error for c in clients if c.error]
         if broken and outcome.status == "ok":
             outcome.status, outcome.error = "failed", broken[0]
@@ -259,9 +284,46 @@ class SweepRunner:
             "resp_p95_s": float(np.percentile(resp, 95)) if resp.size else None,
             "resp_mean_s": float(resp.mean()) if resp.size else None,
             "level": self.level,
-            "guests": [g.target.provenance() for g in self.guests],
+            "guests": [{**g.target.provenance(), **g.detail} for g in self.guests],
         }
         return outcome
+
+    def _clients(self, end: float, out: list[Transaction]) -> list[Client]:
+        """One client per guest, or the factory's own (the triplet's, on this machine)."""
+        make = getattr(self.factory, "clients", None)
+        if make is not None:
+            return list(make(self.guests, end, out))
+        return [Client(i, g, self.spec, end, out) for i, g in enumerate(self.guests)]
+
+    def _steal_recorders(self, n_samples: int) -> dict[int, StealRecorder]:
+        """Steal readers for the guests whose clients cannot report it, started now: one
+        reading at the start and one at each sample."""
+        out = {}
+        for i, g in enumerate(self.guests):
+            if g.steal_script:
+                rec = StealRecorder(g.target, g.steal_script, self.spec.timing.interval_s,
+                                    n_samples + 1)  # fmt: skip
+                rec.start()
+                out[i] = rec
+        return out
+
+    def _guest_steal(
+        self, samples: list[dict[str, Any]], recorders: dict[int, StealRecorder], t0: float
+    ) -> None:
+        """Fill in the steal of guests read by a recorder, per sample and guest."""
+        if not recorders:
+            return
+        interval = self.spec.timing.interval_s
+        for rec in recorders.values():
+            rec.finish(interval * 3 + 60)
+        ends = [t0] + [t0 + s["t_s"] for s in samples]
+        for sample, a, b in zip(samples, ends, ends[1:], strict=False):
+            for row in sample["per_guest"]:
+                rec = recorders.get(row["guest"] - 1)
+                if rec is not None:
+                    row["steal"] = rec.steal(a, b)
+            steals = [r["steal"] for r in sample["per_guest"] if r.get("steal") is not None]
+            sample["steal"] = float(np.mean(steals)) if steals else None
 
     def _sample(
         self,
@@ -273,6 +335,7 @@ class SweepRunner:
         ncpus: int,
         cg_a: dict[str, int] | None,
         cg_b: dict[str, int] | None,
+        driven: set[int],
     ) -> dict[str, Any]:
         dt = b.t - a.t
         resp = np.asarray([x.wall_s for x in got])
@@ -281,7 +344,8 @@ class SweepRunner:
             mine = [x for x in got if x.guest == i]
             row: dict[str, Any] = {
                 "guest": i + 1,
-                "throughput": sum(x.events for x in mine) / dt if dt > 0 else None,
+                # A guest no client drives (a triplet's db and app) has no throughput of its own.
+                "throughput": sum(x.events for x in mine) / dt if dt > 0 and i in driven else None,
                 "steal": _steal(mine),
             }
             if g.pid is not None:

@@ -7,6 +7,10 @@ Axes (the overcommit ratio of each step):
 - ``memory``: a fixed number of guests with more memory each, under a cgroup memory cap
   around their QEMU processes; ratio = all guests' memory / the cap.
 
+The ``triplet`` workload (study B's web, app and db guests, see ``tiers`` and ``triplet``)
+runs on the guests axis only: a step of k triplets has 3k guests of the ``--tiers`` sizes,
+and its ratio is again all guests' vCPUs / host CPUs.
+
 Presets: timings ``small`` (the default: 10 s warm-up, 30 s window, 5 s samples) and
 ``study-b`` (5 min, 10 min, 1 min); steps ``default`` (0.5 to 2.0:1, so the knee can sit where
 the vCPUs begin to outnumber the CPUs) and ``study-b`` (study B's CPU ratios from
@@ -21,9 +25,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from vmtax.errors import UsageError
+from vmtax.sweep.tiers import DEFAULT_TRIPLETS, TIER_NAMES, TRIPLET_SIZES, TripletSizes
 
 AXES = ("guests", "vcpus", "memory")
-WORKLOADS = ("cpu", "threads", "memory")
+WORKLOADS = ("cpu", "threads", "memory", "triplet")
 DEFAULT_STEPS = (0.5, 1.0, 1.5, 2.0)
 #: The smallest guest the minimal image boots and serves in (kernel, initramfs, agent).
 MIN_GUEST_MB = 128
@@ -94,6 +99,27 @@ class SweepSpec:
     slo_s: float = 2.0
     steps_preset: str = "default"
     timing_preset: str = "small"
+    #: triplet workload: the tiers' sizes preset (``small`` or ``study-b``) and closed-loop
+    #: clients per triplet (None: the preset's).
+    tiers: str = "small"
+    clients_per_triplet: int | None = None
+
+    @property
+    def triplet(self) -> TripletSizes:
+        if self.tiers not in TRIPLET_SIZES:
+            raise UsageError(
+                f"unknown tier sizes {self.tiers!r} (choose {', '.join(TRIPLET_SIZES)})"
+            )
+        return TRIPLET_SIZES[self.tiers]
+
+    @property
+    def clients(self) -> int:
+        """Closed-loop clients per triplet."""
+        return self.clients_per_triplet or self.triplet.clients
+
+    def triplets(self, ratio: float) -> int:
+        """Triplets of a step at ``ratio``: the count whose vCPUs come nearest, at least 1."""
+        return max(1, round(ratio * self.host_cpus / self.triplet.vcpus))
 
     def check(self) -> None:
         if self.axis not in AXES:
@@ -114,13 +140,36 @@ class SweepSpec:
             raise UsageError(
                 "the vcpus axis needs a workload that uses every vCPU: --workload threads"
             )
+        if self.workload == "triplet":
+            self._check_triplet()
         self.timing.check()
         for r in self.ratios:
             self.size(0, r)
 
+    def _check_triplet(self) -> None:
+        if self.axis != "guests":
+            raise UsageError(
+                f"the triplet workload scales triplets on the guests axis only (got {self.axis})"
+            )
+        if self.clients < 1:
+            raise UsageError("a triplet needs at least 1 client")
+        counts = [self.triplets(r) for r in self.ratios]
+        for a, b, n in zip(self.ratios, self.ratios[1:], counts[1:], strict=False):
+            if n == self.triplets(a):
+                raise UsageError(
+                    f"steps {a:g} and {b:g} both give {n} triplet(s) of "
+                    f"{self.triplet.vcpus} vCPUs on {self.host_cpus} CPUs: use steps "
+                    f"{self.triplet.vcpus / self.host_cpus:g}:1 apart"
+                )
+
     def size(self, index: int, ratio: float) -> StepSize:
         """The guests of the step at ``ratio`` on this spec's machine."""
-        if self.axis == "guests":
+        if self.workload == "triplet":
+            k = self.triplets(ratio)
+            vcpus = tuple(self.triplet.tier(t)[0] for t in TIER_NAMES) * k
+            mem = tuple(self.triplet.tier(t)[1] for t in TIER_NAMES) * k
+            achieved = k * self.triplet.vcpus / self.host_cpus
+        elif self.axis == "guests":
             n = max(1, round(ratio * self.host_cpus / self.guest_vcpus))
             vcpus = (self.guest_vcpus,) * n
             mem = (self.guest_memory_mb,) * n
@@ -181,13 +230,24 @@ def apply_presets(spec: SweepSpec, *, steps: str, timing: str) -> SweepSpec:
         raise UsageError(f"unknown timing preset {timing!r} (choose {', '.join(TIMINGS)})")
     spec = replace(spec, timing=TIMINGS[timing], timing_preset=timing)
     if steps == "default":
+        if spec.workload == "triplet":
+            spec = replace(spec, ratios=triplet_ratios(spec, DEFAULT_TRIPLETS))
         return replace(spec, steps_preset=steps)
     if steps != "study-b":
         raise UsageError(f"unknown steps preset {steps!r} (choose default or study-b)")
     ratios, mem_ratio = study_b_steps()
+    if spec.workload == "triplet":
+        # Study B's ratios as triplets on this machine; ratios that round to the same
+        # number of triplets are one step.
+        ratios = triplet_ratios(spec, tuple(dict.fromkeys(spec.triplets(r) for r in ratios)))
     spec = replace(spec, ratios=ratios, steps_preset=steps)
     if spec.axis == "guests" and mem_ratio and spec.cap_mb is None:
         # The study's memory overcommit at its last step, scaled to these guests.
         last = spec.size(len(ratios) - 1, ratios[-1])
         spec = replace(spec, cap_mb=int(sum(last.memory_mb) / mem_ratio))
     return spec
+
+
+def triplet_ratios(spec: SweepSpec, counts: tuple[int, ...]) -> tuple[float, ...]:
+    """The ratios of steps of ``counts`` triplets on the spec's machine."""
+    return tuple(round(k * spec.triplet.vcpus / spec.host_cpus, 4) for k in counts)

@@ -242,13 +242,19 @@ EXTRA_FILES: dict[str, bytes] = {}
 
 
 def build_minimal(
-    agent: Path, *, kernel: str | Path | None = None, with_workloads: bool = True
+    agent: Path,
+    *,
+    kernel: str | Path | None = None,
+    with_workloads: bool = True,
+    more_binaries: tuple[str, ...] = (),
+    more_files: dict[str, bytes] | None = None,
 ) -> Image:
     """The busybox initramfs with ``agent`` as ``/vmtax-probe`` (cached). With
     ``with_workloads=False`` it leaves out the workloads' programs and files
-    (``EXTRA_BINARIES``, ``EXTRA_FILES``): about 19 MB instead of 62 with MariaDB, for guests
-    that run only the agent in little memory (a sweep's 128 MiB guests unpack the archive
-    in their RAM, and 62 MB of it does not fit)."""
+    (``EXTRA_BINARIES``, ``EXTRA_FILES``): about 19 MB instead of 113 with MariaDB and
+    PostgreSQL, for guests that run only the agent in little memory (a sweep's 128 MiB guests
+    unpack the archive in their RAM, and 113 MB of it does not fit). ``more_binaries`` and
+    ``more_files`` go into this image only (a sweep's triplet guests add PHP)."""
     if not is_static(agent):
         raise VmtaxError(
             f"agent {agent} is dynamically linked; a guest needs the static build "
@@ -268,6 +274,8 @@ def build_minimal(
     extra_files = EXTRA_FILES
     if not with_workloads:
         extra, extra_files = [], {}
+    extra += [Path(b) for b in more_binaries if Path(b).is_file() and Path(b) not in extra]
+    extra_files = {**extra_files, **(more_files or {})}
     if extra or extra_files:
         files = _binaries_with_libraries(extra)
         files.update({p: (data, 0o644) for p, data in extra_files.items()})

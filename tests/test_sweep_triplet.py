@@ -85,8 +85,13 @@ def test_bad_triplet_specs_are_usage_errors(kw, message):
         _triplet(**kw).check()
 
 
-def test_cli_refuses_other_axes_and_level_l0_in_one_line(cli, sqlite_url):
-    for args in (["--axis", "vcpus"], ["--level", "L0"], ["--tiers", "huge"]):
+def test_cli_refuses_other_axes_level_l0_and_guest_sizes_in_one_line(cli, sqlite_url):
+    for args in (
+        ["--axis", "vcpus"],
+        ["--level", "L0"],
+        ["--tiers", "huge"],
+        ["--guest-memory", "1024"],  # the tiers' sizes come from --tiers
+    ):
         got = cli("sweep", "--workload", "triplet", *args, "--db", sqlite_url)
         assert got.returncode == 2, got.stderr
         assert got.stderr.startswith("vmtax: error:") and got.stderr.count("\n") == 1

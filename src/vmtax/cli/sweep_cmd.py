@@ -74,8 +74,10 @@ def sweep(
         ),
     ] = None,
     max_prime: Annotated[int, typer.Option(help="cpu workload: max_prime per event.")] = 2000,
-    guest_vcpus: Annotated[int, typer.Option(help="vCPUs of each guest (guests axis).")] = 1,
-    guest_memory: Annotated[int, typer.Option(help="MiB of each guest.")] = 160,
+    guest_vcpus: Annotated[
+        int | None, typer.Option(help="vCPUs of each guest (guests axis; 1).")
+    ] = None,
+    guest_memory: Annotated[int | None, typer.Option(help="MiB of each guest (160).")] = None,
     guests: Annotated[int, typer.Option(help="Guests (vcpus and memory axes).")] = 1,
     tiers: Annotated[
         str,
@@ -118,6 +120,11 @@ def sweep(
 
     if level not in ("L0", "L1"):
         raise UsageError(f"--level must be L0 or L1, got {level!r}")
+    if workload == "triplet" and (guest_vcpus or guest_memory):
+        raise UsageError(
+            "--guest-vcpus and --guest-memory size plain guests; the triplet's tiers are "
+            "sized by --tiers (small or study-b)"
+        )
     if workload == "triplet" and resume is None:
         _triplet_can_run(level)
     store = Store.open(db)
@@ -137,8 +144,8 @@ def sweep(
                 events=events or (TRIPLET_EVENTS if workload == "triplet" else 200),
                 max_prime=max_prime,
                 host_cpus=cpus,
-                guest_vcpus=guest_vcpus,
-                guest_memory_mb=guest_memory,
+                guest_vcpus=guest_vcpus or 1,
+                guest_memory_mb=guest_memory or 160,
                 guests=guests,
                 cap_mb=cap_mb,
                 accel="none",

@@ -6,11 +6,15 @@ Peer measured in the same run, to report a ratio rather than a machine-dependent
 same sweep at level L0 (the agent as processes on this machine, no guest to boot), whose
 wall time is the floor set by the timings themselves (4 steps x 40 s of windows).
 
+With ``--triplet`` it also times the default triplet sweep (study B's web, app and db
+guests, 1 to 4 triplets, the same timings), against the same budget; it has no L0 form, so
+its peer is the default L1 sweep of the same run.
+
 It prints each sweep's table, the knee, and the load average before and after (the machine
 may be shared; other load raises host CPU utilisation and lowers the guests' throughput).
 
-Run: python bench/sweep_bench.py [STORE]   (VMTAX_PROBE names the agent; without STORE the
-store is temporary)
+Run: python bench/sweep_bench.py [--triplet] [STORE]   (VMTAX_PROBE names the agent; without
+STORE the store is temporary)
 """
 
 from __future__ import annotations
@@ -52,16 +56,25 @@ def line(name: str, data: dict) -> str:
 
 def main() -> None:
     print(f"load average before: {os.getloadavg()}")
+    args = sys.argv[1:]
+    triplet = "--triplet" in args
+    args = [a for a in args if a != "--triplet"]
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
-        db = sys.argv[1] if len(sys.argv) > 1 else str(Path(tmp) / "bench.db")
+        db = args[0] if args else f"sqlite:///{Path(tmp) / 'bench.db'}"
         t_l1, l1 = sweep(db)
         t_l0, l0 = sweep(db, "--level", "L0")
+        t_tr, tr = sweep(db, "--workload", "triplet") if triplet else (0.0, {})
     print(f"load average after: {os.getloadavg()}")
     print(line("L1 (TCG guests)", l1))
     print(line("L0 (processes)", l0))
     verdict = "ok" if t_l1 <= BUDGET_S else "OVER"
     print(f"default sweep: {t_l1:.0f} s (budget {BUDGET_S:.0f} s: {verdict})")
     print(f"L0 peer: {t_l0:.0f} s; ratio L1/L0 = {t_l1 / t_l0:.2f}")
+    if triplet:
+        print(line("triplet (TCG guests)", tr))
+        verdict = "ok" if t_tr <= BUDGET_S else "OVER"
+        print(f"triplet sweep: {t_tr:.0f} s (budget {BUDGET_S:.0f} s: {verdict})")
+        print(f"ratio triplet / default L1 sweep = {t_tr / t_l1:.2f}")
 
 
 if __name__ == "__main__":

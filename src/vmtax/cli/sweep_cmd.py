@@ -106,7 +106,7 @@ def sweep(
 
     Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest
 
-    Example: vmtax sweep --workload triplet  # study B's web/app/db guests: 1, 2, 3 triplets
+    Example: vmtax sweep --workload triplet  # study B's web/app/db guests: 1 to 4 triplets
     """
     if ctx.invoked_subcommand is not None:
         return

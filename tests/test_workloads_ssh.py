@@ -33,6 +33,18 @@ def port_is_closed(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def run_on_ssh_host(sshd, name: str, params: list[str], *shape: str, timeout: float = 120.0):
+    """One run of workload ``name`` with ``--param`` each of ``params`` on the sshd's host."""
+    args = ["run", name, *shape]
+    for p in params:
+        args += ["--param", p]
+    target = sshd.target()
+    try:
+        return read_stream(run_lines(target, args, timeout))
+    finally:
+        target.close()
+
+
 @pytest.mark.parametrize(
     ("name", "params", "throughput"),
     [
@@ -44,14 +56,8 @@ def port_is_closed(port: int) -> bool:
 )
 def test_server_workloads_run_on_an_ssh_host_and_leave_nothing(sshd, name, params, throughput):
     before, segments = leftovers(), shared_memory_segments()
-    args = ["run", name, "--duration", "1", "--iterations", "2000", "--warmup", "2"]
-    for p in params:
-        args += ["--param", p]
-    target = sshd.target()
-    try:
-        stream = read_stream(run_lines(target, args, 120.0))
-    finally:
-        target.close()
+    shape = ("--duration", "1", "--iterations", "2000", "--warmup", "2")
+    stream = run_on_ssh_host(sshd, name, params, *shape)
     assert stream.complete and stream.end.status == "ok", (stream.problem, stream.end)
     run = stream.runs[0]
     assert stream.header.probe == name
@@ -67,12 +73,7 @@ def test_server_workloads_run_on_an_ssh_host_and_leave_nothing(sshd, name, param
 
 def test_a_server_that_does_not_start_on_an_ssh_host_is_one_line(sshd):
     before = leftovers()
-    target = sshd.target()
-    try:
-        args = ["run", "memcached", "--duration", "0.2", "--param", "threads=0"]
-        stream = read_stream(run_lines(target, args, 60.0))
-    finally:
-        target.close()
+    stream = run_on_ssh_host(sshd, "memcached", ["threads=0"], "--duration", "0.2", timeout=60.0)
     assert stream.end is not None and stream.end.status == "error"
     assert "memcached did not start" in stream.end.error and "\n" not in stream.end.error
     assert leftovers() == before
@@ -88,14 +89,8 @@ def test_a_server_that_does_not_start_on_an_ssh_host_is_one_line(sshd):
 )
 def test_workloads_span_this_machine_and_an_ssh_host(sshd, name, params):
     """Each end on its own machine, reached at its address on the SSH connection."""
-    args = ["run", name, "--duration", "0.3", "--iterations", "5000", "--warmup", "2"]
-    for p in params:
-        args += ["--param", p]
-    target = sshd.target()
-    try:
-        stream = read_stream(run_lines(target, args, 120.0))
-    finally:
-        target.close()
+    shape = ("--duration", "0.3", "--iterations", "5000", "--warmup", "2")
+    stream = run_on_ssh_host(sshd, name, params, *shape)
     assert stream.complete and stream.end.status == "ok", (stream.problem, stream.end)
     run = stream.runs[0]
     assert run.summary.n == len(run.values) >= 2 and (run.values > 0).all()

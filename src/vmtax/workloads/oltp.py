@@ -135,13 +135,16 @@ def mariadbd_flags(datadir: str, port: int, buffer: str, user: str) -> list[str]
     ]
 
 
-def mysql_conn(port: int | str) -> list[str]:
+def sysbench_conn(db: str, port: int | str) -> list[str]:
+    """sysbench's options for the throwaway server: its driver, loopback, port, superuser
+    and the ``sbtest`` database."""
+    driver, user = ("mysql", "root") if db == "mariadb" else ("pgsql", "postgres")
     return [
-        "--db-driver=mysql",
-        "--mysql-host=127.0.0.1",
-        f"--mysql-port={port}",
-        "--mysql-user=root",
-        "--mysql-db=sbtest",
+        f"--db-driver={driver}",
+        f"--{driver}-host=127.0.0.1",
+        f"--{driver}-port={port}",
+        f"--{driver}-user={user}",
+        f"--{driver}-db=sbtest",
     ]
 
 
@@ -153,16 +156,6 @@ def postgres_flags(
         *("-D", datadir, "-p", str(port), "-c", "listen_addresses=127.0.0.1"),
         *("-c", f"unix_socket_directories={socket_dir}", "-c", f"shared_buffers={buffer_mb}MB"),
         *("-c", f"max_connections={connections}"),
-    ]
-
-
-def pgsql_conn(port: int | str) -> list[str]:
-    return [
-        "--db-driver=pgsql",
-        "--pgsql-host=127.0.0.1",
-        f"--pgsql-port={port}",
-        "--pgsql-user=postgres",
-        "--pgsql-db=sbtest",
     ]
 
 
@@ -200,13 +193,13 @@ if [ "$db" = pgsql ]; then
     $as "$pg/postgres" {pg_flags} >"$dir/server.log" 2>&1 &
     pid=$!
     ready="$dir/.s.PGSQL.$port"
-    conn="{" ".join(pgsql_conn("$port"))}"
+    conn="{" ".join(sysbench_conn("pgsql", "$port"))}"
 else
     $bb mkdir -p "$dir/data/sbtest"
     {MARIADBD} {flags} >"$dir/server.log" 2>&1 &
     pid=$!
     ready="$dir/data/mysqld.sock"
-    conn="{" ".join(mysql_conn("$port"))}"
+    conn="{" ".join(sysbench_conn("mariadb", "$port"))}"
 fi
 n=0
 until [ -S "$ready" ]; do
@@ -259,6 +252,10 @@ def guest_files() -> dict[str, bytes]:
     return files
 
 
+#: Read once: PostgreSQL's programs and files for guest images.
+_PG_GUEST = pg_guest_parts()
+
+
 class Oltp(Workload):
     name = "oltp"
     summary = "one sysbench oltp_read_write transaction against a real database server"
@@ -280,8 +277,8 @@ class Oltp(Workload):
         "study-c": {"table_size": 1_000_000, "threads": 200},
     }
     needs = ("sysbench", "mariadbd", "postgres", "initdb")
-    guest_binaries = (MARIADBD, "/usr/bin/sysbench", *pg_guest_parts()[0])
-    guest_files = {**guest_files(), **pg_guest_parts()[1]}
+    guest_binaries = (MARIADBD, "/usr/bin/sysbench", *_PG_GUEST[0])
+    guest_files = {**guest_files(), **_PG_GUEST[1]}
     default_iterations = 1_000_000
     default_duration = 3.0
 
@@ -397,7 +394,7 @@ def start_mariadb(srv: Server, ctx: Context) -> list[str]:
     buffer = f"{ctx.params['buffer_mb']}M"
     argv = [shutil.which("mariadbd") or MARIADBD]
     srv.start(argv + mariadbd_flags(str(data), port, buffer, srv.owner or "root"), port=port)
-    return mysql_conn(port)
+    return sysbench_conn("mariadb", port)
 
 
 def by_script(ctx: Context, script_path: str, port: int, base: str) -> Iterator[str]:
@@ -449,4 +446,4 @@ def start_pgsql(srv: Server, ctx: Context) -> list[str]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    return pgsql_conn(port)
+    return sysbench_conn("pgsql", port)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from vmtax.errors import VmtaxError
 from vmtax.targets.qemu import FORWARDED_PORTS
-from vmtax.workloads.oltp import MARIADBD, mariadbd_flags, mysql_conn
+from vmtax.workloads.oltp import MARIADBD, mariadbd_flags, sysbench_conn
 
 #: Where the tiers' scripts, pages and php.ini sit in the guest image.
 GUEST_DIR = Path("/srv/vmtax-webapp")
@@ -156,7 +156,7 @@ def db_script() -> str:
         "--bind-address=0.0.0.0" if f.startswith("--bind-address=") else f
         for f in mariadbd_flags('"$dir/data"', '"$port"', "${buffer}M", "root")  # type: ignore[arg-type]
     ]
-    conn = " ".join(mysql_conn('"$port"'))  # type: ignore[arg-type]
+    conn = " ".join(sysbench_conn("mariadb", '"$port"'))
     return f"""# vmtax triplet, db tier: MariaDB from an empty data directory, sbtest1 loaded.
 port=$1 id=$2 rows=$3 buffer=$4 dir=$5
 {_PRELUDE}$bb mkdir -p "$dir/data/sbtest" || exit 1
@@ -180,6 +180,15 @@ server.pid-file = "$dir/lighttpd.pid"
 server.max-keep-alive-requests = 1000000
 server.max-keep-alive-idle = 600
 """
+
+#: Starting either tier's lighttpd (left running under setsid) and waiting until it serves;
+#: ``$page`` is then the app's page through it.
+_START_LIGHTTPD = f"""\
+$bb setsid {LIGHTTPD} -D -f "$dir/lighttpd.conf" </dev/null >"$dir/server.log" 2>&1 &
+pid=$!
+page="http://127.0.0.1:$port/app.php?id=1"
+wait_for '$bb wget -q -O /dev/null http://127.0.0.1:$port/' $pid "$dir/server.log" lighttpd
+echo "ready $(up)\""""
 
 
 def app_script(php: Path) -> str:
@@ -207,11 +216,7 @@ fastcgi.server = (".php" => ((
     ),
 )))
 EOF
-$bb setsid {LIGHTTPD} -D -f "$dir/lighttpd.conf" </dev/null >"$dir/server.log" 2>&1 &
-pid=$!
-page="http://127.0.0.1:$port/app.php?id=1"
-wait_for '$bb wget -q -O /dev/null http://127.0.0.1:$port/' $pid "$dir/server.log" lighttpd
-echo "ready $(up)"
+{_START_LIGHTTPD}
 $bb wget -q -O "$dir/page.html" "$page" || fail "GET $page failed" "$dir/php.log"
 echo "ready $(up)"
 """
@@ -230,11 +235,7 @@ index-file.names = ("index.html")
     proxy.server = ("" => (("host" => "$app_host", "port" => $app_port)))
 }}
 EOF
-$bb setsid {LIGHTTPD} -D -f "$dir/lighttpd.conf" </dev/null >"$dir/server.log" 2>&1 &
-pid=$!
-page="http://127.0.0.1:$port/app.php?id=1"
-wait_for '$bb wget -q -O /dev/null http://127.0.0.1:$port/' $pid "$dir/server.log" lighttpd
-echo "ready $(up)"
+{_START_LIGHTTPD}
 $bb wget -q -O "$dir/page.html" "$page" || fail "GET $page through the app tier failed" \\
     "$dir/error.log"
 echo "ready $(up)"

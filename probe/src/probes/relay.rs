@@ -231,12 +231,19 @@ mod tests {
         assert!(ctl.values.iter().all(|v| *v > 0.0));
     }
 
+    /// Ports free now that no bind to port 0 and no outgoing connection will take before
+    /// the ring binds them: the kernel hands those out from 32768 up, and the other tests
+    /// of this binary make many while this one runs.
+    fn unused_ports_below_the_ephemeral_range(n: usize) -> Vec<u16> {
+        let start = 20_000 + (std::process::id() % 5_000) as u16;
+        (start..32_000).filter(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok()).take(n).collect()
+    }
+
     #[test]
     fn a_ring_spans_forwarders_elsewhere_at_its_odd_places() {
         // Two "away" forwarders (threads here, processes or machines in use) at places 1
         // and 3; this agent's master (0) and forwarder (2) listen where they are told.
-        let ports: Vec<u16> =
-            (0..2).map(|_| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let ports = unused_ports_below_the_ephemeral_range(2);
         let mut away = Vec::new();
         for next in [ports[1], ports[0]] {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -33,7 +33,8 @@ def cli_agent():
 
 
 def _spec(**kw) -> SweepSpec:
-    base = SweepSpec(timing=TINY, max_prime=5000, events=10, host_cpus=2)
+    base = SweepSpec(timing=TINY, max_prime=5000, events=10, host_cpus=2, replicates=1,
+                     intervals=False)  # fmt: skip
     return replace(base, **kw)
 
 
@@ -69,6 +70,20 @@ def test_sizes_per_axis():
         ({"axis": "memory", "cap_mb": 100, "guests": 2, "ratios": (1.0,)}, "below 128"),
         ({"axis": "vcpus"}, "--workload threads"),
         ({"timing": Timing(1, 1, 1)}, "at least 2 samples"),
+        # Absurd sizes (refused before anything is built or booted).
+        ({"ratios": (1e9,)}, "at most 16:1"),
+        ({"ratios": tuple(0.1 * i for i in range(1, 40))}, "1 to 32 steps"),
+        ({"replicates": 10**21}, "1 to 50"),
+        ({"replicates": 1, "intervals": True}, "--replicates 1 --no-intervals"),
+        ({"timing": Timing(1, 1e30, 1)}, "window must be at most"),
+        ({"timing": Timing(float("nan"), 10, 1)}, "warm-up must be at most"),
+        ({"timing": Timing(1, 10, 0.001)}, "at least 0.1 s"),
+        ({"events": 10**12}, "--events must be at most"),
+        ({"guest_memory_mb": 99999999, "host_memory_mb": 24000}, "above this machine"),
+        ({"cap_mb": 10**9, "axis": "memory", "host_memory_mb": 24000}, "--cap-mb"),
+        ({"guest_vcpus": 10**6}, "--guest-vcpus"),
+        # 10 guests of 4 GiB do not fit in 24 GiB: refused, not booted to fail.
+        ({"guest_memory_mb": 4096, "host_memory_mb": 24000, "ratios": (5.0,)}, "needs 10"),
     ],
 )
 def test_bad_specs_are_usage_errors(kw, message):
@@ -86,6 +101,49 @@ def test_study_b_preset_scales_the_csv_ratios_to_this_machine():
     last = spec.steps()[-1]
     assert sum(last.memory_mb) / spec.cap_mb == pytest.approx(1.4, abs=0.01)
     assert study_b_steps("Xen")[0] == (1.0, 1.5, 2.0, 2.5)
+
+
+def test_replicates_run_in_rounds_in_a_random_order_from_the_stored_seed():
+    spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0, 2.5), replicates=3, intervals=True, order_seed=5)
+    order = spec.order()
+    assert order == _spec(ratios=spec.ratios, replicates=3, order_seed=5).order()
+    assert [r for r, _ in order] == [0] * 5 + [1] * 5 + [2] * 5
+    rounds = [[i for r, i in order if r == k] for k in range(3)]
+    assert all(sorted(r) == [0, 1, 2, 3, 4] for r in rounds)
+    assert rounds != [[0, 1, 2, 3, 4]] * 3  # not ascending
+    assert order != replace(spec, order_seed=6).order()
+    assert {spec.unit(r, i) for r, i in order} == set(range(15))
+    # A sweep stored before replicates reads as one replicate without intervals.
+    plan = spec.as_plan()
+    del plan["replicates"], plan["intervals"]
+    old = SweepSpec.from_plan(plan)
+    assert old.replicates == 1 and not old.intervals and old.unit(0, 3) == 3
+
+
+def test_l0_replicated_sweep_stores_each_unit_and_shows_replicate_intervals(cli, tmp_path):
+    db = str(tmp_path / "rep.db")
+    spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0), replicates=3, intervals=True, order_seed=9)
+    with Store.open(db) as store:
+        exp = _experiment(store, spec)
+        seen = []
+        SweepRunner(store, spec, local_factory(spec), level="L0",
+                    on_step=seen.append).execute(exp)  # fmt: skip
+        rows = sweep_store.steps(store, exp)
+    assert [(o.replicate, o.index) for o in seen] == spec.order()
+    assert sorted(rows["step_index"]) == list(range(12)) and set(rows["status"]) == {"ok"}
+    details = {int(r["step_index"]): r["detail"] for _, r in rows.iterrows()}
+    for position, (rep, index) in enumerate(spec.order()):
+        d = details[spec.unit(rep, index)]
+        assert (d["step"], d["replicate"], d["order"]) == (index, rep, position)
+    res = cli("sweep", "show", "latest", "--format", "json", "--db", db)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["replicates"] == 3 and data["order_seed"] == 9
+    for step in data["steps"]:
+        t = step["throughput"]
+        assert t["replicates"] == 3 and len(t["replicate_means"]) == 3
+        assert t["mean"] == pytest.approx(sum(t["replicate_means"]) / 3)
+        assert t["ci_low"] <= t["mean"] <= t["ci_high"]
 
 
 def test_migration_0003_upgrades_and_downgrades(sqlite_url):
@@ -122,8 +180,12 @@ def test_interrupted_sweep_resumes_at_its_step_without_redoing_committed_ones(st
     spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0))
     exp = _experiment(store, spec)
 
+    order = [i for _, i in spec.order()]  # one replicate, its steps in a random order
+    seen = []
+
     def interrupt_after_second(outcome):
-        if outcome.index == 1:
+        seen.append(outcome.index)
+        if len(seen) == 2:
             raise KeyboardInterrupt
 
     runner = SweepRunner(store, spec, local_factory(spec), level="L0",
@@ -132,13 +194,13 @@ def test_interrupted_sweep_resumes_at_its_step_without_redoing_committed_ones(st
         runner.execute(exp)
     assert store.experiment(exp)["status"] == "interrupted"
     before = sweep_store.steps(store, exp)
-    assert list(before["step_index"]) == [0, 1]
+    assert list(before["step_index"]) == sorted(order[:2]) == sorted(seen)
     ran = []
     SweepRunner(store, spec, local_factory(spec), level="L0", on_step=ran.append).execute(exp)
-    assert [o.index for o in ran] == [2, 3]
+    assert [o.index for o in ran] == order[2:]
     after = sweep_store.steps(store, exp)
     assert list(after["step_index"]) == [0, 1, 2, 3] and set(after["status"]) == {"ok"}
-    kept = after[after["step_index"] < 2]
+    kept = after[after["step_index"].isin(order[:2])]
     assert list(kept["id"]) == list(before["id"])
     assert list(kept["started_at"]) == list(before["started_at"])
     assert store.experiment(exp)["status"] == "ok"
@@ -162,9 +224,11 @@ def test_guest_that_fails_to_start_at_step_k_keeps_the_steps_before(store, tmp_p
     msg = str(err.value)
     assert "\n" not in msg and "guest 3 of 3 failed to boot" in msg and "no-agent" in msg
     rows = sweep_store.steps(store, exp)
-    assert list(zip(rows["step_index"], rows["status"], strict=True)) == [
-        (0, "ok"), (1, "ok"), (2, "failed"),
-    ]  # fmt: skip
+    # The steps run before the first with a third guest stay; that one is stored as failed.
+    order = [i for _, i in spec.order()]
+    failing = next(n for n, i in enumerate(order) if spec.steps()[i].guests >= 3)
+    want = {i: "ok" for i in order[:failing]} | {order[failing]: "failed"}
+    assert dict(zip(rows["step_index"], rows["status"], strict=True)) == want
     assert store.experiment(exp)["status"] == "failed"
 
 
@@ -172,9 +236,9 @@ def test_cli_sweep_and_show_json(cli, tmp_path):
     db = str(tmp_path / "s.db")
     res = cli("sweep", "--level", "L0", "--steps", "0.5,1,1.5,2", "--warmup", "0.5",
               "--window", "1.5", "--interval", "0.5", "--events", "10", "--max-prime", "5000",
-              "--db", db)  # fmt: skip
+              "--replicates", "2", "--db", db)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert res.stderr.count("step ") == 4 and "Sweep 1" in res.stdout
+    assert res.stderr.count(" step ") == 8 and "Sweep 1" in res.stdout
     res = cli("sweep", "show", "latest", "--format", "json", "--db", db)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
@@ -198,12 +262,28 @@ def test_cli_usage_errors_are_one_line(cli, tmp_path):
         ("sweep", "--axis", "disks", "--level", "L0", "--db", db),
         ("sweep", "--steps", "one,two", "--level", "L0", "--db", db),
         ("sweep", "show", "latest", "--format", "yaml", "--db", db),
+        ("sweep", "--steps", "1e9", "--db", db),
+        ("sweep", "--guest-memory", "99999999", "--db", db),
+        ("sweep", "--replicates", "1", "--db", db),
+        ("sweep", "--guest-memory", "8192", "--steps", "0.5,1,1.5,2", "--db", db),
+        ("sweep", "--window", "inf", "--db", db),
+        ("sweep", "--boot-timeout", "nan", "--db", db),
     ):
         res = cli(*args)
         assert res.returncode == 2, (args, res.stderr)
         assert res.stderr.startswith("vmtax: error: ") and len(res.stderr.splitlines()) == 1
+    assert not Path(tmp_path / "s.db").exists()  # refused before the store was made
+    Store.open(db).close()
     res = cli("sweep", "show", "latest", "--db", db)
     assert res.returncode == 1 and "no sweep" in res.stderr
+
+
+def test_cli_help_states_the_bounds(cli):
+    res = cli("sweep", "--help")
+    text = " ".join(res.stdout.replace("│", " ").split())
+    for bound in ("1 to 32 steps", "at most 16:1", "2 to 50", "--no-intervals",
+                  "at most this machine's memory", "at most 86400", "Example:"):  # fmt: skip
+        assert bound in text, bound
 
 
 def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
@@ -220,7 +300,9 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
                         on_step=stop_after_first).execute(exp)  # fmt: skip
     res = cli("sweep", "--resume", str(exp), "--db", db)
     assert res.returncode == 0, res.stderr
-    assert "step 1/" not in res.stderr and "step 2/3" in res.stderr and "step 3/3" in res.stderr
+    first = spec.order()[0][1]
+    assert res.stderr.count("] replicate 1/1 step ") == 2
+    assert f"step {first + 1}/3" not in res.stderr
     with Store.open(db) as store:
         rows = sweep_store.steps(store, exp)
         assert list(rows["step_index"]) == [0, 1, 2] and set(rows["status"]) == {"ok"}
@@ -241,20 +323,21 @@ def test_sigterm_stops_the_sweep_and_resume_finishes_it(tmp_path):
     env = {**os.environ, "VMTAX_PROBE": str(find_agent())}
     args = [vmtax, "sweep", "--level", "L0", "--steps", "0.5,1,1.5", "--warmup", "0.5",
             "--window", "1.5", "--interval", "0.5", "--events", "10", "--max-prime", "5000",
-            "--db", db]  # fmt: skip
+            "--replicates", "1", "--no-intervals", "--order-seed", "0", "--db", db]  # fmt: skip
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True, env=env)  # fmt: skip
     assert proc.stderr is not None
     for line in proc.stderr:
-        if line.startswith("step 1/3"):
-            proc.send_signal(signal.SIGTERM)  # during step 2
+        if "] replicate 1/1 step" in line:
+            proc.send_signal(signal.SIGTERM)  # during the second unit
             break
+    first = SweepSpec(ratios=(0.5, 1.0, 1.5), replicates=1, order_seed=0).order()[0][1]
     rest = proc.stderr.read()
     assert proc.wait(timeout=60) == 130, rest
     assert "vmtax: error: interrupted" in rest
     with Store.open(db) as store:
         assert store.experiment(1)["status"] == "interrupted"
-        assert list(sweep_store.steps(store, 1)["step_index"]) == [0]
+        assert list(sweep_store.steps(store, 1)["step_index"]) == [first]
     res = subprocess.run([vmtax, "sweep", "--resume", "1", "--db", db], env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr

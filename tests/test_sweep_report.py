@@ -16,28 +16,34 @@ from vmtax.sweep.synthetic import study_b
 
 @pytest.fixture
 def zvm_db(tmp_path):
+    """Three replicates of each step (units stored round by round, as the sweep stores
+    them), each with two window samples."""
     db = str(tmp_path / "zvm.db")
-    s = study_b("zvm", seed=1)
-    spec = SweepSpec(ratios=s.ratios, timing=Timing(60, 600, 60), host_cpus=8)
+    s = study_b("zvm", seed=1, samples=3)
+    spec = SweepSpec(ratios=s.ratios, timing=Timing(60, 600, 60), host_cpus=8, replicates=3)
+    n = len(s.ratios)
     with Store.open(db) as store:
         exp = store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,
                                       plan={"sweep": spec.as_plan(), "level": "L1"},
                                       vmtax_version="test", agent_version=None)  # fmt: skip
-        for i, r in enumerate(s.ratios):
-            rows = [
-                {"phase": "window", "t_s": 60.0 * (k + 1), "throughput": float(t),
-                 "resp_mean_s": float(rt), "host_util": float(u), "steal": 0.01,
-                 "vcpu_wait": 0.1 * r, "per_guest": [{"guest": 1, "label": "<b>x</b>"}],
-                 "memory": {"workingset_refault_file_per_s": 5120.0 if r >= 2.5 else 0.0}}
-                for k, (t, rt, u) in enumerate(
-                    zip(s.throughput[i], s.response_s[i], s.utilisation[i], strict=True))
-            ]  # fmt: skip
-            sweep_store.add_step(
-                store, exp, step_index=i, ratio=r, axis="guests", status="ok",
-                guests=int(3 * r * 2), vcpus=int(8 * r), guest_memory_mb=int(9196 * r),
-                host_cpus=8, host_memory_mb=None, started_at=datetime.now(UTC),
-                detail={"resp_p95_s": float(s.response_s[i].mean()) * 22}, samples=rows,
-            )  # fmt: skip
+        for rep in range(3):
+            for i, r in enumerate(s.ratios):
+                t, rt, u = s.throughput[i][rep], s.response_s[i][rep], s.utilisation[i][rep]
+                rows = [
+                    {"phase": "window", "t_s": 60.0 * (k + 1), "throughput": float(t),
+                     "resp_mean_s": float(rt), "host_util": float(u), "steal": 0.01,
+                     "vcpu_wait": 0.1 * r, "per_guest": [{"guest": 1, "label": "<b>x</b>"}],
+                     "memory": {"workingset_refault_file_per_s": 5120.0 if r >= 2.5 else 0.0}}
+                    for k in range(2)
+                ]  # fmt: skip
+                sweep_store.add_step(
+                    store, exp, step_index=rep * n + i, ratio=r, axis="guests", status="ok",
+                    guests=int(3 * r * 2), vcpus=int(8 * r), guest_memory_mb=int(9196 * r),
+                    host_cpus=8, host_memory_mb=None, started_at=datetime.now(UTC),
+                    detail={"resp_p95_s": float(rt) * 22, "resp_mean_s": float(rt),
+                            "step": i, "replicate": rep},
+                    samples=rows,
+                )  # fmt: skip
         store.finish_experiment(exp, "ok")
     return db
 
@@ -50,10 +56,11 @@ def test_show_json_gives_steps_and_the_knee_with_its_interval(cli, zvm_db):
     assert data["knee"]["low"] <= 2.0 <= data["knee"]["high"] and data["knee"]["ratio"] == 2.0
     assert data["flat"]["kind"] == "saturated" and data["resp_rise_ratio"] == 2.5
     step = data["steps"][2]
-    assert step["throughput"]["samples"] == 10
+    assert step["throughput"]["samples"] == 6 and step["throughput"]["replicates"] == 3
     assert step["throughput"]["ci_low"] < step["throughput"]["mean"] < step["throughput"]["ci_high"]
     assert step["utilisation"]["host"] == pytest.approx(1.0, abs=0.02)
     # p95 = 22 x the mean response time: 1.76 s up to 2:1, 2.2 s at 2.5:1 (over 2 s).
+    assert data["replicates"] == 3
     assert data["slo"]["max_ratio"] == 2.0
 
 

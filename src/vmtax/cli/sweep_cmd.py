@@ -11,13 +11,25 @@ import typer
 
 from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.sweep.spec import (
+    DEFAULT_REPLICATES,
+    MAX_RATIO,
+    MAX_REPLICATES,
+    MAX_SAMPLES,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MIN_INTERVAL_S,
+    QEMU_OVERHEAD_MB,
+)
 from vmtax.sweep.tiers import TRIPLET_EVENTS
 
 SHOW_FORMATS = ("table", "markdown", "json", "html")
 
 sweep_app = typer.Typer(
-    help="Overcommitment sweeps: scale guests, vCPUs or memory in steps; find the knee.\n\n"
-    "Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest\n\n"
+    help="Overcommitment sweeps: scale guests, vCPUs or memory in steps, each step in "
+    "replicates (fresh boots, random order); find the knee with its 95% interval.\n\n"
+    "Example: vmtax sweep && vmtax sweep show latest\n\n"
+    "Example: vmtax sweep --steps 0.5,1,1.5,2,2.5,3 --replicates 5\n\n"
     "Example: vmtax sweep --workload triplet --accel tcg  (study B's web, app and db "
     "guests: 1 to 4 triplets)",
     no_args_is_help=False,
@@ -45,18 +57,49 @@ def sweep(
     axis: Annotated[str, typer.Option(help="guests | vcpus | memory")] = "guests",
     steps: Annotated[
         str,
-        typer.Option(help="Ratios, e.g. 0.5,1,1.5,2, or a preset: default | study-b."),
+        typer.Option(
+            help="Ratios, e.g. 0.5,1,1.5,2,2.5, or a preset: default (0.5 to 2.5) | study-b. "
+            f"1 to {MAX_STEPS} steps, each at most {MAX_RATIO:g}:1; a step's guests (RAM plus "
+            f"{QEMU_OVERHEAD_MB} MiB each for QEMU) must fit in this machine's memory."
+        ),
     ] = "default",
+    replicates: Annotated[
+        int,
+        typer.Option(
+            help=f"Replicates of each step, 2 to {MAX_REPLICATES} (3): rounds of fresh "
+            "boots, each measuring every step once in a random order. 1 only with "
+            "--no-intervals."
+        ),
+    ] = DEFAULT_REPLICATES,
+    intervals: Annotated[
+        bool,
+        typer.Option(
+            "--intervals/--no-intervals",
+            help="--no-intervals (with --replicates 1): no interval, no rise test.",
+        ),
+    ] = True,
+    order_seed: Annotated[
+        int | None,
+        typer.Option(help="Seed of the random step order (default: drawn and stored)."),
+    ] = None,
     timing: Annotated[
-        str, typer.Option(help="small (10 s warm-up, 30 s window, 5 s samples) | study-b")
+        str, typer.Option(help="small (5 s warm-up, 15 s window, 3 s samples) | study-b")
     ] = "small",
     warmup: Annotated[
-        float | None, typer.Option(help="Warm-up seconds (overrides --timing).")
+        float | None,
+        typer.Option(help=f"Warm-up seconds (overrides --timing; at most {MAX_SECONDS:g})."),
     ] = None,
     window: Annotated[
-        float | None, typer.Option(help="Window seconds (overrides --timing).")
+        float | None,
+        typer.Option(help=f"Window seconds (overrides --timing; at most {MAX_SECONDS:g})."),
     ] = None,
-    interval: Annotated[float | None, typer.Option(help="Sample interval, seconds.")] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(
+            help=f"Sample interval, seconds (at least {MIN_INTERVAL_S:g}; at most "
+            f"{MAX_SAMPLES} samples a window)."
+        ),
+    ] = None,
     workload: Annotated[
         str,
         typer.Option(
@@ -77,7 +120,10 @@ def sweep(
     guest_vcpus: Annotated[
         int | None, typer.Option(help="vCPUs of each guest (guests axis; 1).")
     ] = None,
-    guest_memory: Annotated[int | None, typer.Option(help="MiB of each guest (160).")] = None,
+    guest_memory: Annotated[
+        int | None,
+        typer.Option(help="MiB of each guest (160); at most this machine's memory."),
+    ] = None,
     guests: Annotated[int, typer.Option(help="Guests (vcpus and memory axes).")] = 1,
     tiers: Annotated[
         str,
@@ -101,15 +147,22 @@ def sweep(
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
 ) -> None:
-    """Run an overcommitment sweep: at each step start the guests, run the workload in all of
-    them at once, discard the warm-up, sample the window; then find the knee.
+    """Run an overcommitment sweep: in each of --replicates rounds, boot fresh guests and
+    measure every step once in a random order (run the workload in the step's guests at
+    once, discard the warm-up, sample the window); then find the knee. Each replicate's
+    window mean is the unit of the step's 95% interval, the knee's interval and the
+    response-time rise test. The default (5 steps x 3 replicates of 1-vCPU TCG guests) takes
+    under 10 minutes on 2 cores.
 
-    Example: vmtax sweep --steps 0.5,1,1.5,2 && vmtax sweep show latest
+    Example: vmtax sweep && vmtax sweep show latest
+
+    Example: vmtax sweep --replicates 1 --no-intervals  # a quick look: no interval
 
     Example: vmtax sweep --workload triplet  # study B's web/app/db guests: 1 to 4 triplets
     """
     if ctx.invoked_subcommand is not None:
         return
+    import secrets
     from dataclasses import replace
 
     from vmtax.runner import controller_identity
@@ -127,6 +180,50 @@ def sweep(
         )
     if workload == "triplet" and resume is None:
         _triplet_can_run(level)
+    if not (0 < boot_timeout <= 3600):
+        raise UsageError(f"--boot-timeout must be above 0 and at most 3600 s, got {boot_timeout}")
+    spec = None
+    if resume is None:
+        cpus, host_mb = host_resources()
+        spec = SweepSpec(
+            axis=axis,
+            workload="threads" if axis == "vcpus" and workload == "cpu" else workload,
+            think_time_s=think_time,
+            events=events or (TRIPLET_EVENTS if workload == "triplet" else 200),
+            max_prime=max_prime,
+            host_cpus=cpus,
+            guest_vcpus=guest_vcpus or 1,
+            guest_memory_mb=guest_memory or 160,
+            guests=guests,
+            cap_mb=cap_mb,
+            accel="none",
+            slo_s=slo,
+            tiers=tiers,
+            clients_per_triplet=clients,
+            replicates=replicates,
+            intervals=intervals,
+            order_seed=secrets.randbits(32) if order_seed is None else order_seed,
+            host_memory_mb=host_mb,
+        )
+        if not 0 <= spec.order_seed < 2**63:
+            raise UsageError(f"--order-seed must be 0 to 2^63-1, got {spec.order_seed}")
+        preset = steps if steps in ("default", "study-b") else "default"
+        custom = _ratios(steps) if preset == "default" and steps != "default" else None
+        if custom is not None:  # bounds first: a preset must not size absurd steps
+            replace(spec, ratios=custom)._check_bounds()
+        spec = apply_presets(spec, steps=preset, timing=timing)
+        if custom is not None:
+            spec = replace(spec, ratios=custom, steps_preset="custom")
+        t = spec.timing
+        spec = replace(
+            spec,
+            timing=Timing(
+                t.warmup_s if warmup is None else warmup,
+                t.window_s if window is None else window,
+                t.interval_s if interval is None else interval,
+            ),
+        )
+        spec.check()
     store = Store.open(db)
     try:
         if resume is not None:
@@ -136,37 +233,7 @@ def sweep(
             store.reopen_experiment(resume, controller_identity())
             experiment_id = resume
         else:
-            cpus, _ = host_resources()
-            spec = SweepSpec(
-                axis=axis,
-                workload="threads" if axis == "vcpus" and workload == "cpu" else workload,
-                think_time_s=think_time,
-                events=events or (TRIPLET_EVENTS if workload == "triplet" else 200),
-                max_prime=max_prime,
-                host_cpus=cpus,
-                guest_vcpus=guest_vcpus or 1,
-                guest_memory_mb=guest_memory or 160,
-                guests=guests,
-                cap_mb=cap_mb,
-                accel="none",
-                slo_s=slo,
-                tiers=tiers,
-                clients_per_triplet=clients,
-            )
-            preset = steps if steps in ("default", "study-b") else "default"
-            spec = apply_presets(spec, steps=preset, timing=timing)
-            if preset == "default" and steps != "default":
-                spec = replace(spec, ratios=_ratios(steps), steps_preset="custom")
-            t = spec.timing
-            spec = replace(
-                spec,
-                timing=Timing(
-                    t.warmup_s if warmup is None else warmup,
-                    t.window_s if window is None else window,
-                    t.interval_s if interval is None else interval,
-                ),
-            )
-            spec.check()
+            assert spec is not None
             if level == "L1":
                 from vmtax.targets.accel import choose_accel
 
@@ -175,7 +242,7 @@ def sweep(
             experiment_id = store.create_experiment(
                 command=_command_line(sys.argv[1:], store.url_display),
                 suite="sweep",
-                seed=0,
+                seed=spec.order_seed,
                 plan={
                     "sweep": spec.as_plan(),
                     "level": level,
@@ -186,6 +253,8 @@ def sweep(
             )
         factory = _factory(spec, level, boot_timeout)
         total = len(spec.ratios)
+        units = total * spec.replicates
+        done = [0]
 
         def on_step(o: object) -> None:
             from vmtax.sweep.run import StepOutcome, throughput_unit
@@ -197,14 +266,20 @@ def sweep(
             mean = sum(tput) / len(tput) if tput else float("nan")
             cpu = 100 * sum(util) / len(util) if util else float("nan")
             p95 = o.detail.get("resp_p95_s") or float("nan")
+            done[0] += 1
             typer.echo(
+                f"[{done[0]}/{units}] replicate {o.replicate + 1}/{spec.replicates} "
                 f"step {o.index + 1}/{total} {o.ratio:g}:1 {o.status}: {mean:,.0f} "
                 f"{throughput_unit(spec)}, p95 {p95:.3g} s, "
                 f"host CPU {cpu:.0f}%",
                 err=True,
             )
 
-        typer.echo(f"vmtax: sweep experiment {experiment_id}: {total} steps", err=True)
+        typer.echo(
+            f"vmtax: sweep experiment {experiment_id}: {total} steps x {spec.replicates} "
+            f"replicates, order seed {spec.order_seed}",
+            err=True,
+        )
         runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
         from vmtax.cli.run_cmd import _sigterm_as_interrupt
 

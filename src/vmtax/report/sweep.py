@@ -20,7 +20,7 @@ from vmtax.report.terminal import fmt
 from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
-    "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
+    "ratio", "guests", "vCPUs", "replicates", "throughput", "95% CI", "resp mean s", "resp p95 s",
     "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "paged in MiB/s",
     "status",
 )  # fmt: skip
@@ -53,6 +53,7 @@ def rows(summary: SweepSummary) -> list[list[str]]:
                 f"{s.ratio:g}:1",
                 str(s.guests),
                 str(s.vcpus),
+                str(len(s.replicate_means)),
                 fmt(s.throughput),
                 ci,
                 fmt(s.resp_mean_s),
@@ -74,11 +75,14 @@ def findings(summary: SweepSummary) -> list[str]:
     """The analysis in sentences."""
     out = []
     k = summary.knee
-    if k:
+    if k and k["low"] is not None:
         out.append(
             f"Throughput stops scaling at {k['ratio']:g}:1 "
             f"(95% interval {k['low']:g} to {k['high']:g}:1)."
         )
+    elif k:
+        why = summary.knee_reason.partition("; ")[2] or "no interval"
+        out.append(f"Throughput stops scaling at {k['ratio']:g}:1 ({why}).")
     else:
         out.append(f"No knee: {summary.knee_reason}.")
     f = summary.flat
@@ -103,11 +107,19 @@ def findings(summary: SweepSummary) -> list[str]:
             f"({100 * f['low']:.1f} to {100 * f['high']:.1f}%){share}: flat because {why}."
         )
     r = summary.resp_rise_ratio
-    out.append(
-        f"Response time first rises significantly at {r:g}:1 (Holm-adjusted, vs the first step)."
-        if r is not None
-        else "Response time does not rise significantly at any step."
-    )
+    if r is not None:
+        out.append(
+            f"Response time first rises significantly at {r:g}:1 "
+            "(Holm-adjusted, vs the first step)."
+        )
+    elif summary.resp_rise_steps:
+        p = min(p for _, _, p in summary.resp_rise_steps)
+        out.append(
+            f"A response-time rise over the first step: not detected (smallest Holm-adjusted "
+            f"p = {p:.3g})."
+        )
+    else:
+        out.append("A response-time rise over the first step: not tested (no replicates).")
     slo = summary.slo
     out.append(
         f"SLO p95 <= {slo['limit_s']:g} s holds up to {slo['max_ratio']:g}:1."
@@ -152,7 +164,8 @@ def markdown(summary: SweepSummary) -> str:
         "",
         f"Axis `{spec['axis']}`, workload `{spec['workload']}` ({summary.throughput_unit}), "
         f"window {spec['timing']['window_s']:g} s sampled every {spec['timing']['interval_s']:g} s "
-        f"after {spec['timing']['warmup_s']:g} s of warm-up; status {summary.status}.",
+        f"after {spec['timing']['warmup_s']:g} s of warm-up; {summary.replicates} replicate(s) "
+        f"per step in a random order (seed {summary.order_seed}); status {summary.status}.",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),
@@ -177,7 +190,8 @@ def figure(summary: SweepSummary) -> Figure:
         ax1.set_ylabel(summary.throughput_unit)
         if summary.knee:
             k = summary.knee
-            ax1.axvspan(k["low"], k["high"], color="#ff7f0e", alpha=0.15, lw=0)
+            if k["low"] is not None:
+                ax1.axvspan(k["low"], k["high"], color="#ff7f0e", alpha=0.15, lw=0)
             ax1.axvline(k["ratio"], color="#ff7f0e", ls="--", lw=1, label="knee")
             ax1.legend()
         ax2.plot(x, [s.resp_p95_s for s in ok], marker="o", color="#d62728", label="p95")

@@ -1,5 +1,12 @@
-"""The sweep loop: for each step, start the guests, run the workload in all of them at once,
-sample a warm-up and a steady-state window at a fixed interval, and commit the step.
+"""The sweep loop: in each round (replicate), boot fresh guests and measure every step once,
+in the round's random order (``SweepSpec.order``): run the workload in the step's guests at
+once, sample a warm-up and a steady-state window at a fixed interval, and commit the unit
+(one step of one replicate).
+
+On the guests axis a round's guests stay up from step to step: a step of n guests drives
+the round's first n, and the others idle (an idle TCG guest took 0.25% of one CPU here);
+the next round boots new ones. On the other axes the guests change size, so every unit
+boots its own.
 
 Each guest runs one closed-loop client: the agent's probe in the guest repeats a transaction
 (``events`` events of the probe) back to back, or with ``think_time_s`` between transactions.
@@ -12,7 +19,7 @@ The triplet workload (study B's web, app and db guests) has its clients on this 
 instead: each GETs the app's page through the triplet's web guest (``triplet``), and each
 guest's steal is read from its /proc/stat by a script in the guest (``gueststeal``).
 
-A step is committed whole (its samples with it) or not at all; ``--resume`` runs the steps
+A unit is committed whole (its samples with it) or not at all; ``--resume`` runs the units
 without an ``ok`` row. A guest that cannot boot, or a workload that breaks, stores the step as
 ``failed`` with a one-line reason and ends the sweep there; the committed steps stay.
 """
@@ -175,6 +182,7 @@ class StepOutcome:
     error: str | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)
     detail: dict[str, Any] = field(default_factory=dict)
+    replicate: int = 0
 
 
 class SweepRunner:
@@ -194,7 +202,8 @@ class SweepRunner:
         self.factory = factory
         self.level = level
         self.on_step = on_step or (lambda _o: None)
-        self.guests: list[Guest] = []
+        self.guests: list[Guest] = []  # the round's guests
+        self.active: list[Guest] = []  # the step's: the first of them
         self.cap: MemoryCap | None = None
 
     # -- guests ----------------------------------------------------------------------------
@@ -205,15 +214,14 @@ class SweepRunner:
                 guest.target.close()
 
     def _start_guests(self, size: StepSize) -> None:
-        """Guests for ``size``; on the guests axis the previous step's guests stay."""
+        """Guests for ``size``: the round's guests that have its sizes stay (the guests
+        axis), more boot; guests of other sizes are stopped first."""
         same = all(
-            i < size.guests and g.vcpus == size.vcpus[i] and g.memory_mb == size.memory_mb[i]
+            i >= size.guests or (g.vcpus == size.vcpus[i] and g.memory_mb == size.memory_mb[i])
             for i, g in enumerate(self.guests)
         )
         if not same:
             self._stop_guests()
-        elif len(self.guests) > size.guests:
-            self._stop_guests(size.guests)
         for i in range(len(self.guests), size.guests):
             try:
                 if self.cap is not None:
@@ -227,11 +235,12 @@ class SweepRunner:
                     f"failed to boot: {' '.join(exc.message.split())}"
                 ) from None
             self.guests.append(guest)
+        self.active = self.guests[: size.guests]
 
     # -- one step --------------------------------------------------------------------------
-    def run_step(self, size: StepSize) -> StepOutcome:
+    def run_step(self, size: StepSize, replicate: int = 0) -> StepOutcome:
         spec, timing = self.spec, self.spec.timing
-        outcome = StepOutcome(size.index, size.ratio, "ok")
+        outcome = StepOutcome(size.index, size.ratio, "ok", replicate=replicate)
         self._start_guests(size)
         n_warm = math.ceil(timing.warmup_s / timing.interval_s) if timing.warmup_s else 0
         n_total = n_warm + timing.samples
@@ -244,7 +253,7 @@ class SweepRunner:
         for c in clients:
             c.start()
         driven = {c.index for c in clients}
-        pids = [g.pid for g in self.guests if g.pid is not None]
+        pids = [g.pid for g in self.active if g.pid is not None]
         ncpus = spec.host_cpus
         prev = host.snapshot(pids)
         prev_cg = self.cap.stat() if self.cap else None
@@ -277,6 +286,8 @@ class SweepRunner:
             outcome.status, outcome.error = "failed", broken[0]
         resp = np.asarray([x.wall_s for x in window])
         outcome.detail = {
+            "step": size.index,
+            "replicate": replicate,
             "asked_ratio": size.asked,
             "vcpus_per_guest": list(size.vcpus),
             "memory_mb_per_guest": list(size.memory_mb),
@@ -284,7 +295,7 @@ class SweepRunner:
             "resp_p95_s": float(np.percentile(resp, 95)) if resp.size else None,
             "resp_mean_s": float(resp.mean()) if resp.size else None,
             "level": self.level,
-            "guests": [{**g.target.provenance(), **g.detail} for g in self.guests],
+            "guests": [{**g.target.provenance(), **g.detail} for g in self.active],
         }
         return outcome
 
@@ -292,14 +303,14 @@ class SweepRunner:
         """One client per guest, or the factory's own (the triplet's, on this machine)."""
         make = getattr(self.factory, "clients", None)
         if make is not None:
-            return list(make(self.guests, end, out))
-        return [Client(i, g, self.spec, end, out) for i, g in enumerate(self.guests)]
+            return list(make(self.active, end, out))
+        return [Client(i, g, self.spec, end, out) for i, g in enumerate(self.active)]
 
     def _steal_recorders(self, n_samples: int) -> dict[int, StealRecorder]:
         """Steal readers for the guests whose clients cannot report it, started now: one
         reading at the start and one at each sample."""
         out = {}
-        for i, g in enumerate(self.guests):
+        for i, g in enumerate(self.active):
             if g.steal_script:
                 rec = StealRecorder(g.target, g.steal_script, self.spec.timing.interval_s,
                                     n_samples + 1)  # fmt: skip
@@ -340,7 +351,7 @@ class SweepRunner:
         dt = b.t - a.t
         resp = np.asarray([x.wall_s for x in got])
         per_guest = []
-        for i, g in enumerate(self.guests):
+        for i, g in enumerate(self.active):
             mine = [x for x in got if x.guest == i]
             row: dict[str, Any] = {
                 "guest": i + 1,
@@ -380,23 +391,35 @@ class SweepRunner:
 
     # -- the whole sweep ---------------------------------------------------------------------
     def execute(self, experiment_id: int) -> list[StepOutcome]:
-        """Run every step not yet committed; mark the experiment ok, failed or interrupted."""
+        """Run every unit not yet committed, round by round in the spec's order; mark the
+        experiment ok, failed or interrupted."""
         done = sweep_store.committed_steps(self.store, experiment_id)
+        sizes = self.spec.steps()
         out: list[StepOutcome] = []
         status = "ok"
         try:
             # The cap holds guests; L0's agent processes are not guests and run uncapped.
             if self.spec.cap_mb and self.level != "L0":
                 self.cap = MemoryCap(f"vmtax-sweep-{experiment_id}", self.spec.cap_mb)
-            for size in self.spec.steps():
-                if size.index in done:
+            current = None
+            for position, (replicate, index) in enumerate(self.spec.order()):
+                unit = self.spec.unit(replicate, index)
+                if unit in done:
                     continue
+                if replicate != current:  # a new round boots its own guests
+                    self._stop_guests()
+                    current = replicate
+                size = sizes[index]
                 started = datetime.now(UTC)
                 try:
-                    outcome = self.run_step(size)
+                    outcome = self.run_step(size, replicate)
                 except SweepError as exc:
-                    outcome = StepOutcome(size.index, size.ratio, "failed", exc.message)
-                self._commit(experiment_id, size, outcome, started)
+                    outcome = StepOutcome(
+                        size.index, size.ratio, "failed", exc.message, replicate=replicate
+                    )
+                    outcome.detail = {"step": size.index, "replicate": replicate}
+                outcome.detail["order"] = position
+                self._commit(experiment_id, size, unit, outcome, started)
                 out.append(outcome)
                 self.on_step(outcome)
                 if outcome.status != "ok":
@@ -417,7 +440,12 @@ class SweepRunner:
         return out
 
     def _commit(
-        self, experiment_id: int, size: StepSize, outcome: StepOutcome, started: datetime
+        self,
+        experiment_id: int,
+        size: StepSize,
+        unit: int,
+        outcome: StepOutcome,
+        started: datetime,
     ) -> None:
         detail = dict(outcome.detail)
         file_backed = bool(getattr(self.factory, "file_backed", False))
@@ -431,7 +459,7 @@ class SweepRunner:
         sweep_store.add_step(
             self.store,
             experiment_id,
-            step_index=size.index,
+            step_index=unit,
             ratio=size.ratio,
             axis=self.spec.axis,
             status=outcome.status,

@@ -11,9 +11,15 @@ The ``triplet`` workload (study B's web, app and db guests, see ``tiers`` and ``
 runs on the guests axis only: a step of k triplets has 3k guests of the ``--tiers`` sizes,
 and its ratio is again all guests' vCPUs / host CPUs.
 
-Presets: timings ``small`` (the default: 10 s warm-up, 30 s window, 5 s samples) and
-``study-b`` (5 min, 10 min, 1 min); steps ``default`` (0.5 to 2.0:1, so the knee can sit where
-the vCPUs begin to outnumber the CPUs) and ``study-b`` (study B's CPU ratios from
+Replicates: every step is measured ``replicates`` times (3 by default), in rounds: each round
+boots its guests afresh and measures every step once, in an order drawn from ``order_seed``
+(stored with the sweep), so drift of the machine is spread over the ratios instead of
+following them. The replicate means are the unit of every interval (``stats.knee``).
+
+Presets: timings ``small`` (the default: 5 s warm-up, 15 s window, 3 s samples; docs/sweep.md
+says how they were chosen) and ``study-b`` (5 min, 10 min, 1 min); steps ``default`` (0.5 to
+2.5:1, so the knee can sit where the vCPUs begin to outnumber the CPUs, with three interior
+steps it can be at) and ``study-b`` (study B's CPU ratios from
 ``refs/data/zvm_xen2009_overcommit.csv``, with a memory cap that gives its largest memory
 ratio at the last step).
 """
@@ -24,14 +30,32 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from vmtax.errors import UsageError
 from vmtax.sweep.tiers import DEFAULT_TRIPLETS, TIER_NAMES, TRIPLET_SIZES, TripletSizes
 
 AXES = ("guests", "vcpus", "memory")
 WORKLOADS = ("cpu", "threads", "memory", "triplet")
-DEFAULT_STEPS = (0.5, 1.0, 1.5, 2.0)
+DEFAULT_STEPS = (0.5, 1.0, 1.5, 2.0, 2.5)
 #: The smallest guest the minimal image boots and serves in (kernel, initramfs, agent).
 MIN_GUEST_MB = 128
+#: Replicates of each step by default: the fewest that give a step a t interval with a
+#: variance from more than one degree of freedom, within the 10-minute budget on 2 cores.
+DEFAULT_REPLICATES = 3
+#: Bounds refused up front (exit 2, before anything starts); ``vmtax sweep --help`` states
+#: them. A sweep beyond them could not end in any sensible time on one machine.
+MAX_STEPS = 32
+MAX_REPLICATES = 50
+MAX_RATIO = 16.0  # vCPUs (or guest memory) per host CPU (or MiB of the cap)
+MAX_SECONDS = 86400.0  # warm-up, window (each)
+MIN_INTERVAL_S = 0.1
+MAX_SAMPLES = 10000  # window samples of one replicate
+MAX_EVENTS = 10_000_000
+MAX_THINK_S = 3600.0
+#: Host memory a QEMU process takes beyond its guest's RAM (TCG code buffer and devices):
+#: the sum over a step's guests of RAM plus this must fit in the host's memory.
+QEMU_OVERHEAD_MB = 256
 
 
 @dataclass(frozen=True)
@@ -55,7 +79,7 @@ class Timing:
 
 
 TIMINGS = {
-    "small": Timing(10.0, 30.0, 5.0),
+    "small": Timing(5.0, 15.0, 3.0),
     "study-b": Timing(300.0, 600.0, 60.0),
 }
 
@@ -103,6 +127,13 @@ class SweepSpec:
     #: clients per triplet (None: the preset's).
     tiers: str = "small"
     clients_per_triplet: int | None = None
+    #: Replicates of each step (rounds of fresh boots) and the seed of their random order.
+    replicates: int = DEFAULT_REPLICATES
+    order_seed: int = 0
+    #: False only with ``--no-intervals``: the user accepts a sweep with no intervals.
+    intervals: bool = True
+    #: This machine's memory in MiB (0: not checked), for the bound on a step's guests.
+    host_memory_mb: int = 0
 
     @property
     def triplet(self) -> TripletSizes:
@@ -121,7 +152,20 @@ class SweepSpec:
         """Triplets of a step at ``ratio``: the count whose vCPUs come nearest, at least 1."""
         return max(1, round(ratio * self.host_cpus / self.triplet.vcpus))
 
+    def order(self) -> list[tuple[int, int]]:
+        """The run order: (replicate, step index) for every unit, round by round, each
+        round's steps in a random order drawn from ``order_seed``."""
+        rng = np.random.default_rng(self.order_seed)
+        n = len(self.ratios)
+        return [(r, int(i)) for r in range(self.replicates) for i in rng.permutation(n)]
+
+    def unit(self, replicate: int, step: int) -> int:
+        """A unit's index in the store (column ``step_index``): replicate x steps + step,
+        so a sweep of one replicate keeps its steps' own indices."""
+        return replicate * len(self.ratios) + step
+
     def check(self) -> None:
+        self._check_bounds()
         if self.axis not in AXES:
             raise UsageError(f"unknown axis {self.axis!r} (choose {', '.join(AXES)})")
         if self.workload not in WORKLOADS:
@@ -143,8 +187,59 @@ class SweepSpec:
         if self.workload == "triplet":
             self._check_triplet()
         self.timing.check()
-        for r in self.ratios:
-            self.size(0, r)
+        self.check_host([self.size(i, r) for i, r in enumerate(self.ratios)])
+
+    def _check_bounds(self) -> None:
+        """Absurd sizes, refused before anything is built or booted."""
+        if not 1 <= len(self.ratios) <= MAX_STEPS:
+            raise UsageError(f"a sweep has 1 to {MAX_STEPS} steps, got {len(self.ratios)}")
+        if any(math.isfinite(r) and r > MAX_RATIO for r in self.ratios):
+            raise UsageError(f"steps must be at most {MAX_RATIO:g}:1, got {max(self.ratios):g}:1")
+        if not 1 <= self.replicates <= MAX_REPLICATES:
+            raise UsageError(f"--replicates must be 1 to {MAX_REPLICATES}, got {self.replicates}")
+        if self.replicates == 1 and self.intervals:
+            raise UsageError(
+                "one replicate per step gives no interval: use --replicates 3 or more, or "
+                "--replicates 1 --no-intervals"
+            )
+        t = self.timing
+        for name, value in (("warm-up", t.warmup_s), ("window", t.window_s)):
+            if not (math.isfinite(value) and value <= MAX_SECONDS):
+                raise UsageError(f"the {name} must be at most {MAX_SECONDS:g} s, got {value:g}")
+        if not (math.isfinite(t.interval_s) and t.interval_s >= MIN_INTERVAL_S):
+            raise UsageError(f"the sample interval must be at least {MIN_INTERVAL_S:g} s")
+        if t.window_s / t.interval_s > MAX_SAMPLES:
+            raise UsageError(f"a window holds at most {MAX_SAMPLES} samples (window / interval)")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s <= MAX_THINK_S):
+            raise UsageError(f"--think-time must be at most {MAX_THINK_S:g} s")
+        if self.events > MAX_EVENTS:
+            raise UsageError(f"--events must be at most {MAX_EVENTS:,}")
+        host = self.host_memory_mb
+        if host and self.guest_memory_mb > host:
+            raise UsageError(
+                f"--guest-memory {self.guest_memory_mb} MiB is above this machine's {host} MiB"
+            )
+        if host and self.cap_mb and self.cap_mb > host:
+            raise UsageError(f"--cap-mb {self.cap_mb} is above this machine's {host} MiB")
+        per_cpu = MAX_RATIO * self.host_cpus
+        if self.guest_vcpus > per_cpu or self.guests > per_cpu:
+            raise UsageError(
+                f"--guest-vcpus and --guests must be at most {per_cpu:g} "
+                f"({MAX_RATIO:g} per host CPU)"
+            )
+
+    def check_host(self, steps: list[StepSize]) -> None:
+        """Every step's guests must fit in this machine's memory (RAM plus QEMU's own)."""
+        if not self.host_memory_mb:
+            return
+        for s in steps:
+            need = sum(s.memory_mb) + QEMU_OVERHEAD_MB * s.guests
+            if s.cap_mb is None and need > self.host_memory_mb:
+                raise UsageError(
+                    f"step {s.asked:g}:1 needs {s.guests} guests of {max(s.memory_mb)} MiB "
+                    f"({need} MiB with QEMU's own {QEMU_OVERHEAD_MB} MiB each), more than "
+                    f"this machine's {self.host_memory_mb} MiB"
+                )
 
     def _check_triplet(self) -> None:
         if self.axis != "guests":
@@ -207,6 +302,9 @@ class SweepSpec:
         data = dict(plan)
         data["ratios"] = tuple(data["ratios"])
         data["timing"] = Timing(**data["timing"])
+        # Sweeps stored before replicates measured each step once.
+        data.setdefault("replicates", 1)
+        data.setdefault("intervals", data["replicates"] > 1)
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -1,19 +1,28 @@
 """A stored sweep as figures: per step throughput and response time with intervals,
 utilisation, steal and paging beside them, and the analysis (knee, why flat, response-time
-rise, SLO). This is what ``vmtax sweep show`` prints and the report draws."""
+rise, SLO). This is what ``vmtax sweep show`` prints and the report draws.
+
+The unit is the replicate mean: each stored unit (one step of one replicate) is reduced to
+the mean over its steady-state window first, and every interval and test runs on those
+(``stats.knee``); the window's samples are never counted as independent repeats."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from vmtax.errors import VmtaxError
-from vmtax.stats.describe import mean_interval
-from vmtax.stats.knee import classify_flat, find_knee, response_rise, slo_check
+from vmtax.stats.knee import (
+    classify_flat,
+    find_knee,
+    replicate_interval,
+    response_rise,
+    slo_check,
+)
 from vmtax.store import Store
 from vmtax.sweep import store as sweep_store
 from vmtax.sweep.run import throughput_unit
@@ -42,6 +51,10 @@ class StepFigures:
     major_faults: float | None
     paging: dict[str, float] | None
     error: str | None
+    #: The throughput of each committed replicate (the mean over its window), in run order
+    #: of the rounds, and the round of each.
+    replicate_means: list[float] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -57,6 +70,11 @@ class SweepSummary:
     flat: dict[str, Any] | None
     resp_rise_ratio: float | None
     slo: dict[str, Any]
+    #: Per later step: ratio, relative rise of the response time, Holm-adjusted p.
+    resp_rise_steps: list[tuple[float, float, float]] = field(default_factory=list)
+    replicates: int = 1
+    order_seed: int = 0
+    intervals: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -74,6 +92,8 @@ class SweepSummary:
                     "ci_high": s.throughput_high,
                     "unit": self.throughput_unit,
                     "samples": s.samples,
+                    "replicates": len(s.replicate_means),
+                    "replicate_means": s.replicate_means,
                 },
                 "response_time_s": {"mean": s.resp_mean_s, "p95": s.resp_p95_s},
                 "p95_response_s": s.resp_p95_s,
@@ -112,18 +132,43 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
     if "sweep" not in plan:
         raise VmtaxError(f"experiment {experiment_id} is not a sweep")
     spec = SweepSpec.from_plan(plan["sweep"])
-    steps_df = sweep_store.steps(store, experiment_id)
-    # The latest attempt of each step: an ok row if there is one, else the last failure.
-    rows = []
-    for _, group in steps_df.groupby("step_index", sort=True):
+    n_steps = len(spec.ratios)
+    units_df = sweep_store.steps(store, experiment_id)
+    # The latest attempt of each unit: an ok row if there is one, else the last failure.
+    units = []
+    for _, group in units_df.groupby("step_index", sort=True):
         ok = group[group["status"] == "ok"]
-        rows.append((ok if len(ok) else group).iloc[-1])
-    samples_df = sweep_store.samples(store, [int(r["id"]) for r in rows])
-    figures, tputs, resps, utils = [], [], [], []
-    for r in rows:
-        s = samples_df[(samples_df["step_id"] == r["id"]) & (samples_df["phase"] == "window")]
-        mean, _, _, low, high = mean_interval(s["throughput"])
-        detail = r["detail"] or {}
+        units.append((ok if len(ok) else group).iloc[-1])
+    samples_df = sweep_store.samples(store, [int(r["id"]) for r in units])
+    window_all = samples_df[samples_df["phase"] == "window"]
+    by_step: dict[int, list[Any]] = {}
+    for r in units:
+        by_step.setdefault(int(r["step_index"]) % n_steps, []).append(r)
+    figures = []
+    tputs, resps, utils = [], [], []
+    for index in sorted(by_step):
+        rows = by_step[index]
+        ok_rows = [r for r in rows if r["status"] == "ok"]
+        ids = [r["id"] for r in ok_rows] or [rows[-1]["id"]]
+        s = window_all[window_all["step_id"].isin(ids)]
+        means, rounds, resp, p95s, host_util = [], [], [], [], []
+        for r in ok_rows:
+            w = s[s["step_id"] == r["id"]]
+            tput = _mean(w["throughput"])
+            if tput is None:
+                continue
+            detail = r["detail"] or {}
+            means.append(tput)
+            rounds.append(int(r["step_index"]) // n_steps)
+            resp.append(detail.get("resp_mean_s") or _mean(w["resp_mean_s"]) or math.nan)
+            p95s.append(detail.get("resp_p95_s") or math.nan)
+            host_util.append(_mean(w["host_util"]) or math.nan)
+        mean = float(np.mean(means)) if means else None
+        low = high = None
+        if spec.intervals and len(means) >= 2:
+            _, lo, hi = replicate_interval(np.asarray(means))
+            low, high = float(lo), float(hi)
+        last = rows[-1] if not ok_rows else ok_rows[-1]
         paging = None
         mems = [m for m in s["memory"] if isinstance(m, dict)]
         if mems:
@@ -131,20 +176,22 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
             paging = {k: float(np.mean([m[k] for m in mems if k in m])) for k in sorted(keys)}
             events = {k: v for k, v in mems[-1].items() if k.startswith("event_")}
             paging.update({k: float(v) for k, v in events.items()})
+        failed = [r for r in rows if r["status"] != "ok"]
+        p95_known = [p for p in p95s if math.isfinite(p)]
         figures.append(
             StepFigures(
-                index=int(r["step_index"]),
-                ratio=float(r["ratio"]),
-                status=str(r["status"]),
-                guests=int(r["guests"]),
-                vcpus=int(r["vcpus"]),
-                guest_memory_mb=int(r["guest_memory_mb"]),
+                index=index,
+                ratio=float(last["ratio"]),
+                status="ok" if ok_rows and not failed else str((failed or rows)[-1]["status"]),
+                guests=int(last["guests"]),
+                vcpus=int(last["vcpus"]),
+                guest_memory_mb=int(last["guest_memory_mb"]),
                 samples=len(s),
-                throughput=None if math.isnan(mean) else mean,
-                throughput_low=None if math.isnan(low) else low,
-                throughput_high=None if math.isnan(high) else high,
-                resp_mean_s=detail.get("resp_mean_s"),
-                resp_p95_s=detail.get("resp_p95_s"),
+                throughput=mean,
+                throughput_low=low,
+                throughput_high=high,
+                resp_mean_s=_nanmean(resp),
+                resp_p95_s=float(np.mean(p95_known)) if p95_known else None,
                 host_util=_mean(s["host_util"]),
                 guest_util=_mean(s["guest_util"]),
                 steal=_mean(s["steal"]),
@@ -152,16 +199,25 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
                 rss_mb=_mean(s["rss_mb"]),
                 major_faults=_mean(s["major_faults"]),
                 paging=paging,
-                error=r["error"],
+                error=failed[-1]["error"] if failed else None,
+                replicate_means=means,
+                rounds=rounds,
             )
         )
-        if r["status"] == "ok":
-            tputs.append((float(r["ratio"]), s["throughput"].dropna().to_numpy(float)))
-            resps.append((float(r["ratio"]), s["resp_mean_s"].dropna().to_numpy(float)))
-            utils.append((float(r["ratio"]), s["host_util"].dropna().to_numpy(float)))
-    fit = find_knee([r for r, _ in tputs], [v for _, v in tputs])
+        if means:
+            tputs.append((float(last["ratio"]), means, rounds))
+            resps.append((float(last["ratio"]), resp, rounds))
+            utils.append((float(last["ratio"]), host_util))
+    blocks = [b for _, _, b in tputs] if spec.replicates > 1 else None
+    fit = find_knee([r for r, _, _ in tputs], [v for _, v, _ in tputs], blocks=blocks)
+    if not spec.intervals and fit.knee is not None:
+        fit = replace(fit, knee=replace(fit.knee, low=None, high=None))
     flat = classify_flat(fit.knee, [r for r, _ in utils], [v for _, v in utils])
-    rise = response_rise([r for r, _ in resps], [v for _, v in resps])
+    rise = (
+        response_rise([r for r, _, _ in resps], [v for _, v, _ in resps], blocks=blocks)
+        if spec.intervals
+        else None
+    )
     ok = [f for f in figures if f.status == "ok"]
     slo = slo_check(
         [f.ratio for f in ok],
@@ -178,10 +234,20 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
         knee_shape=fit.shape,
         knee_reason=fit.reason,
         flat=flat.as_dict() if flat else None,
-        resp_rise_ratio=rise.ratio,
+        resp_rise_ratio=rise.ratio if rise else None,
         slo={
             "limit_s": slo.limit_s,
             "max_ratio": slo.max_ratio,
             "steps": [{"ratio": r, "p95_s": p, "ok": ok_} for r, p, ok_ in slo.steps],
         },  # fmt: skip
+        resp_rise_steps=list(rise.steps) if rise else [],
+        replicates=spec.replicates,
+        order_seed=spec.order_seed,
+        intervals=spec.intervals,
     )
+
+
+def _nanmean(values: list[float]) -> float | None:
+    x = np.asarray(values, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else None

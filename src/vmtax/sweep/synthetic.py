@@ -56,3 +56,51 @@ def study_b(
         resp.append(clients / t)
         use.append(np.clip(u * (1 + noise / 2 * rng.standard_normal(samples)), 0, 1))
     return SyntheticSweep(ratios, tput, resp, use, knee)
+
+
+def replicated(
+    curve: np.ndarray,
+    guests: np.ndarray,
+    *,
+    replicates: int = 3,
+    trials: int = 1,
+    window: int = 6,
+    phi: float = 0.5,
+    noise: float = 0.05,
+    boot: float = 0.02,
+    drift: float = 0.0,
+    shared: bool = True,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Window samples of ``trials`` replicated sweeps, for the coverage tests.
+
+    ``curve[s]`` is step s's true throughput and ``guests[s]`` its number of guests. Each
+    round (replicate) boots its guests afresh; with ``shared`` its steps share them, as the
+    sweep's rounds do (a step of n guests runs on the round's first n), so each guest's
+    boot effect (relative sd ``boot``) enters every step of its round. ``drift`` is a
+    relative effect per round (other load on the machine). Window samples are AR(1) with
+    coefficient ``phi`` and marginal relative sd ``noise``.
+
+    Returns the samples, shape (trials, replicates, steps, window), and the rounds'
+    indices, shape (replicates, steps)."""
+    rng = np.random.default_rng(seed)
+    curve = np.asarray(curve, dtype=np.float64)
+    guests = np.asarray(guests, dtype=int)
+    steps, most = curve.size, int(guests.max())
+    shape = (trials, replicates)
+    if shared:
+        g = rng.normal(0.0, boot, (*shape, most))
+        per_step = np.stack([g[..., :n].mean(axis=-1) for n in guests], axis=-1)
+    else:
+        per_step = np.stack(
+            [rng.normal(0.0, boot, (*shape, n)).mean(axis=-1) for n in guests], axis=-1
+        )
+    level = per_step + rng.normal(0.0, drift, (*shape, 1))
+    e = np.empty((*shape, steps, window))
+    e[..., 0] = rng.normal(0.0, noise, (*shape, steps))
+    innov = noise * np.sqrt(1 - phi * phi)
+    for t in range(1, window):
+        e[..., t] = phi * e[..., t - 1] + rng.normal(0.0, innov, (*shape, steps))
+    samples = curve[:, None] * (1.0 + level[..., None] + e)
+    rounds = np.broadcast_to(np.arange(replicates)[:, None], (replicates, steps))
+    return samples, rounds

@@ -1,10 +1,14 @@
-"""Benchmark: the default `vmtax sweep` (QEMU TCG guests, steps 0.5, 1, 1.5, 2:1 of 1-vCPU
-guests on this machine's CPUs, 10 s warm-up, 30 s window, 5 s samples). Target: <= 10 min
-on 2 cores.
+"""Benchmark: the default `vmtax sweep` (QEMU TCG guests, steps 0.5 to 2.5:1 of 1-vCPU
+guests on this machine's CPUs, 3 replicates in rounds of fresh boots, 5 s warm-up, 15 s
+window, 3 s samples). Target: <= 10 min on 2 cores.
+
+The default sweep runs twice (each with its own random order), and the bench says whether
+the two knees agree within their intervals (the intervals overlap and each contains the
+other's knee).
 
 Peer measured in the same run, to report a ratio rather than a machine-dependent time: the
 same sweep at level L0 (the agent as processes on this machine, no guest to boot), whose
-wall time is the floor set by the timings themselves (4 steps x 40 s of windows).
+wall time is the floor set by the timings themselves (15 units x 20 s).
 
 With ``--triplet`` it also times the default triplet sweep (study B's web, app and db
 guests, 1 to 4 triplets, the same timings), against the same budget; it has no L0 form, so
@@ -42,16 +46,33 @@ def sweep(db: str, *extra: str) -> tuple[float, dict]:
     return wall, json.loads(out.stdout)
 
 
+def where(knee: dict | None) -> str:
+    if not knee:
+        return "none"
+    if knee["low"] is None:
+        return f"{knee['ratio']:g}:1 (no interval)"
+    return f"{knee['ratio']:g}:1 [{knee['low']:g}, {knee['high']:g}]"
+
+
 def line(name: str, data: dict) -> str:
-    knee = data["knee"]
-    where = f"{knee['ratio']:g}:1 [{knee['low']:g}, {knee['high']:g}]" if knee else "none"
     flat = data["flat"]["kind"] if data["flat"] else "-"
-    steps = ", ".join(
+    steps = "; ".join(
         f"{s['ratio']:g}: {s['throughput']['mean'] or 0:,.0f}/s "
+        f"(replicates {', '.join(f'{v:,.0f}' for v in s['throughput']['replicate_means'])}) "
         f"at host CPU {100 * (s['utilisation']['host'] or 0):.0f}%"
         for s in data["steps"]
     )
-    return f"{name}: knee {where} ({flat}); {steps}"
+    return f"{name}: knee {where(data['knee'])} ({flat}); {steps}"
+
+
+def agree(a: dict | None, b: dict | None) -> str:
+    """Whether two sweeps' knees agree within their intervals."""
+    if not a or not b:
+        return "cannot tell (a sweep found no knee)" if (a or b) else "both found no knee"
+    if a["low"] is None or b["low"] is None:
+        return "cannot tell (no interval)"
+    inside = a["low"] <= b["ratio"] <= a["high"] and b["low"] <= a["ratio"] <= b["high"]
+    return "yes" if inside else "no"
 
 
 def main() -> None:
@@ -62,13 +83,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
         db = args[0] if args else f"sqlite:///{Path(tmp) / 'bench.db'}"
         t_l1, l1 = sweep(db)
+        t_again, again = sweep(db)
         t_l0, l0 = sweep(db, "--level", "L0")
         t_tr, tr = sweep(db, "--workload", "triplet") if triplet else (0.0, {})
     print(f"load average after: {os.getloadavg()}")
     print(line("L1 (TCG guests)", l1))
+    print(line("L1 again", again))
     print(line("L0 (processes)", l0))
-    verdict = "ok" if t_l1 <= BUDGET_S else "OVER"
-    print(f"default sweep: {t_l1:.0f} s (budget {BUDGET_S:.0f} s: {verdict})")
+    for name, t in (("default sweep", t_l1), ("again", t_again)):
+        verdict = "ok" if t <= BUDGET_S else "OVER"
+        print(f"{name}: {t:.0f} s (budget {BUDGET_S:.0f} s: {verdict})")
+    print(f"knees agree within their intervals: {agree(l1['knee'], again['knee'])}")
     print(f"L0 peer: {t_l0:.0f} s; ratio L1/L0 = {t_l1 / t_l0:.2f}")
     if triplet:
         print(line("triplet (TCG guests)", tr))

@@ -20,7 +20,7 @@ from vmtax.report.terminal import fmt
 from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
-    "ratio", "guests", "vCPUs", "replicates", "throughput", "95% CI", "resp mean s", "resp p95 s",
+    "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
     "host CPU", "guest CPU", "steal", "vCPU wait", "RSS MiB", "maj faults/s", "paged in MiB/s",
     "status",
 )  # fmt: skip
@@ -53,7 +53,6 @@ def rows(summary: SweepSummary) -> list[list[str]]:
                 f"{s.ratio:g}:1",
                 str(s.guests),
                 str(s.vcpus),
-                str(len(s.replicate_means)),
                 fmt(s.throughput),
                 ci,
                 fmt(s.resp_mean_s),
@@ -142,12 +141,15 @@ def terminal(summary: SweepSummary) -> Table:
     spec = summary.spec
     table = Table(
         title=f"Sweep {summary.experiment_id} ({spec['axis']} axis, {summary.throughput_unit}, "
+        f"{summary.replicates} replicate(s) per step, order seed {summary.order_seed}, "
         f"{summary.status})",
         header_style="bold",
         caption=" ".join(findings(summary)),
     )
     for h in HEADERS:
-        table.add_column(h, justify="left" if h == "status" else "right")
+        # The interval is the figure a reader needs whole; the others may wrap their header.
+        wide = {"no_wrap": True, "min_width": 17} if h in ("95% CI", "throughput") else {}
+        table.add_column(h, justify="left" if h == "status" else "right", **wide)
     for r in rows(summary):
         table.add_row(*r)
     return table

@@ -75,10 +75,10 @@ def findings(summary: SweepSummary) -> list[str]:
     out = []
     k = summary.knee
     if k and k["low"] is not None:
-        out.append(
-            f"Throughput stops scaling at {k['ratio']:g}:1 "
-            f"(95% interval {k['low']:g} to {k['high']:g}:1)."
+        span = (
+            f"{k['low']:g}:1 alone" if k["low"] == k["high"] else f"{k['low']:g} to {k['high']:g}:1"
         )
+        out.append(f"Throughput stops scaling at {k['ratio']:g}:1 (95% interval {span}).")
     elif k:
         why = summary.knee_reason.partition("; ")[2] or "no interval"
         out.append(f"Throughput stops scaling at {k['ratio']:g}:1 ({why}).")

@@ -122,7 +122,8 @@ def test_replicates_run_in_rounds_in_a_random_order_from_the_stored_seed():
 
 def test_l0_replicated_sweep_stores_each_unit_and_shows_replicate_intervals(cli, tmp_path):
     db = str(tmp_path / "rep.db")
-    spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0), replicates=3, intervals=True, order_seed=9)
+    spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0), replicates=3, intervals=True, order_seed=9,
+                 timing=Timing(0.2, 1.0, 0.5))  # fmt: skip
     with Store.open(db) as store:
         exp = _experiment(store, spec)
         seen = []

@@ -13,11 +13,13 @@ from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.sweep.spec import (
     DEFAULT_REPLICATES,
+    MAX_EVENTS,
     MAX_RATIO,
     MAX_REPLICATES,
     MAX_SAMPLES,
     MAX_SECONDS,
     MAX_STEPS,
+    MAX_THINK_S,
     MIN_INTERVAL_S,
     QEMU_OVERHEAD_MB,
 )
@@ -108,23 +110,31 @@ def sweep(
         ),
     ] = "cpu",
     think_time: Annotated[
-        float, typer.Option(help="Seconds between a client's transactions.")
+        float,
+        typer.Option(help=f"Seconds between a client's transactions (at most {MAX_THINK_S:g})."),
     ] = 0.0,
     events: Annotated[
         int | None,
         typer.Option(
-            help=f"Probe events per transaction (200); triplet: page views ({TRIPLET_EVENTS})."
+            help=f"Probe events per transaction (200); triplet: page views ({TRIPLET_EVENTS}); "
+            f"at most {MAX_EVENTS:,}."
         ),
     ] = None,
     max_prime: Annotated[int, typer.Option(help="cpu workload: max_prime per event.")] = 2000,
     guest_vcpus: Annotated[
-        int | None, typer.Option(help="vCPUs of each guest (guests axis; 1).")
+        int | None,
+        typer.Option(
+            help=f"vCPUs of each guest (guests axis; 1; at most {MAX_RATIO:g} per host CPU)."
+        ),
     ] = None,
     guest_memory: Annotated[
         int | None,
         typer.Option(help="MiB of each guest (160); at most this machine's memory."),
     ] = None,
-    guests: Annotated[int, typer.Option(help="Guests (vcpus and memory axes).")] = 1,
+    guests: Annotated[
+        int,
+        typer.Option(help=f"Guests (vcpus and memory axes; at most {MAX_RATIO:g} per host CPU)."),
+    ] = 1,
     tiers: Annotated[
         str,
         typer.Option(help="triplet: tier sizes, small (1 vCPU each) | study-b (study B's)."),
@@ -134,12 +144,18 @@ def sweep(
         typer.Option(help="triplet: clients per triplet (small 2, study-b 4)."),
     ] = None,
     cap_mb: Annotated[
-        int | None, typer.Option(help="cgroup memory cap around all guests, MiB (memory axis).")
+        int | None,
+        typer.Option(
+            help="cgroup memory cap around all guests, MiB (memory axis; at most this "
+            "machine's memory)."
+        ),
     ] = None,
     level: Annotated[str, typer.Option(help="L1: QEMU guests; L0: agent processes here.")] = "L1",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg")] = "auto",
     slo: Annotated[float, typer.Option(help="p95 response-time objective, seconds.")] = 2.0,
-    boot_timeout: Annotated[float, typer.Option(help="Seconds a guest may take to boot.")] = 300.0,
+    boot_timeout: Annotated[
+        float, typer.Option(help="Seconds a guest may take to boot (at most 3600).")
+    ] = 300.0,
     resume: Annotated[
         int | None, typer.Option(help="Resume sweep EXP at its first uncommitted step.")
     ] = None,

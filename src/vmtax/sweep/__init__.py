@@ -1,9 +1,12 @@
 """vmtax.sweep: overcommitment sweeps (study B).
 
 A sweep scales one thing in steps (the number of guests, the vCPU:pCPU ratio, or guest
-memory against a cgroup memory cap), runs the workload in every guest at once at each step,
-discards a warm-up and samples a steady-state window at a fixed interval. Each committed step
-is stored (``sweep_steps`` / ``sweep_samples``); ``vmtax.stats.knee`` finds the knee.
+memory against a cgroup memory cap) and measures every step in several replicates: rounds of
+freshly booted guests, each running every step once in a random order from a stored seed.
+At each step it runs the workload in every guest at once, discards a warm-up and samples a
+steady-state window at a fixed interval. Each committed unit (one step of one replicate) is
+stored (``sweep_steps`` / ``sweep_samples``); ``vmtax.stats.knee`` finds the knee from the
+replicate means.
 
 - ``spec``: axes, steps, timings and presets (study B's steps and timings);
 - ``host``: host-side sampling (CPU utilisation, vCPU run-queue wait, memory, paging);

@@ -1,8 +1,11 @@
 """Sweep steps and samples in the results store (tables ``sweep_steps`` / ``sweep_samples``).
 
-A sweep is an experiment (``suite = "sweep"``, its spec in ``plan``); each step is written
-with all its samples in one transaction when it ends, so a step is either committed whole or
-absent, and ``--resume`` redoes exactly the steps without an ``ok`` row.
+A sweep is an experiment (``suite = "sweep"``, its spec in ``plan``, its step order's seed
+in ``seed``); each unit (one step of one replicate) is written with all its samples in one
+transaction when it ends, so a unit is either committed whole or absent, and ``--resume``
+redoes exactly the units without an ``ok`` row. Column ``step_index`` holds the unit's index,
+replicate x steps + step (``SweepSpec.unit``): a sweep of one replicate, as every sweep
+stored before replicates, keeps its steps' own indices, so the schema did not change.
 """
 
 from __future__ import annotations

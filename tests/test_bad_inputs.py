@@ -123,7 +123,59 @@ def test_bad_label(db, label, cli):
 
 
 def test_negative_runs(db, cli):
-    one_line_error(cli("run", "--runs", "-3", "--db", db), "--runs must be a positive integer")
+    one_line_error(cli("run", "--runs", "-3", "--db", db), "--runs must be in 1..10000")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--runs", "99999999999999999999999"), "--runs must be in 1..10000"),
+        (("--seed", "1000000000000000000000000000000"), "--seed must be in 0..9223372036854775807"),
+        (("--seed", "-1"), "--seed must be in 0.."),
+        (("--duration", "nan"), "--duration must be a number of seconds in (0, 86400]"),
+        (("--duration", "inf"), "--duration must be a number of seconds in (0, 86400]"),
+        (("--duration", "1e30"), "--duration must be a number of seconds in (0, 86400]"),
+        (("--timeout", "-inf"), "--timeout must be a number of seconds"),
+        (("--probe", "timer", "--param", "delay_us=1e30"), "delay_us"),
+        (("--probe", "timer", "--param", "delay_us=0"), "must be in 1..1000000"),
+        (("--probe", "cpuid", "--param", "peer=host"), "--param peer: no selected probe has it"),
+        (("--param", "novalue"), "--param must be key=value"),
+    ],
+)
+def test_absurd_sizes_and_numbers_refused_before_anything_starts(db, cli, args, needle):
+    # Each of these reached the agent (or SQLite, for the seed: a 66-line traceback) before.
+    r = cli("run", *args, "--db", db)
+    one_line_error(r, needle)
+    assert r.returncode == 2
+    with Store.open(db) as store:
+        assert store.experiments().empty
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("[defaults]\nruns = 1000000000000\n", "defaults.runs: Input should be less than"),
+        ("[defaults]\nduration = 1e30\n", "defaults.duration: Input should be less than"),
+        ("[defaults]\nduration = nan\n", "defaults.duration:"),
+        ("seed = 100000000000000000000\n", "seed:"),
+    ],
+)
+def test_absurd_suite_values_refused(tmp_path, db, cli, body, needle):
+    suite = tmp_path / "s.toml"
+    head, _, rest = body.partition("[defaults]")
+    text = f"name = 's'\n{head}" + (f"[defaults]{rest}" if rest else "")
+    suite.write_text(text + "[[probes]]\nprobe = 'cpuid'\n")
+    r = cli("run", "--suite", str(suite), "--db", db)
+    one_line_error(r, needle)
+    assert r.returncode == 2
+
+
+def test_suite_param_past_the_agents_range_refused(tmp_path, db, cli):
+    suite = tmp_path / "s.toml"
+    suite.write_text("name = 's'\n[[probes]]\nprobe = 'timer'\nparams.delay_us = 1e30\n")
+    r = cli("run", "--suite", str(suite), "--db", db)
+    one_line_error(r, "timer: parameter delay_us=1e+30 must be in 1..1000000")
+    assert r.returncode == 2
 
 
 def test_bad_levels_and_target(db, cli):

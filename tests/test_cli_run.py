@@ -158,6 +158,22 @@ def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, cli):
     assert runs["labels"].iloc[0] == {"note": "unit-test"}  # no host_* labels at a given level
 
 
+def test_param_reaches_the_agent_of_every_probe_that_has_it(tmp_path, cli):
+    # --param was in --help and the README but not an option ("No such option: --param").
+    db = f"sqlite:///{tmp_path / 'p.db'}"
+    suite = tmp_path / "p.toml"
+    suite.write_text(
+        "name = 'p'\n[defaults]\nruns = 1\niterations = 20\nduration = 0.05\n"
+        "[[probes]]\nprobe = 'timer'\n[[probes]]\nprobe = 'cpuid'\n"
+    )
+    run = cli("run", "--suite", str(suite), "--db", db, "--param", "delay_us=250")
+    assert run.returncode == 0, run.stderr
+    with Store.open(db) as store:
+        entries = store.experiment(1)["plan"]["entries"]
+    assert entries["timer"]["params"] == {"delay_us": 250}
+    assert entries["cpuid"]["params"] == {}  # cpuid has no delay_us: left alone
+
+
 def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, agent, cli):
     db = f"sqlite:///{tmp_path / 'k.db'}"
     proc = vmtax_bg(

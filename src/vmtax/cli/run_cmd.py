@@ -19,6 +19,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.plan import bounds
+from vmtax.plan.params import apply_params, parse_params
 
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
 _LEVEL = re.compile(r"^L[0-3]$")
@@ -50,7 +52,16 @@ def run(
             help="Run only this probe (repeatable); one the suite lacks runs with its defaults."
         ),
     ] = None,
-    runs: Annotated[int | None, typer.Option(help="Runs per probe (overrides the suite).")] = None,
+    runs: Annotated[
+        int | None, typer.Option(help="Runs per probe, 1..10000 (overrides the suite).")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Probe parameter key=value for every selected probe that has it (repeatable), "
+            "checked against the range `vmtax probes` lists."
+        ),
+    ] = None,
     level: Annotated[
         str | None,
         typer.Option(
@@ -67,12 +78,19 @@ def run(
             "user data dir."
         ),
     ] = None,
-    timeout: Annotated[float | None, typer.Option(help="Per-run timeout in seconds.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option(help="Per-run timeout in seconds, at most 604800 (a week).")
+    ] = None,
     duration: Annotated[
         float | None,
-        typer.Option(help="Bound every run to this many seconds (overrides the suite)."),
+        typer.Option(
+            help="Bound every run to this many seconds, at most 86400 (overrides the suite)."
+        ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of the randomized run order.")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Seed of the randomized run order, 0..9223372036854775807."),
+    ] = None,
     resume: Annotated[
         str | None,
         typer.Option(help="Finish the missing runs of an interrupted experiment (id or 'latest')."),
@@ -160,12 +178,11 @@ def run(
     from vmtax.plan.targets import make_targets
 
     sampling = _sampling_options(precision, budget, min_runs, runs)
-    if runs is not None and runs < 1:
-        raise UsageError(f"--runs must be a positive integer, got {runs}")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout:g}")
-    if duration is not None and duration <= 0:
-        raise UsageError(f"--duration must be a positive number of seconds, got {duration:g}")
+    bounds.check_runs(runs)
+    bounds.check_seed(seed)
+    bounds.check_seconds(timeout, "--timeout", bounds.MAX_TIMEOUT_S)
+    bounds.check_seconds(duration, "--duration", bounds.MAX_DURATION_S)
+    params = parse_params(param or [])
     if accel not in {"auto", "kvm", "tcg"}:
         raise UsageError(f"--accel must be auto, kvm or tcg, got {accel!r}")
     if inner_accel not in {"kvm", "tcg"}:
@@ -228,7 +245,9 @@ def run(
         from vmtax.sampling.runlength import apply
 
         apply(plan, overhead_s=rn.run_overhead(local, local_fp), fixed=duration is not None)
+    apply_params(plan.entries, params, [*available, *rn.workload_infos()])
     rn.check_probes(plan, available)
+    bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
     built, limit = make_targets(specs, accept_new_host_key=accept_new_host_key)
     plan_dict = plan.to_dict() | {
         "controller": rn.controller_identity(),

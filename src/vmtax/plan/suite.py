@@ -21,11 +21,16 @@ from pydantic import (
 )
 
 from vmtax.errors import UsageError
+from vmtax.plan import bounds
 
 ParamValue = bool | int | float | str
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(ge=1, le=bounds.MAX_COUNT)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=bounds.MAX_COUNT)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# The bounds the agent and the store hold (see plan/bounds.py), refused before anything starts.
+Runs = Annotated[int, Field(ge=1, le=bounds.MAX_RUNS)]
+Duration = Annotated[float, Field(gt=0, le=bounds.MAX_DURATION_S, allow_inf_nan=False)]
+Timeout = Annotated[float, Field(gt=0, le=bounds.MAX_TIMEOUT_S, allow_inf_nan=False)]
 
 #: Byte multipliers for ``scale_to_memory.unit``.
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
@@ -75,11 +80,11 @@ class Settings(_Strict):
     ``vmtax probes``) in force; runs and timeout always apply.
     """
 
-    runs: PositiveInt = 3
+    runs: Runs = 3
     iterations: PositiveInt | None = None
-    duration: PositiveFloat | None = None
+    duration: Duration | None = None
     warmup: NonNegativeInt | None = None
-    timeout: PositiveFloat = 60.0
+    timeout: Timeout = 60.0
     cpus: str | None = None
 
 
@@ -88,11 +93,11 @@ class Entry(_Strict):
 
     probe: Annotated[str, Field(min_length=1)]
     name: str | None = None
-    runs: PositiveInt | None = None
+    runs: Runs | None = None
     iterations: PositiveInt | None = None
-    duration: PositiveFloat | None = None
+    duration: Duration | None = None
     warmup: NonNegativeInt | None = None
-    timeout: PositiveFloat | None = None
+    timeout: Timeout | None = None
     cpus: str | None = None
     params: dict[str, ParamValue] = Field(default_factory=dict)
     scale_to_memory: list[MemoryScale] = Field(default_factory=list)
@@ -150,7 +155,7 @@ class Suite(_Strict):
 
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0, le=bounds.MAX_SEED)] | None = None
     precision: float | None = None
     budget: float | None = None
     min_runs: Annotated[int, Field(ge=2)] = 5

@@ -287,6 +287,51 @@ def test_resume_of_a_nonexistent_experiment(db, cli):
     one_line_error(cli("run", "--resume", "999", "--db", db), "no experiment 999")
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("results", "show", "999"),
+        ("results", "export", "999", "-o", "x.csv", "--format", "csv"),
+        ("run", "--resume", "999"),
+        ("exits", "999"),
+        ("sweep", "show", "999"),
+        ("compare", "exp=999", "--baseline", "level=L0"),
+        ("report", "exp=999", "-o", "r.html"),
+    ],
+)
+def test_a_missing_experiment_id_is_not_found_everywhere(tmp_path, monkeypatch, db, cli, args):
+    # One exit code for "no such experiment": 1, a run-time "not found" (the command line is
+    # well-formed; the store lacks the id), as git and benchstat treat a missing object or file.
+    # compare exp=999 said "no completed runs match" with exit 2 before.
+    monkeypatch.chdir(tmp_path)
+    Store.open(db).close()
+    r = cli(*args, "--db", db)
+    one_line_error(r, "no experiment 999 in ")
+    assert r.returncode == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("compare", "exp=1", "--baseline", "level=L0"),
+        ("report", "exp=latest", "-o", "r.html"),
+        ("results", "show", "1"),
+        ("results", "list"),
+        ("results", "export", "1", "-o", "x.csv", "--format", "csv"),
+        ("exits", "1"),
+    ],
+)
+def test_read_only_commands_never_create_a_store(tmp_path, monkeypatch, cli, args):
+    # compare on a missing --db said "no completed runs" and left an empty new.db behind.
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "new.db"
+    r = cli(*args, "--db", f"sqlite:///{missing}")
+    one_line_error(r, "new.db: no such file")
+    assert r.returncode == 1
+    assert not missing.exists()
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.csv").exists()
+
+
 def test_results_show_of_a_nonexistent_experiment(db, cli):
     Store.open(db).close()
     one_line_error(cli("results", "show", "42", "--db", db), "no experiment 42")

@@ -208,7 +208,6 @@ def test_beside_reference_rows(cli, db):
         (["--baseline", "level=L0", "--metric", "speed"], "unknown metric 'speed'"),
         (["--baseline", "level=L0", "--noise", "2"], "noise must be a fraction"),
         (["--baseline", "lvl"], "malformed selector"),
-        (["exp=9", "--baseline", "level=L0"], "no completed runs match"),
         (
             ["--baseline", "level=L0", "--dataset", "fitzgerald2014", "--ref-where", "arch"],
             "--ref-where: 'arch' is not key=value",

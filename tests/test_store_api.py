@@ -270,6 +270,10 @@ def test_notebook_api_never_creates_a_store(tmp_path):
     with pytest.raises(VmtaxError, match="no such file"):
         vmtax.api.open(str(tmp_path / "typo.db"))
     assert not (tmp_path / "typo.db").exists()
+    # The README's form: a sqlite:/// URL of a file not made yet; the error says what makes one.
+    with pytest.raises(VmtaxError, match=r"lab.db: no such file \(`vmtax run` or `vmtax import`"):
+        vmtax.open(f"sqlite:///{tmp_path / 'lab.db'}")
+    assert not (tmp_path / "lab.db").exists()
 
 
 def test_default_location_and_env_override(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from test_store_api import add, new_experiment
-from vmtax.errors import UsageError
+from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import Store
 from vmtax.store.select import mask, parse
 
@@ -64,7 +64,8 @@ def test_selectors(filled):
     assert run_ids(store, f"run={ids['l0'][0]}") == ids["l0"]
     assert run_ids(store, f"exp={e1},exp={e2}") == []  # AND of two experiments: nothing
     assert run_ids(store, "nosuchlabel=1") == []
-    assert run_ids(store, "exp=999") == []
+    with pytest.raises(VmtaxError, match="no experiment 999 in "):
+        run_ids(store, "exp=999")  # an id the store lacks is "not found", not an empty match
     assert run_ids(store, f" exp = {e1} ") == ids["e1"]
 
 

@@ -172,7 +172,7 @@ def measured(
 
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
-    store = Store.open(db)
+    store = Store.open(db, read_only=True)
     chosen = store.runs(selectors)
     if (chosen["status"] != "ok").all():
         raise UsageError(

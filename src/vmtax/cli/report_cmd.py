@@ -67,7 +67,7 @@ def report(
     out = output or Path("report.html" if fmt == "html" else "report.md")
     if not out.parent.is_dir():
         raise VmtaxError(f"cannot write {out}: directory {out.parent} does not exist")
-    store = Store.open(db)
+    store = Store.open(db, read_only=True)
     try:
         with _progress() as step:
             result = write_report(

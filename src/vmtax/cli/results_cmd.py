@@ -213,4 +213,5 @@ def out_console() -> Console:
 def _open(db: str | None) -> Any:
     from vmtax.store import Store
 
-    return Store.open(db)
+    # Reading never creates a store: a mistyped --db says "no such file" and leaves none.
+    return Store.open(db, read_only=True)

@@ -76,6 +76,11 @@ def parse(selector: str) -> Selector:
     return Selector(text, tuple(terms))
 
 
+def named_experiment_ids(selectors: Sequence[Selector]) -> set[int]:
+    """The experiment ids the selectors name by number (not ``latest``)."""
+    return {int(v) for s in selectors for v in s.experiment_terms() if _is_int(v)}
+
+
 def experiment_ids(
     selectors: Sequence[Selector], latest: Callable[[], int | None]
 ) -> set[int] | None:

@@ -605,6 +605,7 @@ class Store:
         from vmtax.store import select as sel
 
         parsed = [sel.parse(s) for s in selectors]  # malformed input fails before any query
+        self._check_experiments_exist(sel.named_experiment_ids(parsed))
         df = self._all_runs(sel.experiment_ids(parsed, self.latest_experiment_id))
         if parsed:
             keep = pd.Series(False, index=df.index)
@@ -612,6 +613,18 @@ class Store:
                 keep |= sel.apply(df, one)
             df = df[keep]
         return df.reset_index(drop=True)
+
+    def _check_experiments_exist(self, ids: set[int]) -> None:
+        """A selector naming an experiment id the store lacks is "not found" (exit 1), the
+        same as `results show N`, not an empty selection."""
+        if not ids:
+            return
+        t = Experiment.__table__
+        with self._guard(), self._engine.connect() as connection:
+            found = set(connection.execute(select(t.c.id).where(t.c.id.in_(sorted(ids)))).scalars())
+        missing = sorted(ids - found)
+        if missing:
+            raise VmtaxError(f"no experiment {missing[0]} in {self.url_display}")
 
     def _all_runs(self, experiment_ids: set[int] | None) -> pd.DataFrame:
         r, c = Run.__table__, Configuration.__table__
@@ -721,7 +734,9 @@ def _engine(url: URL, busy_timeout: float, *, create: bool) -> Engine:
                     f"database {redact(url)}: cannot create directory {path.parent}: {exc.strerror}"
                 ) from None
         if not create and not path.exists():
-            raise VmtaxError(f"database {redact(url)}: no such file")
+            raise VmtaxError(
+                f"database {redact(url)}: no such file (`vmtax run` or `vmtax import` creates it)"
+            )
         # NullPool: a connection per use, so no idle handle keeps a lock or a stale view.
         engine = create_engine(url, connect_args={"timeout": busy_timeout}, poolclass=NullPool)
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -309,3 +309,38 @@ def _wait_for_ok_runs(db: str, n: int, proc: subprocess.Popen, limit: float = 90
                 pass
         time.sleep(0.1)
     pytest.fail(f"no {n} runs stored within {limit} s")
+
+
+def test_run_reports_of_two_stores_never_collide(tmp_path, monkeypatch, cli):
+    # Both stores' first experiment is 1: with vmtax-report-<id>.html the second run
+    # overwrote the first one's report without a word.
+    monkeypatch.delenv("VMTAX_RUN_REPORT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    names = []
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        db = f"sqlite:///{tmp_path / sub / 'lab.db'}"
+        r = cli("run", "--probe", "cpuid", "--runs", "1", "--duration", "0.05", "--db", db)
+        assert r.returncode == 0, r.stderr
+        found = re.search(r"^report: (vmtax-report-lab-[0-9a-f]{6}-1\.html) ", r.stdout, re.M)
+        assert found, r.stdout
+        names.append(found.group(1))
+    assert names[0] != names[1]
+    assert sorted(p.name for p in tmp_path.glob("*.html")) == sorted(names)
+    # The same store made again at that URL: the old file is replaced, and that is said.
+    (tmp_path / "a" / "lab.db").unlink()
+    db = f"sqlite:///{tmp_path / 'a' / 'lab.db'}"
+    r = cli("run", "--probe", "cpuid", "--runs", "1", "--duration", "0.05", "--db", db)
+    assert f"vmtax: replaced the earlier {names[0]}" in r.stderr
+
+
+def test_a_run_that_fails_as_a_whole_prints_only_its_error(tmp_path, monkeypatch, cli):
+    # It also printed "report not written: no completed runs match the selectors" before.
+    monkeypatch.delenv("VMTAX_RUN_REPORT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    r = cli("run", "--probe", "io", "--runs", "1", "--param", "dir=/nonexistent", "--db", db)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [r.stderr.strip()], r.stderr
+    assert "cannot create a file in /nonexistent" in r.stderr
+    assert not list(tmp_path.glob("*.html"))

@@ -93,5 +93,7 @@ def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
                                  text=True, timeout=1800)  # fmt: skip
             assert res.returncode == 0, (attempt, shlex.join(cmd), res.stderr[-2000:])
             if cmd[:2] == ["vmtax", "run"]:
-                assert re.search(r"^report: vmtax-report-\d+\.html", res.stdout, re.M), res.stdout
+                assert re.search(
+                    r"^report: vmtax-report-[\w.]+-[0-9a-f]{6}-\d+\.html", res.stdout, re.M
+                ), res.stdout
     assert (tmp_path / "report.html").stat().st_size > 0

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from vmtax import outfile
 from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
 
@@ -39,7 +42,11 @@ def report(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="File to write; default report.html or report.md."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="File to write; default report.html or report.md. " + outfile.HELP,
+        ),
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="html | markdown")] = "html",
     db: Annotated[
@@ -65,8 +72,7 @@ def report(
     if resamples < 100:
         raise UsageError(f"--resamples must be at least 100, got {resamples}")
     out = output or Path("report.html" if fmt == "html" else "report.md")
-    if not out.parent.is_dir():
-        raise VmtaxError(f"cannot write {out}: directory {out.parent} does not exist")
+    outfile.destination(out)  # a FIFO, device or directory is refused before any work
     store = Store.open(db, read_only=True)
     try:
         with _progress() as step:
@@ -114,9 +120,24 @@ def _progress() -> Iterator[Callable[[str], None]]:
 
 
 #: Where `vmtax run` writes the report of the experiment it just made: a path ({id} is the
-#: experiment id), or "none" for no report.
+#: experiment id, {store} names the store), or "none" for no report.
 RUN_REPORT_ENV = "VMTAX_RUN_REPORT"
-RUN_REPORT_DEFAULT = "vmtax-report-{id}.html"
+#: {store} keeps runs on two stores in one directory from overwriting each other's report.
+RUN_REPORT_DEFAULT = "vmtax-report-{store}-{id}.html"
+
+
+def store_tag(url_display: str) -> str:
+    """A short, file-name-safe name of a store: the SQLite file's stem (or the database's
+    name) and 6 hex digits of its URL, e.g. ``lab-3f2a1c``: two stores never share one,
+    two files both called lab.db included."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        database = make_url(url_display).database or "store"
+    except Exception:  # noqa: BLE001 - any unparsable URL still gets its hash
+        database = "store"
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(database).stem)[:40] or "store"
+    return f"{stem}-{hashlib.sha256(url_display.encode()).hexdigest()[:6]}"
 
 
 def after_run(store: Any, exp_id: int) -> None:  # noqa: ANN401
@@ -127,7 +148,12 @@ def after_run(store: Any, exp_id: int) -> None:  # noqa: ANN401
     where = os.environ.get(RUN_REPORT_ENV, RUN_REPORT_DEFAULT).strip()
     if where.lower() in ("", "none", "0", "off"):
         return
-    out = Path(where.replace("{id}", str(exp_id))).expanduser()
+    runs = store.runs([f"exp={exp_id}"])
+    if not (runs["status"] == "ok").any():
+        return  # nothing to report: the run's own error says why, in one line
+    name = where.replace("{id}", str(exp_id)).replace("{store}", store_tag(store.url_display))
+    out = Path(name).expanduser()
+    replaced = out.exists()
     try:
         with _progress() as step:
             result = write_report(
@@ -140,4 +166,7 @@ def after_run(store: Any, exp_id: int) -> None:  # noqa: ANN401
     except VmtaxError as exc:
         print(f"vmtax: report not written: {exc.message}", file=sys.stderr)
         return
+    if replaced:
+        # Same store and id: an older file of a store made again at that URL. Say so.
+        print(f"vmtax: replaced the earlier {out}", file=sys.stderr)
     typer.echo(f"report: {_wrote(result).removeprefix('wrote ')}")

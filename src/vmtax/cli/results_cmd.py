@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 
 results_app = typer.Typer(
@@ -79,7 +80,9 @@ def show_cmd(
 @results_app.command("export")
 def export_cmd(
     experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="File to write, or - for stdout. " + outfile.HELP)
+    ],
     fmt: Annotated[str, typer.Option("--format", help="parquet | csv | json")] = "parquet",
     samples: Annotated[
         bool | None,
@@ -104,6 +107,8 @@ def export_cmd(
         raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
     from vmtax.store import export as exporter
 
+    if str(output) != "-":
+        outfile.destination(output)  # a FIFO, device or directory is refused before any work
     store = _open(db)
     exp_id = experiment_id(store, experiment)
     with_samples = fmt == "parquet" if samples is None else samples

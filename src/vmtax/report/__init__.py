@@ -9,13 +9,12 @@ Example::
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmtax import outfile
 from vmtax.errors import VmtaxError
 
 
@@ -82,21 +81,5 @@ def write_model(model: Any, output: Path, *, fmt: str = "html") -> Written:  # n
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    # A reader (or a browser reloading) never sees half a report.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or Path("."))
-    try:
-        # mkstemp creates the file 0600; a report is for sharing: the umask's usual mode.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    # os.umask can only be read by setting it; set it straight back.
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    # A reader (or a browser reloading) never sees half a report; -o's rules: outfile.
+    outfile.write_text(path, text)

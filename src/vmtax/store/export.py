@@ -17,6 +17,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store.store import Store
 
@@ -168,8 +169,8 @@ def _open(path: str | Path, *, binary: bool) -> Iterator[IO[Any]]:
     if str(path) == "-":
         yield sys.stdout.buffer if binary else sys.stdout
         return
-    target = Path(path)
-    with target.open("wb" if binary else "w", encoding=None if binary else "utf-8") as fh:
+    # Written whole or not at all, to a regular file (or a symlink's target): see outfile.
+    with outfile.open_output(path, binary=binary) as fh:
         yield fh
 
 

@@ -4,7 +4,10 @@ into the packages below (plan, targets, store, stats, report)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import select
 import signal
+import stat
 import sys
 from types import ModuleType
 
@@ -78,9 +81,14 @@ def _click_exceptions() -> ModuleType:
 def main() -> None:
     """Entry point: every failure becomes one line on stderr and a non-zero exit."""
     cx = _click_exceptions()
-    # Behave like other Unix tools in a pipeline: `vmtax ... | head` ends quietly. The handler
-    # is this call's only: a process that calls main() in-process (the tests) gets its own back.
-    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A reader that goes away early (`vmtax ... | head`) ends every command the same way:
+    # quietly, exit 0, since the reader has what it wanted. SIGPIPE's default (death, 141)
+    # hit only commands whose output outgrew the pipe, so `results show | head -1` gave 141
+    # and `compare | head` 0; with SIGPIPE ignored (Python's default) each write to the
+    # closed pipe raises BrokenPipeError instead, handled here once for every command.
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        _STARTED_ON_A_PIPE[0] = stat.S_ISFIFO(os.fstat(1).st_mode)
     try:
         code = app(standalone_mode=False)
         if code == 130:
@@ -90,6 +98,9 @@ def main() -> None:
             sys.exit(130)
         sys.exit(0)
     except VmtaxError as exc:
+        if _reader_went_away():  # e.g. export's "cannot write -: Broken pipe"
+            _reader_gone()
+            sys.exit(0)
         _err.print(f"vmtax: error: {exc.message}", markup=False)
         sys.exit(exc.exit_code)
     except cx.NoArgsIsHelpError:
@@ -108,14 +119,51 @@ def main() -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        _reader_gone()
+        sys.exit(0)
+    except SystemExit as exc:
+        # click turns a broken pipe inside a command into exit 1 on its own.
+        if exc.code not in (0, None) and _reader_went_away():
+            _reader_gone()
+            sys.exit(0)
+        raise
     finally:
         _flush_quietly()
         signal.signal(signal.SIGPIPE, previous)
 
 
+def _reader_went_away() -> bool:
+    """stdout is a pipe whose reading end is closed (poll reports an error on it), or was one
+    and now points at /dev/null: rich's Console does that on a broken pipe, then exits 1.
+
+    File descriptor 1, not sys.stdout: click may have swapped the latter for a wrapper."""
+    try:
+        st = os.fstat(1)
+        if not stat.S_ISFIFO(st.st_mode):
+            null = os.stat(os.devnull)
+            return _STARTED_ON_A_PIPE[0] and (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino)
+        poller = select.poll()
+        poller.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except OSError:
+        return False
+
+
+#: Whether fd 1 was a pipe when main() started (set there).
+_STARTED_ON_A_PIPE = [False]
+
+
+def _reader_gone() -> None:
+    # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def _flush_quietly() -> None:
-    # Flush while SIGPIPE still ends the process quietly, so a reader that went away early
-    # does not turn into a BrokenPipeError at interpreter exit.
+    # A reader that went away early must not turn into a BrokenPipeError at interpreter exit.
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()

@@ -241,6 +241,14 @@ def run(
         duration=duration,
         **sampling,
     )
+    if plan.sampling and plan.sampling.get("unreachable"):
+        print(f"vmtax: warning: {plan.sampling['unreachable']}", file=sys.stderr)
+    elif plan.sampling and plan.sampling.get("raised_for"):
+        print(
+            f"vmtax: at least {plan.sampling['min_runs']} runs a side, so that "
+            f"{plan.sampling['raised_for']} comparisons can reach p < 0.05 after Holm",
+            file=sys.stderr,
+        )
     if plan.sampling:
         from vmtax.sampling.runlength import apply
 

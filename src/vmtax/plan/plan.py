@@ -160,6 +160,10 @@ def build_plan(
     chosen = _select(suite, probes)
     sampling = _sampling(suite, runs=runs, precision=precision, budget=budget, min_runs=min_runs)
     if sampling is not None:
+        # The family a comparison of these targets tests: each probe against the baseline.
+        family = len(chosen) * max(len(targets) - 1, 0)
+        sampling.update(_reachable(family, sampling["min_runs"], explicit=min_runs is not None))
+    if sampling is not None:
         runs = sampling["min_runs"]
     entries: dict[str, dict[str, Any]] = {}
     for entry in chosen:
@@ -219,6 +223,26 @@ def _sampling(
         "max_runs": MAX_ADAPTIVE_RUNS,
         "confidence": 0.95,
     }
+
+
+def _reachable(family: int, floor: int, *, explicit: bool) -> dict[str, Any]:
+    """Raise the run floor until a verdict is possible for ``family`` comparisons (see
+    ``sampling.design.significance_floor``); an explicit --min-runs below it is kept, with
+    the reason no verdict can come, said before anything is measured."""
+    from vmtax.sampling.design import significance_floor
+
+    if family < 1:
+        return {}
+    needed = significance_floor(family)
+    if needed is None or needed <= floor:
+        return {}
+    if explicit:
+        return {
+            "unreachable": f"with {floor} runs a side and {family} comparisons (Holm), no "
+            f"verdict is possible: the smallest adjusted p is above 0.05; --min-runs {needed} "
+            "makes one possible"
+        }
+    return {"min_runs": needed, "raised_for": family}
 
 
 def _select(suite: Suite, probes: list[str] | None) -> list[Entry]:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,7 +30,9 @@ from pydantic import ValidationError
 from vmtax.contract import Fingerprint, ProbeInfo, read_stream, startup_args
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.plan.plan import Plan, Step
+from vmtax.store.runtimes import RunTimes
 from vmtax.targets.base import AgentTimeout, Target, TargetError
+from vmtax.turns import Turns
 from vmtax.workloads import infos as workload_infos
 from vmtax.workloads import run_lines
 
@@ -248,6 +251,7 @@ class Runner:
         self.step_source = step_source
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._turns: dict[int, Turns] = {}
 
     def _store(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         with self._lock:
@@ -265,6 +269,7 @@ class Runner:
             todo = [s for s in self.plan.steps_for(slot) if s.index not in done]
             outcomes[slot].skipped = len(self.plan.steps_for(slot)) - len(todo)
             self.progress.add_target(target.name, len(todo))
+        self._turns = self._shared_machine_turns(done)
         pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.targets)))
         futures: list[Future[None]] = [
             pool.submit(self._target_worker, experiment_id, slot, done, outcomes[slot])
@@ -294,7 +299,35 @@ class Runner:
         self._store(self.store.finish_experiment, experiment_id=experiment_id, status=status)
         return Outcome(experiment_id=experiment_id, status=status, targets=outcomes)
 
+    def _shared_machine_turns(self, done: set[int]) -> dict[int, Turns]:
+        """Slot -> the turns it takes with the other targets on its machine (targets alone on
+        theirs, like fleet hosts, run freely in parallel)."""
+        groups: dict[int, list[int]] = {}
+        for slot, target in enumerate(self.targets):
+            machine = getattr(target, "machine", None)
+            if machine is not None:
+                groups.setdefault(id(machine), []).append(slot)
+        out: dict[int, Turns] = {}
+        for slots in groups.values():
+            if len(slots) < 2:
+                continue
+            planned = [
+                s.target for s in self.plan.steps if s.target in slots and s.index not in done
+            ]
+            turns = Turns(planned, slots)
+            out.update(dict.fromkeys(slots, turns))
+        return out
+
     def _target_worker(
+        self, experiment_id: int, slot: int, done: set[int], outcome: TargetOutcome
+    ) -> None:
+        try:
+            self._target_steps(experiment_id, slot, done, outcome)
+        finally:
+            if slot in self._turns:
+                self._turns[slot].leave(slot)
+
+    def _target_steps(
         self, experiment_id: int, slot: int, done: set[int], outcome: TargetOutcome
     ) -> None:
         target = self.targets[slot]
@@ -332,10 +365,14 @@ class Runner:
             lost_in_a_row = 0
             source = self.step_source
             todo = steps if source is None else source(slot, config_id, target, steps, self._store)
+            turns = self._turns.get(slot)
             for step in todo:
                 if self._stop.is_set():
                     return
-                status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
+                with turns.turn(slot, self._stop) if turns else nullcontext(True) as mine:
+                    if not mine:
+                        return
+                    status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
                 bad = outcome.failed + outcome.lost
                 self.progress.advance(
                     target.name,
@@ -373,6 +410,7 @@ class Runner:
         transport_error: str | None = None
         for observer in self.observers:
             observer.before_run(target, step)
+        times = RunTimes()
         try:
             # A workload's name runs the workload (servers, tools); a probe goes to the agent.
             for line in run_lines(target, inv.args, inv.timeout):
@@ -383,6 +421,7 @@ class Runner:
             transport_error = exc.message
             if self._stop.is_set():
                 transport_error = "interrupted"
+        times.end()
         stream = read_stream(lines)
         header = stream.header.model_dump(mode="json", by_alias=True) if stream.header else None
         common = {
@@ -392,6 +431,7 @@ class Runner:
             "plan_index": step.index,
             "run_index": step.run,
             "header": header,
+            "times": times,
         }
         if stream.runs:
             run = stream.runs[0]

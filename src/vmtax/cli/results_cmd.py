@@ -64,16 +64,29 @@ def list_cmd(db: DbOption = None) -> None:
 @results_app.command("show")
 def show_cmd(
     experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
+    executed: Annotated[
+        bool,
+        typer.Option(
+            "--executed",
+            help="List the runs in the order they ran, with start and end times, instead of "
+            "the table (runs stored before vmtax recorded times come last, without them).",
+        ),
+    ] = False,
     db: DbOption = None,
 ) -> None:
     """Print the study-A table of one experiment from the store.
 
     Example: vmtax results show 3
+
+    Example: vmtax results show latest --executed
     """
     store = _open(db)
     reconcile(store)
     exp_id = experiment_id(store, experiment)
-    print_table(out_console(), store, exp_id)
+    if executed:
+        print_executed_order(out_console(), store.executed_order(exp_id))
+    else:
+        print_table(out_console(), store, exp_id)
     typer.echo(f"experiment {exp_id}")
 
 
@@ -205,6 +218,28 @@ def print_table(console: Console, store: Any, exp_id: int) -> None:
     if bad:
         title += f" · {bad} runs failed or lost"
     console.print(studya_table(described, title=title))
+
+
+def print_executed_order(console: Console, runs: Any) -> None:
+    """One row per run in the order the runs started: when, how long, where, what."""
+    import pandas as pd  # heavy; only this listing needs it here
+
+    table = Table(title="runs in executed order", title_justify="left")
+    for name in ("#", "started (UTC)", "ms", "level", "target", "probe", "run", "plan", "status"):
+        table.add_column(name, justify="right" if name in ("#", "ms", "run", "plan") else "left")
+    for pos, row in enumerate(runs.itertuples(index=False), start=1):
+        timed = not pd.isna(row.started_ns)
+        started = row.started_at.strftime("%H:%M:%S.%f")[:-3] if timed else "not recorded"
+        took = (
+            ""
+            if not timed or pd.isna(row.ended_ns)
+            else f"{(row.ended_ns - row.started_ns) / 1e6:,.0f}"
+        )
+        table.add_row(
+            str(pos), started, took, row.level, row.target or "", row.probe,
+            str(row.run_index), str(row.plan_index), row.status,
+        )  # fmt: skip
+    console.print(table)
 
 
 def out_console() -> Console:

@@ -69,7 +69,8 @@ class Plan:
             "suite": self.suite,
             "source": self.source,
             "seed": self.seed,
-            "order": "rounds: run r of every entry, shuffled per round with random.Random(seed)",
+            "order": "rounds: run r of every entry, shuffled per round with random.Random(seed); "
+            "each entry's run on every target in turn, the targets shuffled too",
             "entries": self.entries,
             "targets": self.targets,
             "steps": [[s.target, s.entry, s.run] for s in self.steps],
@@ -137,6 +138,26 @@ class Plan:
         return Invocation(args=args, timeout=kill_after(float(e["timeout"])), scaling=scaling)
 
 
+def interleaved_steps(
+    entries: dict[str, dict[str, Any]], n_targets: int, rng: random.Random
+) -> list[Step]:
+    """Rounds of every entry in a shuffled order; within an entry's turn, every target in a
+    shuffled order. Targets that share a machine run in exactly this order (the runner's
+    turns), so the levels alternate run by run (ABBA-like, never A A A ... B B B), and which
+    level goes first is random rather than always the baseline."""
+    steps: list[Step] = []
+    rounds = max((e["runs"] for e in entries.values()), default=0)
+    for r in range(rounds):
+        names = [k for k, e in entries.items() if r < e["runs"]]
+        rng.shuffle(names)
+        for name in names:
+            order = list(range(n_targets))
+            rng.shuffle(order)
+            for t in order:
+                steps.append(Step(index=len(steps), target=t, entry=name, run=r))
+    return steps
+
+
 def build_plan(
     suite: Suite,
     *,
@@ -180,15 +201,7 @@ def build_plan(
             "params": dict(entry.params),
             "scale_to_memory": [s.model_dump() for s in entry.scale_to_memory],
         }
-    rng = random.Random(seed)
-    steps: list[Step] = []
-    for t in range(len(targets)):
-        rounds = max(e["runs"] for e in entries.values())
-        for r in range(rounds):
-            names = [k for k, e in entries.items() if r < e["runs"]]
-            rng.shuffle(names)
-            for name in names:
-                steps.append(Step(index=len(steps), target=t, entry=name, run=r))
+    steps = interleaved_steps(entries, len(targets), random.Random(seed))
     return Plan(
         suite=suite.name,
         source=source,

@@ -109,6 +109,12 @@ class Run(Base):
     summary_extra: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # When the controller started and ended the run: its monotonic clock (ns, comparable
+    # within one controller process) and UTC wall time. NULL for runs stored before 0005.
+    started_ns: Mapped[int | None] = mapped_column(BigInteger)
+    ended_ns: Mapped[int | None] = mapped_column(BigInteger)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class SampleBlock(Base):

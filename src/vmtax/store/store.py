@@ -33,6 +33,7 @@ from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
+from vmtax.store.runtimes import RunTimes
 from vmtax.store.url import default_path, redact, resolve, scrub
 
 RUN_STATUSES = ("ok", "failed", "lost")
@@ -390,8 +391,11 @@ class Store:
         warmup_values: np.ndarray,
         status: str,
         error: str | None = None,
+        times: RunTimes | None = None,
     ) -> int:
         """Store one run and its samples in one transaction, committed before returning.
+
+        ``times`` is when the controller started and ended the run (None: not recorded).
 
         A run with status ``ok`` already stored for the same (experiment, configuration,
         probe, plan_index, run_index) is never rewritten: that raises VmtaxError.
@@ -414,6 +418,7 @@ class Store:
             "header": _json_safe(header),
             "error": error,
             "created_at": _now(),
+            **(times.columns() if times is not None else {}),
         }
         for name in SUMMARY_FIELDS:
             row[name] = _number(summary.get(name)) if status == "ok" else None
@@ -652,6 +657,38 @@ class Store:
         df = df[RUN_COLUMNS].copy()
         for name in SUMMARY_FIELDS:
             df[name] = df[name].astype("Int64" if name in ("n", "steal_ticks") else "float64")
+        return df
+
+    @_reconnecting
+    def executed_order(self, experiment_id: int) -> pd.DataFrame:
+        """One experiment's runs in the order they ran (by the controller's start time), with
+        their configuration's level and target; runs stored without times come last, by id."""
+        r, c = Run.__table__, Configuration.__table__
+        stmt = (
+            select(
+                r.c.id.label("run_id"),
+                c.c.level,
+                c.c.target,
+                r.c.probe,
+                r.c.plan_index,
+                r.c.run_index,
+                r.c.status,
+                r.c.started_at,
+                r.c.ended_at,
+                r.c.started_ns,
+                r.c.ended_ns,
+            )  # fmt: skip
+            .join(c, c.c.id == r.c.configuration_id)
+            .where(r.c.experiment_id == experiment_id)
+            .order_by(r.c.started_ns.is_(None), r.c.started_ns, r.c.id)
+        )
+        with self._guard(), self._engine.connect() as connection:
+            rows = connection.execute(stmt).all()
+        df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
+        for col in ("started_at", "ended_at"):
+            df[col] = pd.to_datetime([_utc(x) for x in df[col]], utc=True)
+        for col in ("started_ns", "ended_ns"):
+            df[col] = df[col].astype("Int64")
         return df
 
     @_reconnecting

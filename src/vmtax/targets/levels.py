@@ -254,11 +254,15 @@ def level_targets(
 
 
 class OneAtATime(Target):
-    """A target whose prepare and runs hold a lock shared with the other levels."""
+    """A target whose prepare and runs hold a lock shared with the other levels.
+
+    The lock keeps two levels from ever running at once; the order in which they run is the
+    runner's (``vmtax.turns``), for every target with the same ``machine``."""
 
     def __init__(self, target: Target, lock: threading.Lock) -> None:
         self.target = target
         self.lock = lock
+        self.machine = lock  # the targets that share it take turns
         self.name = target.name
         self.level = target.level
 

@@ -1,8 +1,12 @@
 """Sample arrays as compressed bytes.
 
-Timing samples are float64 values whose high bytes barely change, so the bytes are regrouped
-by position within the value (a byte shuffle, as in Blosc/HDF5) before zlib: that compresses
-integer-valued cycle counts to about a seventh, and decoding stays a single pass.
+New blocks are plain little-endian float64 compressed with zstd (level 3, `zstandard`).
+Measured on a quick suite's 1.49 million real samples (bench/codec_bench.py), it takes
+0.95 bytes a sample against 1.05 for zlib and 2.98 for the byte shuffle before zlib that
+earlier versions wrote: timing samples repeat whole 8-byte values so often that a shuffle,
+which splits each value over eight streams, hides the repeats. zstd also encodes in 0.74x
+and decodes in 0.67x zlib's time (medians of 7 alternating rounds). Blocks written with the
+older codecs (``zlib-shuffle8``, ``zlib``) still decode: the codec is stored with each block.
 """
 
 from __future__ import annotations
@@ -10,26 +14,32 @@ from __future__ import annotations
 import zlib
 
 import numpy as np
+import zstandard
 
-CODEC = "zlib-shuffle8"
+CODEC = "zstd"
 DTYPE = "<f8"
+LEVEL = 3
+
+_compressor = zstandard.ZstdCompressor(level=LEVEL)
 
 
 def encode(values: np.ndarray) -> tuple[str, str, int, bytes]:
     """(dtype, codec, count, data) for a 1-D array of float64 values."""
     arr = np.ascontiguousarray(np.asarray(values, dtype=DTYPE).ravel())
-    shuffled = arr.view(np.uint8).reshape(-1, 8).T.tobytes()
-    return DTYPE, CODEC, int(arr.size), zlib.compress(shuffled, 1)
+    return DTYPE, CODEC, int(arr.size), _compressor.compress(arr.tobytes())
 
 
 def decode(dtype: str, codec: str, count: int, data: bytes | memoryview) -> np.ndarray:
-    """The float64 array stored by :func:`encode`, in its original order."""
+    """The float64 array stored by :func:`encode` (or by an older codec), in its order."""
     if dtype != DTYPE:
         raise ValueError(f"unsupported sample dtype {dtype!r}")
-    raw = zlib.decompress(data)
     if codec == CODEC:
+        raw = zstandard.ZstdDecompressor().decompress(bytes(data), max_output_size=8 * count)
+        return np.frombuffer(raw, dtype=DTYPE).copy()
+    if codec == "zlib-shuffle8":  # written before zstd: bytes grouped by position in a value
+        raw = zlib.decompress(data)
         out = np.frombuffer(raw, dtype=np.uint8).reshape(8, count).T.copy().view(DTYPE)
         return out.reshape(count)
     if codec == "zlib":
-        return np.frombuffer(raw, dtype=DTYPE).copy()
+        return np.frombuffer(zlib.decompress(data), dtype=DTYPE).copy()
     raise ValueError(f"unsupported sample codec {codec!r}")

@@ -83,6 +83,7 @@ def test_a_slot_that_leaves_never_blocks_the_others():
     seen: list[int] = []
 
     def worker(slot: int, n: int) -> None:
+        turns.ready(slot)
         for _ in range(n):
             with turns.turn(slot, stop) as mine:
                 assert mine
@@ -101,8 +102,24 @@ def test_a_slot_that_leaves_never_blocks_the_others():
     assert seen == [0, 1, 0, 0]
 
 
+def test_no_turn_is_handed_out_before_every_slot_is_ready():
+    turns = Turns([0, 1], [0, 1])
+    stop = threading.Event()
+    turns.ready(0)
+    got: list[bool] = []
+    first = threading.Thread(target=lambda: got.append(turns.turn(0, stop).__enter__()))
+    first.start()
+    time.sleep(0.3)
+    assert first.is_alive() and got == []  # slot 1 is still booting
+    turns.ready(1)
+    first.join(5)
+    assert got == [True]
+
+
 def test_a_stop_releases_a_waiting_slot():
     turns = Turns([0, 1], [0, 1])
+    turns.ready(0)
+    turns.ready(1)
     stop = threading.Event()
     got: list[bool] = []
     waiter = threading.Thread(target=lambda: got.append(turns.turn(1, stop).__enter__()))

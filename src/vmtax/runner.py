@@ -366,6 +366,8 @@ class Runner:
             source = self.step_source
             todo = steps if source is None else source(slot, config_id, target, steps, self._store)
             turns = self._turns.get(slot)
+            if turns:
+                turns.ready(slot)
             for step in todo:
                 if self._stop.is_set():
                     return

@@ -5,7 +5,9 @@ take it several times in a row and the plan's seeded order would not be what run
 hands the machine to the slots in the planned sequence; a slot asks for its turn before each
 run and waits until the sequence reaches it. Steps added beyond the plan (adaptive sampling)
 go round robin over the slots still running. A slot that finishes or fails leaves, and its
-remaining planned turns are skipped, so nobody waits for it.
+remaining planned turns are skipped, so nobody waits for it. No turn is handed out until
+every slot is ready (its guest booted), so a run never waits behind another level's boot and
+its recorded start and end are its own.
 
 Python's threading and queue modules have no ordered hand-off between threads, hence this
 small condition-variable turnstile.
@@ -23,10 +25,13 @@ class Turns:
     def __init__(self, planned: Iterable[int], slots: Iterable[int]) -> None:
         self._planned = deque(planned)
         self._active = set(slots)
+        self._unready = set(self._active)
         self._last: int | None = None
         self._cond = threading.Condition()
 
     def _whose_turn(self) -> int | None:
+        if self._unready:
+            return None
         while self._planned and self._planned[0] not in self._active:
             self._planned.popleft()
         if self._planned:
@@ -56,8 +61,15 @@ class Turns:
                 self._last = slot
                 self._cond.notify_all()
 
+    def ready(self, slot: int) -> None:
+        """``slot`` is prepared (booted) and can take turns."""
+        with self._cond:
+            self._unready.discard(slot)
+            self._cond.notify_all()
+
     def leave(self, slot: int) -> None:
         """``slot`` runs nothing more: its planned turns are skipped."""
         with self._cond:
             self._active.discard(slot)
+            self._unready.discard(slot)
             self._cond.notify_all()

@@ -7,13 +7,13 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+source"
 
-__all__ = ["Results", "__version__", "open"]
+__all__ = ["Results", "__version__", "open", "run"]
 
 
 def __getattr__(name: str) -> object:
     # The notebook API pulls in pandas and SQLAlchemy: load it only when asked for, so
     # `import vmtax` (and the CLI's start-up) stays fast.
-    if name in ("open", "Results"):
+    if name in ("open", "Results", "run"):
         from vmtax import api
 
         return getattr(api, name)

@@ -7,15 +7,22 @@ Example::
     runs = res.runs("exp=latest")               # one row per run
     s = res.samples("exp=latest,probe=cpuid")   # one row per iteration
     s.groupby(["config", "run_id"])["value"].median()
+
+Start an experiment the way `vmtax run` does (same validation, plan, store and runner)::
+
+    exp = vmtax.run(db="sqlite:///results.db", probes=["cpuid", "syscall"], runs=3)
+    vmtax.open("sqlite:///results.db").runs(f"exp={exp}")
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from vmtax.errors import VmtaxError
 from vmtax.store import Store
 
 LABEL_PREFIX = "label_"
@@ -73,6 +80,23 @@ def open(db_url: str | None = None) -> Results:  # noqa: A001 - the name the REA
     Nothing is created or upgraded: a missing file or an outdated schema is an error.
     """
     return Results(Store.open(db_url, read_only=True))
+
+
+def run(db: str | None = None, **options: Any) -> int:
+    """Run an experiment as `vmtax run` does and return its id.
+
+    ``options`` are :class:`vmtax.experiment.RunRequest`'s fields (``suite``, ``probes``,
+    ``runs``, ``levels``, ``labels``, ``precision``, ...). Bad input raises UsageError
+    before anything starts; a target that fails as a whole raises VmtaxError after its runs
+    are stored.
+    """
+    # The runner pulls in the targets and workloads: load them only when a run is asked for.
+    from vmtax import experiment
+
+    done = experiment.run(experiment.RunRequest(db=db, argv=["(vmtax.run)"], **options))
+    if done.problem:
+        raise VmtaxError(done.problem)
+    return done.experiment_id
 
 
 def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:

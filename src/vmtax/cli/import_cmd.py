@@ -37,8 +37,8 @@ def import_cmd(
     Example: vmtax-probe run cpuid --runs 5 > cpuid.jsonl && vmtax import cpuid.jsonl
     """
     from vmtax.cli.results_cmd import out_console, print_table
-    from vmtax.cli.run_cmd import parse_labels
     from vmtax.contract import read_stream
+    from vmtax.experiment.request import parse_labels
     from vmtax.store import Store
 
     if level not in ("L0", "L1", "L2", "L3"):

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from vmtax import outfile
-from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.experiment.request import command_line as _command_line
 
 FORMATS = ("html", "markdown")
 

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax import outfile
-from vmtax.errors import UsageError, VmtaxError
+from vmtax.errors import UsageError
+from vmtax.experiment.lookup import experiment_id, reconcile
 
 results_app = typer.Typer(
     help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
@@ -166,40 +167,6 @@ def _export_progress(err: Console) -> Iterator[Callable[[int, int], None] | None
             bar.update(task, completed=done, total=total)
 
         yield update
-
-
-def experiment_id(store: Any, ref: str) -> int:
-    """An experiment id from ``N`` or ``latest``; UsageError/VmtaxError when absent."""
-    ref = ref.strip().lower()
-    if ref == "latest":
-        latest = store.latest_experiment_id()
-        if latest is None:
-            raise VmtaxError(f"no experiments in {store.url_display}")
-        return int(latest)
-    if not ref.isdigit():
-        raise UsageError(f"experiment must be an id or 'latest', got {ref!r}")
-    exp_id = int(ref)
-    store.experiment(exp_id)  # raises VmtaxError when missing
-    return exp_id
-
-
-def reconcile(store: Any) -> list[int]:
-    """Mark experiments whose controller died (same host, pid gone) as interrupted.
-
-    A SIGKILLed or crashed `vmtax run` cannot mark its own experiment; the pid and its start
-    time are stored with the plan, so any later command on the same host can tell.
-    Experiments started on another host are left as they are.
-    """
-    from vmtax.runner import controller_alive
-
-    fixed = []
-    df = store.experiments()
-    for exp_id in df.loc[df["status"] == "running", "experiment_id"]:
-        plan = store.experiment(int(exp_id)).get("plan") or {}
-        if controller_alive(plan.get("controller")) is False:
-            store.finish_experiment(int(exp_id), "interrupted")
-            fixed.append(int(exp_id))
-    return fixed
 
 
 def print_table(console: Console, store: Any, exp_id: int) -> None:

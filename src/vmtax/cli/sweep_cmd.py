@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from vmtax.cli.run_cmd import _command_line
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.experiment.request import command_line as _command_line
 from vmtax.sweep.spec import (
     DEFAULT_REPLICATES,
     MAX_EVENTS,
@@ -297,7 +297,7 @@ def sweep(
             err=True,
         )
         runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
-        from vmtax.cli.run_cmd import _sigterm_as_interrupt
+        from vmtax.cli.signals import sigterm_as_interrupt as _sigterm_as_interrupt
 
         # SIGTERM stops like Ctrl-C: guests killed, committed steps kept, experiment
         # marked interrupted (resume with --resume).

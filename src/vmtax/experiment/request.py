@@ -1,0 +1,209 @@
+"""What a user asks `vmtax run` for, checked once before anything starts.
+
+The CLI and the notebook API build the same :class:`RunRequest`; ``validate()`` refuses bad
+input with a UsageError (exit 2) before a store is opened or a guest booted.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vmtax.errors import UsageError
+from vmtax.plan import bounds
+from vmtax.plan.params import parse_params
+
+_LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
+_LEVEL = re.compile(r"^L[0-3]$")
+_RESERVED = {
+    "exp", "experiment", "config", "level", "probe", "target", "hypervisor", "status", "run",
+}  # fmt: skip
+
+
+@dataclass
+class RunRequest:
+    """Every option of one `vmtax run` (the defaults are the CLI's)."""
+
+    suite: str = "quick"
+    probes: list[str] = field(default_factory=list)
+    runs: int | None = None
+    params: list[str] = field(default_factory=list)
+    level: str | None = None
+    labels: list[str] = field(default_factory=list)
+    db: str | None = None
+    timeout: float | None = None
+    duration: float | None = None
+    seed: int | None = None
+    levels: str | None = None
+    depth: int | None = None
+    preset: str = "seed-c"
+    accel: str = "auto"
+    inner_accel: str = "tcg"
+    guest_net: str = ""
+    ssh: list[str] = field(default_factory=list)
+    fleet: str | None = None
+    accept_new_host_key: bool = False
+    exits: bool = False
+    precision: str | None = None
+    budget: str | None = None
+    min_runs: int | None = None
+    #: The command line stored with the experiment (its --db shown without a password).
+    argv: list[str] = field(default_factory=list)
+    #: When the request was made (monotonic): an adaptive --budget bounds the whole command.
+    started: float = field(default_factory=time.monotonic)
+
+    def validate(self) -> Checked:
+        """Refuse what cannot run, in one line (UsageError), before anything starts."""
+        sampling = sampling_options(self.precision, self.budget, self.min_runs, self.runs)
+        bounds.check_runs(self.runs)
+        bounds.check_seed(self.seed)
+        bounds.check_seconds(self.timeout, "--timeout", bounds.MAX_TIMEOUT_S)
+        bounds.check_seconds(self.duration, "--duration", bounds.MAX_DURATION_S)
+        params = parse_params(self.params)
+        if self.accel not in {"auto", "kvm", "tcg"}:
+            raise UsageError(f"--accel must be auto, kvm or tcg, got {self.accel!r}")
+        if self.inner_accel not in {"kvm", "tcg"}:
+            raise UsageError(f"--inner-accel must be kvm or tcg, got {self.inner_accel!r}")
+        if self.level is not None and not _LEVEL.match(self.level):
+            raise UsageError(f"--level must be L0, L1, L2 or L3, got {self.level!r}")
+        labels = parse_labels(self.labels)
+        levels = self.levels
+        if self.depth is not None:
+            if levels is not None:
+                raise UsageError("give --depth or --levels, not both")
+            if not 1 <= self.depth <= 3:
+                raise UsageError(f"--depth must be 1, 2 or 3, got {self.depth}")
+            levels = ",".join(f"L{n}" for n in range(self.depth + 1))
+        upper = (levels or "").upper()
+        if self.guest_net not in {"", "user"}:
+            raise UsageError(f"--guest-net must be user, got {self.guest_net!r}")
+        if self.guest_net and not re.search(r"L1", upper):
+            raise UsageError("--guest-net needs a guest level: --levels L0,L1")
+        if self.guest_net and re.search(r"L[23]", upper):
+            raise UsageError("--guest-net reaches L1 guests only; L2 and L3 have no NIC")
+        if self.inner_accel == "kvm" and not re.search(r"L[23]", upper):
+            raise UsageError("--inner-accel kvm needs a nested level: --levels L1,L2 or L1,L2,L3")
+        return Checked(sampling=sampling, params=params, labels=labels, levels=levels)
+
+    def target_specs(self, levels: str | None) -> list[dict[str, Any]]:
+        specs = target_specs(
+            levels=levels,
+            preset=self.preset,
+            accel=self.accel,
+            ssh=self.ssh,
+            fleet=self.fleet,
+            inner_accel=self.inner_accel,
+            guest_net=self.guest_net,
+        )
+        if self.level is not None and len(specs) > 1:
+            raise UsageError("--level names one machine; with several targets each has its own")
+        return specs
+
+
+@dataclass
+class Checked:
+    """A validated request's parsed parts."""
+
+    sampling: dict[str, Any]
+    params: dict[str, Any]
+    labels: dict[str, str]
+    levels: str | None
+
+
+def sampling_options(
+    precision: str | None, budget: str | None, min_runs: int | None, runs: int | None
+) -> dict[str, Any]:
+    """--precision / --budget / --min-runs as build_plan arguments; UsageError when bad."""
+    from vmtax.plan.suite import parse_percent, parse_seconds
+
+    if precision is not None and runs is not None:
+        raise UsageError("give --runs (a fixed number) or --precision (adaptive), not both")
+    if min_runs is not None and min_runs < 2:
+        raise UsageError(f"--min-runs must be at least 2, got {min_runs}")
+    try:
+        pct = None if precision is None else parse_percent(precision)
+    except ValueError as exc:
+        raise UsageError(f"--precision {exc}") from None
+    try:
+        seconds = None if budget is None else parse_seconds(budget)
+    except ValueError as exc:
+        raise UsageError(f"--budget {exc}") from None
+    return {"precision": pct, "budget": seconds, "min_runs": min_runs}
+
+
+def command_line(argv: list[str], db_display: str) -> list[str]:
+    """The command as typed, with the --db URL replaced by its password-free form."""
+    out = ["vmtax"]
+    skip = False
+    for arg in argv:
+        if skip:
+            out.append(db_display)
+            skip = False
+        elif arg == "--db":
+            out.append(arg)
+            skip = True
+        elif arg.startswith("--db="):
+            out.append(f"--db={db_display}")
+        else:
+            out.append(arg)
+    return out
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    """``key=value`` strings to a dict; bad syntax or a reserved key is a UsageError."""
+    out: dict[str, str] = {}
+    for item in items:
+        m = _LABEL.match(item.strip())
+        if not m:
+            raise UsageError(f"--label must be key=value (letters, digits, _ . -), got {item!r}")
+        key, value = m.group(1).lower(), m.group(2).strip()
+        if key in _RESERVED:
+            raise UsageError(f"--label key {key!r} is reserved for selectors; choose another")
+        if "," in value:
+            raise UsageError(f"--label value may not contain a comma: {item!r}")
+        out[key] = value
+    return out
+
+
+def target_specs(
+    *,
+    levels: str | None,
+    preset: str,
+    accel: str,
+    ssh: list[str],
+    fleet: str | None,
+    inner_accel: str = "tcg",
+    guest_net: str = "",
+) -> list[dict[str, Any]]:
+    """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
+    specs: list[dict[str, Any]] = []
+    if levels:
+        names = [x.strip().upper() for x in levels.split(",") if x.strip()]
+        bad = [x for x in names if not _LEVEL.match(x)]
+        if bad or not names or len(set(names)) != len(names):
+            raise UsageError(f"--levels must be distinct levels like L0,L1,L2, got {levels!r}")
+        # L0 goes through the level provisioner too: levels on one machine then take turns,
+        # so L0 is never measured while a guest is busy beside it.
+        level_spec = {"kind": "level", "preset": preset, "accel": accel}
+        if inner_accel != "tcg":
+            level_spec["inner_accel"] = inner_accel
+        if guest_net:
+            level_spec["guest_net"] = guest_net
+        specs += [{**level_spec, "level": name} for name in names]
+    for url in ssh:
+        if not url.startswith("ssh://") or len(url) <= len("ssh://"):
+            raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")
+        specs.append({"kind": "ssh", "url": url})
+    if fleet:
+        if not Path(fleet).is_file():
+            raise UsageError(f"fleet file not found: {fleet}")
+        from vmtax.plan.targets import fleet_size
+
+        count, _ = fleet_size(fleet)
+        specs += [
+            {"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i} for i in range(count)
+        ]
+    return specs or [{"kind": "local", "level": "L0"}]

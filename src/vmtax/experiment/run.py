@@ -1,0 +1,209 @@
+"""The run use case: validate once, plan, open the store, size runs, execute, resume, finish.
+
+`vmtax run` and :func:`vmtax.api.run` both start experiments here; the CLI only parses its
+options into a :class:`RunRequest` and renders what comes back (the table, the report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from vmtax import runner as rn
+from vmtax.errors import VmtaxError
+from vmtax.experiment.lookup import experiment_id, reconcile
+from vmtax.experiment.request import RunRequest, command_line
+from vmtax.plan import bounds
+from vmtax.plan.params import apply_params
+from vmtax.plan.plan import Plan, build_plan
+from vmtax.plan.suite import load_suite
+from vmtax.plan.targets import make_targets
+from vmtax.store import Store
+
+Notice = Callable[[str], None]
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+@dataclass
+class Finished:
+    """An experiment after `run` or `resume`: its id, its store, and whether it failed."""
+
+    experiment_id: int
+    store: Store
+    outcome: rn.Outcome | None  # None: a resume found every run already there
+    problem: str | None = None  # one line when a target failed as a whole
+
+
+def run(
+    request: RunRequest, *, progress: rn.Progress | None = None, notice: Notice = _to_stderr
+) -> Finished:
+    """Start an experiment as `vmtax run` does, and run it to the end (or a failure)."""
+    checked = request.validate()
+    specs = request.target_specs(checked.levels)
+    the_suite, source = load_suite(request.suite)
+    store = Store.open(request.db)
+    local = _local_target()
+    available = rn.list_probes(local)
+    local_fp = rn.fingerprint(local)
+    seed = request.seed
+    if seed is None:
+        seed = the_suite.seed
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    plan = build_plan(
+        the_suite,
+        source=source,
+        seed=seed,
+        targets=specs,
+        probes=request.probes or None,
+        runs=request.runs,
+        timeout=request.timeout,
+        duration=request.duration,
+        **checked.sampling,
+    )
+    if plan.sampling and plan.sampling.get("unreachable"):
+        notice(f"vmtax: warning: {plan.sampling['unreachable']}")
+    elif plan.sampling and plan.sampling.get("raised_for"):
+        notice(
+            f"vmtax: at least {plan.sampling['min_runs']} runs a side, so that "
+            f"{plan.sampling['raised_for']} comparisons can reach p < 0.05 after Holm"
+        )
+    if plan.sampling:
+        from vmtax.sampling.runlength import apply
+
+        fixed = request.duration is not None
+        apply(plan, overhead_s=rn.run_overhead(local, local_fp), fixed=fixed)
+    apply_params(plan.entries, checked.params, [*available, *rn.workload_infos()])
+    rn.check_probes(plan, available)
+    bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
+    built, limit = make_targets(specs, accept_new_host_key=request.accept_new_host_key)
+    options = {"level": request.level, "labels": checked.labels, "exits": request.exits}
+    exp_id = store.create_experiment(
+        command=command_line(request.argv, store.url_display),
+        suite=plan.suite,
+        seed=plan.seed,
+        plan=plan.to_dict() | {"controller": rn.controller_identity(), "options": options},
+        vmtax_version=_version(),
+        agent_version=local_fp.agent_version,
+    )
+    # The local fingerprint is reused for the local target instead of measuring it twice.
+    fps = {i: local_fp for i, s in enumerate(specs) if s["kind"] == "local"}
+    return execute(
+        store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
+        max_workers=limit or 4, fingerprints=fps, exits=request.exits, progress=progress,
+        started=request.started,
+    )  # fmt: skip
+
+
+def resume(
+    ref: str,
+    *,
+    db: str | None,
+    accept_new_host_key: bool = False,
+    progress: rn.Progress | None = None,
+    notice: Notice = _to_stderr,
+) -> Finished:
+    """Finish the missing runs of an interrupted experiment (``ref``: an id or 'latest')."""
+    store = Store.open(db)
+    exp_id = experiment_id(store, ref)
+    reconcile(store)
+    exp = store.experiment(exp_id)
+    plan_data = exp.get("plan") or {}
+    if exp["status"] == "running":
+        ident = plan_data.get("controller") or {}
+        raise VmtaxError(
+            f"experiment {exp_id} is still running (pid {ident.get('pid', '?')} on "
+            f"{ident.get('host', '?')}); stop it first or wait for it"
+        )
+    plan = Plan.from_dict(plan_data)
+    done = set(store.completed_plan_indices(exp_id))
+    missing = [s for s in plan.steps if s.index not in done]
+    if not missing and (not plan.sampling or exp["status"] == "ok"):
+        notice(f"experiment {exp_id} has every planned run; nothing to resume")
+        return Finished(exp_id, store, None)
+    options = plan_data.get("options") or {}
+    built, limit = make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
+    store.reopen_experiment(exp_id, controller=rn.controller_identity())
+    return execute(
+        store, plan, built, exp_id, done=done, level=options.get("level"),
+        labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={},
+        exits=bool(options.get("exits")), progress=progress, started=None,
+    )  # fmt: skip
+
+
+def execute(
+    store: Store,
+    plan: Plan,
+    built: list[Any],
+    exp_id: int,
+    *,
+    done: set[int],
+    level: str | None,
+    labels: dict[str, str],
+    max_workers: int,
+    fingerprints: dict[int, Any],
+    exits: bool,
+    progress: rn.Progress | None,
+    started: float | None,
+) -> Finished:
+    """Run ``plan``'s missing steps on ``built`` and mark the experiment's status."""
+    runner = rn.Runner(
+        store,
+        plan,
+        built,
+        level=level,
+        labels=labels,
+        progress=progress,
+        max_workers=max_workers,
+        fingerprints=fingerprints,
+        observers=_exit_recorders(store, exits),
+        step_source=_adaptive(store, plan, exp_id, started),
+    )
+    shown = progress if isinstance(progress, contextlib.AbstractContextManager) else None
+    try:
+        with shown or contextlib.nullcontext():
+            outcome = runner.execute(exp_id, done)
+    except KeyboardInterrupt:
+        raise VmtaxError(
+            f"interrupted: experiment {exp_id} is marked interrupted; finish it with "
+            f"`vmtax run --resume {exp_id}`",
+            exit_code=130,
+        ) from None
+    return Finished(exp_id, store, outcome, outcome.summary_error())
+
+
+def _exit_recorders(store: Store, exits: bool) -> list[Any]:
+    if not exits:
+        return []
+    from vmtax.hostprof.recorder import Recorder
+
+    return [Recorder(store)]
+
+
+def _adaptive(store: Store, plan: Plan, exp_id: int, started: float | None) -> Any:
+    if not plan.sampling:
+        return None
+    from vmtax.sampling.adaptive import AdaptiveSampler
+
+    return AdaptiveSampler(store, plan, exp_id, started=started)
+
+
+def _local_target() -> Any:
+    from vmtax.targets.local import LocalTarget
+
+    target = LocalTarget()
+    target.prepare()
+    return target
+
+
+def _version() -> str:
+    from vmtax import __version__
+
+    return __version__

@@ -43,13 +43,16 @@ def build(
     """
     from vmtax.targets.base import find_agent
     from vmtax.targets.images import build_nested
+    from vmtax.workloads import image_contents
 
     if mode not in ("minimal", "full"):
         raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
     if mode == "full" and depth not in (2, 3):
         raise UsageError(f"--depth must be 2 or 3 for --mode full, got {depth}")
     t0 = time.monotonic()
-    image = build_nested(find_agent(agent), 1 if mode == "minimal" else depth, kernel=kernel)
+    # The image `vmtax run` boots: the agent and every workload's servers.
+    levels = 1 if mode == "minimal" else depth
+    image = build_nested(find_agent(agent), levels, kernel=kernel, contents=image_contents())
     took = time.monotonic() - t0
     size = image.initrd.stat().st_size / 2**20
     Console().print(

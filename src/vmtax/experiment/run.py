@@ -23,6 +23,7 @@ from vmtax.plan.plan import Plan, build_plan
 from vmtax.plan.suite import load_suite
 from vmtax.plan.targets import make_targets
 from vmtax.store import Store
+from vmtax.workloads import image_contents
 
 Notice = Callable[[str], None]
 
@@ -83,7 +84,9 @@ def run(
     apply_params(plan.entries, checked.params, [*available, *rn.workload_infos()])
     rn.check_probes(plan, available)
     bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
-    built, limit = make_targets(specs, accept_new_host_key=request.accept_new_host_key)
+    built, limit = make_targets(
+        specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
+    )
     options = {"level": request.level, "labels": checked.labels, "exits": request.exits}
     exp_id = store.create_experiment(
         command=command_line(request.argv, store.url_display),
@@ -129,7 +132,9 @@ def resume(
         notice(f"experiment {exp_id} has every planned run; nothing to resume")
         return Finished(exp_id, store, None)
     options = plan_data.get("options") or {}
-    built, limit = make_targets(plan.targets, accept_new_host_key=accept_new_host_key)
+    built, limit = make_targets(
+        plan.targets, accept_new_host_key=accept_new_host_key, contents=image_contents()
+    )
     store.reopen_experiment(exp_id, controller=rn.controller_identity())
     return execute(
         store, plan, built, exp_id, done=done, level=options.get("level"),

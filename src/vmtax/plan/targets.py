@@ -11,13 +11,17 @@ from typing import Any
 
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target
+from vmtax.targets.images import AGENT_ONLY, ImageContents
 
 
 def make_targets(
-    specs: list[dict[str, Any]], *, accept_new_host_key: bool = False
+    specs: list[dict[str, Any]],
+    *,
+    accept_new_host_key: bool = False,
+    contents: ImageContents = AGENT_ONLY,
 ) -> tuple[list[Target], int | None]:
     """Build the targets a plan names; returns them and the fleet's concurrency limit, if a
-    fleet file set one."""
+    fleet file set one. Guests vmtax boots carry ``contents`` in their images."""
     from vmtax.targets.local import LocalTarget
 
     out: list[Target] = []
@@ -42,6 +46,7 @@ def make_targets(
                     accel=spec["accel"],
                     inner_accel=spec.get("inner_accel", "tcg"),
                     guest_net=spec.get("guest_net", ""),
+                    contents=contents,
                 )
             )
             if len(made) != len(group):

@@ -31,12 +31,12 @@ class QemuGuests:
         self, spec: SweepSpec, *, boot_timeout: float = 300.0, image: Image | None = None
     ) -> None:
         from vmtax.targets.base import find_agent
-        from vmtax.targets.images import build_minimal
+        from vmtax.targets.images import AGENT_ONLY, build_minimal
 
         self.spec = spec
         self.boot_timeout = boot_timeout
         # The probe workloads are the agent's own: small guests need none of the servers.
-        self.image = image or build_minimal(find_agent(), with_workloads=False)
+        self.image = image or build_minimal(find_agent(), contents=AGENT_ONLY)
         self.file_backed = bool(spec.cap_mb) and swap_total_kb() == 0
         self.ram_dir: Path | None = None
         self._made = 0

@@ -37,13 +37,12 @@ TIER_START_TIMEOUT = 240.0
 
 def triplet_image() -> Image:
     """The minimal image with the workloads' servers and PHP (this image only)."""
-    import vmtax.workloads  # noqa: F401 - registers the servers the image carries
     from vmtax.targets.base import find_agent
     from vmtax.targets.images import build_minimal
+    from vmtax.workloads import image_contents
 
-    return build_minimal(
-        find_agent(), more_binaries=webapp.guest_binaries(), more_files=webapp.guest_files()
-    )
+    extras = image_contents().plus(webapp.guest_binaries(), webapp.guest_files())
+    return build_minimal(find_agent(), contents=extras)
 
 
 class TripletGuests(QemuGuests):

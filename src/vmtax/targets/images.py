@@ -232,29 +232,40 @@ def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[st
     return Image(kind, digest, target, manifest)
 
 
-#: Programs every minimal image carries besides the agent, each at its own path with the
-#: libraries it loads (ldd). vmtax.workloads adds the servers and tools its workloads run in
-#: guests; a path missing on this machine is skipped.
-EXTRA_BINARIES: list[str] = []
-#: Small files every minimal image carries, by path inside the image (e.g. ``etc/passwd``
-#: for a server that switches to a user); also filled by vmtax.workloads.
-EXTRA_FILES: dict[str, bytes] = {}
+@dataclass(frozen=True)
+class ImageContents:
+    """What a minimal image carries besides busybox and the agent: programs, each at its own
+    path with the libraries it loads (ldd; a path missing on this machine is skipped), and
+    small files by path inside the image (e.g. ``etc/passwd`` for a server that switches to a
+    user). Always an explicit argument: whoever boots a guest says what is in it, so two
+    entry points asking for the same contents get the same image."""
+
+    binaries: tuple[str, ...] = ()
+    files: tuple[tuple[str, bytes], ...] = ()
+
+    def plus(
+        self, binaries: tuple[str, ...] = (), files: dict[str, bytes] | None = None
+    ) -> ImageContents:
+        merged = {**dict(self.files), **(files or {})}
+        return ImageContents(
+            tuple(dict.fromkeys((*self.binaries, *binaries))), tuple(sorted(merged.items()))
+        )
+
+
+#: The agent alone: about 19 MB, for guests that run only probes in little memory.
+AGENT_ONLY = ImageContents()
 
 
 def build_minimal(
     agent: Path,
     *,
     kernel: str | Path | None = None,
-    with_workloads: bool = True,
-    more_binaries: tuple[str, ...] = (),
-    more_files: dict[str, bytes] | None = None,
+    contents: ImageContents = AGENT_ONLY,
 ) -> Image:
-    """The busybox initramfs with ``agent`` as ``/vmtax-probe`` (cached). With
-    ``with_workloads=False`` it leaves out the workloads' programs and files
-    (``EXTRA_BINARIES``, ``EXTRA_FILES``): about 19 MB instead of 113 with MariaDB and
-    PostgreSQL, for guests that run only the agent in little memory (a sweep's 128 MiB guests
-    unpack the archive in their RAM, and 113 MB of it does not fit). ``more_binaries`` and
-    ``more_files`` go into this image only (a sweep's triplet guests add PHP)."""
+    """The busybox initramfs with ``agent`` as ``/vmtax-probe`` and ``contents`` (cached by
+    what goes in). The workloads' contents (``vmtax.workloads.image_contents()``) make it
+    about 113 MB with MariaDB and PostgreSQL; a sweep's 128 MiB guests unpack the archive in
+    their RAM, so they boot ``AGENT_ONLY`` (19 MB)."""
     if not is_static(agent):
         raise VmtaxError(
             f"agent {agent} is dynamically linked; a guest needs the static build "
@@ -270,12 +281,8 @@ def build_minimal(
         "agent_sha256": _sha(agent.read_bytes()),
         "busybox": str(busybox),
     }
-    extra = [Path(b) for b in dict.fromkeys(EXTRA_BINARIES) if Path(b).is_file()]
-    extra_files = EXTRA_FILES
-    if not with_workloads:
-        extra, extra_files = [], {}
-    extra += [Path(b) for b in more_binaries if Path(b).is_file() and Path(b) not in extra]
-    extra_files = {**extra_files, **(more_files or {})}
+    extra = [Path(b) for b in contents.binaries if Path(b).is_file()]
+    extra_files = dict(contents.files)
     if extra or extra_files:
         files = _binaries_with_libraries(extra)
         files.update({p: (data, 0o644) for p, data in extra_files.items()})
@@ -340,6 +347,7 @@ def build_nested(
     kernel: str | Path | None = None,
     inner_accel: str = "tcg",
     extra_binaries: tuple[Path, ...] = (),
+    contents: ImageContents = AGENT_ONLY,
 ) -> Image:
     """An image whose guest boots the next level itself, ``depth`` levels in all: depth 1 is
     the minimal image; depth n holds QEMU, its libraries and firmware, a kernel and the
@@ -348,12 +356,15 @@ def build_nested(
     ``inner_accel="tcg"`` boots the inner guest under TCG (QEMU's TCG module is shipped);
     ``"kvm"`` ships kvm_amd and its dependencies instead and boots it under the guest's own
     KVM (the init script checks for SVM and /dev/kvm first). ``extra_binaries`` are added
-    with the libraries they load (e.g. ``perf`` for a one-off capture image)."""
+    with the libraries they load (e.g. ``perf`` for a one-off capture image). ``contents``
+    go into the innermost (minimal) image, where the agent that is measured runs."""
     if inner_accel not in INNER_ACCELS:
         raise VmtaxError(f"unknown inner accelerator {inner_accel!r} (choose tcg or kvm)")
     if depth <= 1:
-        return build_minimal(agent, kernel=kernel)
-    inner = build_nested(agent, depth - 1, kernel=kernel, inner_accel=inner_accel)
+        return build_minimal(agent, kernel=kernel, contents=contents)
+    inner = build_nested(
+        agent, depth - 1, kernel=kernel, inner_accel=inner_accel, contents=contents
+    )
     kernel_path, moddir = find_kernel(kernel)
     qemu = shutil.which("qemu-system-x86_64")
     if not qemu:

@@ -20,6 +20,7 @@ from typing import Any
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.targets.base import Target
+from vmtax.targets.images import AGENT_ONLY, ImageContents
 
 PRESETS = ("seed-c", "seed-a-overcommitted", "seed-a-reserved")
 LEVELS = ("L0", "L1", "L2", "L3")
@@ -194,8 +195,11 @@ def level_targets(
     timeout: float = DEFAULT_TIMEOUT,
     inner_accel: str = "tcg",
     guest_net: str = "",
+    contents: ImageContents = AGENT_ONLY,
 ) -> list[Target]:
-    """One target per level: L0 is this machine, L1..L3 are QEMU guests vmtax boots.
+    """One target per level: L0 is this machine, L1..L3 are QEMU guests vmtax boots, whose
+    images carry ``contents`` besides the agent (the workloads' servers, when a run may use
+    them).
 
     ``accel=auto`` boots a test guest under KVM first and falls back to TCG with a notice.
     ``timeout`` bounds each guest's boot (to the agent's ready line).
@@ -243,7 +247,7 @@ def level_targets(
 
             out.append(LocalTarget(level="L0"))
             continue
-        out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net))
+        out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net, contents))
     if len(out) == 1:
         return out
     # All levels share this machine's CPUs: one boot or run at a time, so that a guest
@@ -302,6 +306,7 @@ def _qemu_target(
     timeout: float,
     inner_accel: str,
     guest_net: str = "",
+    contents: ImageContents = AGENT_ONLY,
 ) -> Target:
     from vmtax.targets.qemu import GuestSpec, QemuTarget
 
@@ -339,4 +344,5 @@ def _qemu_target(
         provenance=provenance,
         inner=inner,
         inner_accel=inner_accel if n > 1 else "tcg",
+        contents=contents,
     )

@@ -30,7 +30,7 @@ from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent, free_port
-from vmtax.targets.images import Image, build_nested
+from vmtax.targets.images import AGENT_ONLY, Image, ImageContents, build_nested
 
 QEMU = "qemu-system-x86_64"
 #: How long a guest may take from power-on to the agent's ``serve_ready`` (TCG is slow).
@@ -496,8 +496,12 @@ class QemuTarget(Target):
         provenance: dict[str, Any] | None = None,
         inner: list[tuple[int, int]] | None = None,
         inner_accel: str = "tcg",
+        contents: ImageContents = AGENT_ONLY,
     ) -> None:
+        """``contents``: what the guest's image carries besides the agent (when ``image``
+        is not given), e.g. the workloads' servers."""
         self.level = level
+        self.contents = contents
         #: (vCPUs, MiB) of each level inside this guest, outermost first.
         self.inner = list(inner or [])
         self.inner_accel = inner_accel
@@ -527,6 +531,18 @@ class QemuTarget(Target):
         #: were each waiting to boot theirs, and did so after the interrupt).
         self._cancelled = threading.Event()
 
+    def resolve_image(self) -> Image:
+        """The image this guest boots: the one given, else built (or found in the cache)
+        from the agent, the levels inside and ``contents``."""
+        if self.image is None:
+            self.image = build_nested(
+                find_agent(),
+                1 + len(self.inner),
+                inner_accel=self.inner_accel,
+                contents=self.contents,
+            )
+        return self.image
+
     def prepare(self) -> None:
         self._refuse_if_cancelled()
         if self.guest is not None and self.guest.running():
@@ -542,10 +558,7 @@ class QemuTarget(Target):
                 f"{self.name}: the guest stopped between runs (QEMU {how}); "
                 "a new one boots for the next run"
             )
-        if self.image is None:
-            self.image = build_nested(
-                find_agent(), 1 + len(self.inner), inner_accel=self.inner_accel
-            )
+        self.resolve_image()
         self.boot_hangs = []
         for attempt in range(1, BOOT_ATTEMPTS + 1):
             self._refuse_if_cancelled()

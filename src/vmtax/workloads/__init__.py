@@ -25,17 +25,24 @@ REGISTRY: dict[str, Workload] = {
     w.name: w for w in (Hackbench(), Oltp(), Http(), Memcached(), Net(), Relay(), Crypto())
 }
 
-# Guest images carry what the workloads run there (targets.images' generic hook).
-images.EXTRA_BINARIES.extend(b for w in REGISTRY.values() for b in w.guest_binaries)
-for _w in REGISTRY.values():
-    images.EXTRA_FILES.update(_w.guest_files)
-# memcached started as root switches to a user it looks up in /etc/passwd; PostgreSQL
-# refuses root, and oltp.sh runs it as postgres.
-images.EXTRA_FILES.setdefault(
-    "etc/passwd",
-    b"root:x:0:0:root:/root:/bin/sh\npostgres:x:70:70:PostgreSQL:/tmp:/bin/sh\n",
-)
-images.EXTRA_FILES.setdefault("etc/group", b"root:x:0:\npostgres:x:70:\n")
+#: memcached started as root switches to a user it looks up in /etc/passwd; PostgreSQL
+#: refuses root, and oltp.sh runs it as postgres.
+_USERS = {
+    "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\npostgres:x:70:70:PostgreSQL:/tmp:/bin/sh\n",
+    "etc/group": b"root:x:0:\npostgres:x:70:\n",
+}
+
+
+def image_contents() -> images.ImageContents:
+    """What a guest image carries so that every workload can run in it: each workload's
+    servers and tools, their files, and the users they switch to. Passed explicitly to
+    whatever boots guests; importing this package changes no image."""
+    files: dict[str, bytes] = {}
+    for w in REGISTRY.values():
+        files.update(w.guest_files)
+    binaries = tuple(b for w in REGISTRY.values() for b in w.guest_binaries)
+    return images.AGENT_ONLY.plus(binaries=binaries, files={**_USERS, **files})
+
 
 _ENV: dict[int, Fingerprint] = {}
 _ENV_LOCK = threading.Lock()

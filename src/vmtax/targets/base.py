@@ -14,7 +14,8 @@ import socket
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,39 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a workload may do with a target, without knowing its class.
+
+    ``kind`` is ``local`` (this machine), ``guest`` (a QEMU guest vmtax boots, whose image
+    carries the workloads' servers), ``ssh`` (a host reached over SSH) or ``other``. Each
+    callable is None where the target cannot do it."""
+
+    kind: str = "other"
+    #: A TCP port free on the target's loopback now.
+    free_port: Callable[[], int] | None = None
+    #: A fresh directory on the target (its path), and removing it again.
+    make_scratch: Callable[[str], str] | None = None
+    remove_scratch: Callable[[str], None] | None = None
+    #: Write files (name -> bytes) into a directory on the target.
+    put_files: Callable[[str, dict[str, bytes]], None] | None = None
+    #: (this machine's address as the target sees it, the target's address from here).
+    link_addresses: Callable[[], tuple[str, str]] | None = None
+    #: A guest's network: "user" when it has a NIC on QEMU's user network, else "".
+    network: str = ""
+    #: A guest's forwarded ports (port inside -> port on this machine's loopback); boots it.
+    forwards: Callable[[], dict[int, int]] | None = None
+
+
+def agent_free_port(target: Target) -> int:
+    """A TCP port free on ``target``'s loopback now, as its agent finds it."""
+    lines = list(target.run_agent(["free-port"], 30.0))
+    if not lines or not lines[0].strip().isdigit():
+        why = target.last_stderr.strip().splitlines()[-1:] or ["no port printed"]
+        raise TargetError(f"{target.name}: cannot find a free port: {why[0]}")
+    return int(lines[0])
+
+
 class Target(ABC):
     """A place where the agent runs: this machine, an SSH host, a QEMU guest at some level."""
 
@@ -100,6 +134,10 @@ class Target(ABC):
     def labels(self) -> dict[str, str]:
         """What this target adds to the configuration: accel, vcpus, memory, host, ..."""
         return {}
+
+    def capabilities(self) -> Capabilities:
+        """What a workload may do here besides running the agent (see ``Capabilities``)."""
+        return Capabilities()
 
     def provenance(self) -> dict[str, Any]:
         """How the target was built (QEMU command line, image hash, ssh host key ...)."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.targets.base import Target
+from vmtax.targets.base import Capabilities, Target
 from vmtax.targets.images import AGENT_ONLY, ImageContents
 
 PRESETS = ("seed-c", "seed-a-overcommitted", "seed-a-reserved")
@@ -287,6 +287,9 @@ class OneAtATime(Target):
 
     def labels(self) -> dict[str, str]:
         return self.target.labels()
+
+    def capabilities(self) -> Capabilities:
+        return self.target.capabilities()
 
     def provenance(self) -> dict[str, Any]:
         return {**self.target.provenance(), "levels_run": "one at a time"}

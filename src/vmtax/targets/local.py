@@ -23,9 +23,11 @@ from typing import IO, Any
 from vmtax.targets.base import (
     EOF_MARK,
     AgentTimeout,
+    Capabilities,
     Target,
     TargetError,
     find_agent,
+    free_port,
     lines_until_eof,
 )
 
@@ -62,6 +64,9 @@ class LocalTarget(Target):
     def prepare(self) -> None:
         # Resolving the binary is the only preparation; it raises TargetError if missing.
         _ = self.agent
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(kind="local", free_port=free_port)
 
     def labels(self) -> dict[str, str]:
         return {}

@@ -29,7 +29,14 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from vmtax.targets.base import AgentTimeout, Target, TargetError, find_agent, free_port
+from vmtax.targets.base import (
+    AgentTimeout,
+    Capabilities,
+    Target,
+    TargetError,
+    find_agent,
+    free_port,
+)
 from vmtax.targets.images import AGENT_ONLY, Image, ImageContents, build_nested
 
 QEMU = "qemu-system-x86_64"
@@ -530,6 +537,14 @@ class QemuTarget(Target):
         #: Set by cancel(): no guest is booted any more (an interrupted run's other levels
         #: were each waiting to boot theirs, and did so after the interrupt).
         self._cancelled = threading.Event()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(kind="guest", network=self.spec.network, forwards=self._forwards)
+
+    def _forwards(self) -> dict[int, int]:
+        self.prepare()  # a guest's forwards are chosen at boot
+        assert self.guest is not None
+        return dict(self.guest.forwards)
 
     def resolve_image(self) -> Image:
         """The image this guest boots: the one given, else built (or found in the cache)

@@ -38,7 +38,15 @@ from urllib.parse import unquote, urlsplit
 import asyncssh
 
 from vmtax.errors import UsageError
-from vmtax.targets.base import EOF_MARK, Target, TargetError, find_agent, lines_until_eof
+from vmtax.targets.base import (
+    EOF_MARK,
+    Capabilities,
+    Target,
+    TargetError,
+    agent_free_port,
+    find_agent,
+    lines_until_eof,
+)
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 20.0
@@ -297,6 +305,16 @@ class SshTarget(Target):
             while chunk := await fh.read(1 << 20):
                 h.update(chunk)
         return h.hexdigest()
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            kind="ssh",
+            free_port=lambda: agent_free_port(self),
+            make_scratch=self.make_scratch,
+            remove_scratch=self.remove_scratch,
+            put_files=self.put_files,
+            link_addresses=self.link_addresses,
+        )
 
     def link_addresses(self) -> tuple[str, str]:
         """(this machine's address, the host's address) on the SSH connection: where each

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -38,10 +38,6 @@ from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInf
 from vmtax.contract import Samples as SamplesRecord
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target, free_port  # noqa: F401 - the workloads import it from here
-
-if TYPE_CHECKING:
-    from vmtax.targets.qemu import QemuTarget
-    from vmtax.targets.ssh import SshTarget
 
 ParamValue = bool | int | float | str
 #: Temporary directories of servers are named with this prefix (the cleanup test looks for it).
@@ -538,46 +534,31 @@ def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) 
     return out
 
 
-def _behind_wrapper(target: Target) -> Target:
-    """The target itself, also when it sits behind the levels' one-at-a-time wrapper."""
-    return target.__dict__.get("target", target)
-
-
 def is_local(target: Target) -> bool:
     """Whether ``target`` is this machine."""
-    from vmtax.targets.local import LocalTarget
-
-    return isinstance(_behind_wrapper(target), LocalTarget)
-
-
-def guest_of(target: Target) -> QemuTarget | None:
-    """The QEMU guest ``target`` is, if it is one of vmtax's guests (whose image carries
-    each workload's ``guest_binaries`` and ``guest_files``), else None."""
-    from vmtax.targets.qemu import QemuTarget
-
-    inner = _behind_wrapper(target)
-    return inner if isinstance(inner, QemuTarget) else None
+    return target.capabilities().kind == "local"
 
 
 def is_guest(target: Target) -> bool:
-    return guest_of(target) is not None
+    """Whether ``target`` is one of vmtax's guests (whose image carries each workload's
+    ``guest_binaries`` and ``guest_files``)."""
+    return target.capabilities().kind == "guest"
 
 
-def ssh_of(target: Target) -> SshTarget | None:
-    """The SSH host ``target`` is, if it is one, else None."""
-    from vmtax.targets.ssh import SshTarget
-
-    inner = _behind_wrapper(target)
-    return inner if isinstance(inner, SshTarget) else None
+def is_ssh(target: Target) -> bool:
+    """Whether ``target`` is a host reached over SSH."""
+    return target.capabilities().kind == "ssh"
 
 
 def remote_free_port(target: Target) -> int:
-    """A TCP port free on ``target``'s loopback now, as its agent finds it."""
-    lines = list(target.run_agent(["free-port"], 30.0))
-    if not lines or not lines[0].strip().isdigit():
-        why = last_line(target.last_stderr) if target.last_stderr else "no port printed"
-        raise WorkloadError(f"{target.name}: cannot find a free port: {why}")
-    return int(lines[0])
+    """A TCP port free on ``target``'s loopback now."""
+    find = target.capabilities().free_port
+    if find is None:
+        raise WorkloadError(f"{target.name}: cannot find a free port there")
+    try:
+        return find()
+    except VmtaxError as exc:
+        raise WorkloadError(exc.message) from None
 
 
 @contextlib.contextmanager
@@ -588,21 +569,22 @@ def on_ssh_host(
     directory there holding ``files(directory, port)`` (its configuration, its data);
     yields ``(directory, port)`` and removes the directory after. The server itself is
     started by the agent, or by a script in the directory, and stopped by it."""
-    ssh = ssh_of(ctx.target)
-    assert ssh is not None
-    port = remote_free_port(ssh)
-    directory = ssh.make_scratch(f"{TMP_PREFIX}{server}-")
+    caps = ctx.target.capabilities()
+    if not (caps.make_scratch and caps.put_files and caps.remove_scratch):
+        raise WorkloadError(f"{ctx.target.name}: cannot hold a server's files")
+    port = remote_free_port(ctx.target)
+    directory = caps.make_scratch(f"{TMP_PREFIX}{server}-")
     try:
-        ssh.put_files(directory, files(directory, port))
+        caps.put_files(directory, files(directory, port))
         yield directory, port
     finally:
-        ssh.remove_scratch(directory)
+        caps.remove_scratch(directory)
 
 
 def servers_here(ctx: Context) -> None:
     """Server workloads start their server on this machine, in vmtax's guests or on SSH
     hosts (through the agent there): refuse any other target clearly."""
-    if is_local(ctx.target) or is_guest(ctx.target) or ssh_of(ctx.target):
+    if ctx.target.capabilities().kind in ("local", "guest", "ssh"):
         return
     raise WorkloadError(
         f"workload {ctx.workload.name} cannot start its server on {ctx.target.name}: "

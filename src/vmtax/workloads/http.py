@@ -24,9 +24,9 @@ from vmtax.workloads.base import (
     Workload,
     free_port,
     is_local,
+    is_ssh,
     on_ssh_host,
     servers_here,
-    ssh_of,
 )
 
 #: Study D's index.html was 44 bytes; study C's Apache file was 41 KB.
@@ -107,7 +107,7 @@ class Http(Workload):
         name, _ = FILES[str(ctx.params["file"])]
         params = {"path": f"/{name}", "connections": int(ctx.params["connections"])}
         servers_here(ctx)
-        if ssh_of(ctx.target):
+        if is_ssh(ctx.target):
             with on_ssh_host(ctx, "lighttpd", site_files) as (where, port):
                 server = f"{LIGHTTPD} -D -f {where}/lighttpd.conf"
                 yield from ctx.agent("http", {"port": port, "server": server, **params})

@@ -20,9 +20,9 @@ from vmtax.workloads.base import (
     Workload,
     free_port,
     is_local,
+    is_ssh,
     remote_free_port,
     servers_here,
-    ssh_of,
 )
 
 #: The port memcached listens on inside a guest (nothing else runs there).
@@ -65,7 +65,7 @@ class Memcached(Workload):
         # The agent there starts it for the run and stops it after. memcached refuses to
         # run as root without -u (and ignores -u otherwise): a guest has no other user, an
         # SSH host has nobody.
-        if ssh_of(ctx.target):
+        if is_ssh(ctx.target):
             port, user = remote_free_port(ctx.target), "nobody"
         else:
             port, user = GUEST_PORT, "root"

@@ -42,9 +42,9 @@ from vmtax.workloads.base import (
     WorkloadError,
     free_port,
     is_local,
+    is_ssh,
     on_ssh_host,
     servers_here,
-    ssh_of,
     tool,
 )
 
@@ -285,7 +285,7 @@ class Oltp(Workload):
     def execute(self, ctx: Context) -> Iterator[str]:
         db = str(ctx.params["db"])
         servers_here(ctx)
-        if ssh_of(ctx.target):
+        if is_ssh(ctx.target):
             with on_ssh_host(ctx, f"oltp-{db}", lambda _dir, _port: script_files()) as (
                 where,
                 port,

@@ -14,16 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vmtax.targets.base import Target
-from vmtax.targets.qemu import FORWARDED_PORTS, QemuTarget
-from vmtax.workloads.base import (
-    WorkloadError,
-    free_port,
-    guest_of,
-    is_local,
-    remote_free_port,
-    ssh_of,
-)
+from vmtax.targets.base import Capabilities, Target
+from vmtax.targets.qemu import FORWARDED_PORTS
+from vmtax.workloads.base import WorkloadError, free_port, remote_free_port
 
 #: This machine as a guest on QEMU's user network sees it.
 HOST_FROM_GUEST = "10.0.2.2"
@@ -47,11 +40,11 @@ class HostEnd:
 
 
 def host_end(target: Target, what: str) -> HostEnd:
-    if is_local(target):
+    caps = target.capabilities()
+    if caps.kind == "local":
         return HostEnd("127.0.0.1", "127.0.0.1")
-    ssh = ssh_of(target)
-    if ssh is not None:
-        here, _ = ssh.link_addresses()
+    if caps.kind == "ssh" and caps.link_addresses is not None:
+        here, _ = caps.link_addresses()
         return HostEnd(here, here)
     _networked_guest(target, what)
     return HostEnd("127.0.0.1", HOST_FROM_GUEST)  # QEMU relays 10.0.2.2 to the loopback
@@ -70,12 +63,12 @@ def split_hostport(addr: str) -> tuple[str, int]:
 def target_listeners(target: Target, count: int, what: str) -> list[Listener]:
     """``count`` ports the target can listen on that this machine can connect to. A guest
     is booted first (its forwards are chosen at boot)."""
-    if is_local(target):
+    caps = target.capabilities()
+    if caps.kind == "local":
         return [Listener(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in _free_ports(count)]
-    ssh = ssh_of(target)
-    if ssh is not None:
-        _, there = ssh.link_addresses()
-        ports = _free_ports(count, lambda: remote_free_port(ssh))
+    if caps.kind == "ssh" and caps.link_addresses is not None:
+        _, there = caps.link_addresses()
+        ports = _free_ports(count, lambda: remote_free_port(target))
         return [Listener(hostport(there, p), hostport(there, p)) for p in ports]
     guest = _networked_guest(target, what)
     if count > len(FORWARDED_PORTS):
@@ -83,28 +76,27 @@ def target_listeners(target: Target, count: int, what: str) -> list[Listener]:
             f"{what} needs {count} ports in {target.name}; its network forwards "
             f"{len(FORWARDED_PORTS)}"
         )
-    target.prepare()
-    booted = guest.guest
-    assert booted is not None
+    assert guest.forwards is not None
+    forwards = guest.forwards()
     return [
-        Listener(f"0.0.0.0:{port}", f"127.0.0.1:{booted.forwards[port]}")
+        Listener(f"0.0.0.0:{port}", f"127.0.0.1:{forwards[port]}")
         for port in FORWARDED_PORTS[:count]
     ]
 
 
-def _networked_guest(target: Target, what: str) -> QemuTarget:
-    guest = guest_of(target)
-    if guest is None:
+def _networked_guest(target: Target, what: str) -> Capabilities:
+    caps = target.capabilities()
+    if caps.kind != "guest" or caps.forwards is None:
         raise WorkloadError(
             f"{what} spans this machine and {target.name}, which is neither this machine, "
             "one of vmtax's guests nor an SSH host: give host= and port= of a netserver it "
             "can reach"
         )
-    if guest.spec.network != "user":
+    if caps.network != "user":
         raise WorkloadError(
             f"{target.name} has no network device for {what}: run with --guest-net user"
         )
-    return guest
+    return caps
 
 
 def _free_ports(count: int, find: Callable[[], int] = free_port) -> list[int]:

@@ -76,7 +76,7 @@ def compare_cmd(
     noise: Annotated[
         float, typer.Option(help="Noise band: overheads within 1±noise are ~.")
     ] = 0.02,
-    resamples: Annotated[int, typer.Option(help="Bootstrap and permutation resamples.")] = 10_000,
+    resamples: Annotated[int, typer.Option(help="Permutation resamples.")] = 10_000,
     seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     dataset: Annotated[
@@ -101,7 +101,7 @@ def compare_cmd(
 
     Overhead is direction-aware: above 1 means slower, for every metric.
 
-    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its bootstrap CI, p, adjusted p.
+    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its 95% CI (Welch t on the log ratio), p, adjusted p.
 
     The verdict is ~ unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
 
@@ -182,14 +182,8 @@ def measured(
     # latest experiment's L0 (the same resolver serves report and artifacts).
     resolved = resolve(store, selectors, baseline)
     runs = resolved.runs
-    ok = runs[runs["status"] == "ok"]
-    wants_mean = any(
-        m.strip().lower() in ("auto", "mean") for part in metric for m in part.split(",")
-    )
-    samples = store.samples([int(i) for i in ok["run_id"]]) if wants_mean else None
     return compare(
         runs,
-        samples,
         resolved.baseline_mask,
         label=baseline,
         imprecise=imprecise_of(store, runs),

@@ -360,7 +360,7 @@ def _comparison(
     opts = {"label": label, "noise": noise, "resamples": resamples, "seed": seed}
     opts["imprecise"] = data.imprecise  # adaptive sampling's misses: no verdict, as compare
     try:
-        head = compare(data.runs, data.samples, base, metric="auto", **opts)
+        head = compare(data.runs, base, metric="auto", **opts)
     except UsageError as exc:
         if not exc.message.startswith("nothing to compare"):
             raise
@@ -369,7 +369,7 @@ def _comparison(
     frames, notes = [head.rows], list(head.warnings)
     if pd.to_numeric(raw["throughput"], errors="coerce").notna().any():
         try:
-            thr = compare(data.runs, None, base, metric="throughput", **opts)
+            thr = compare(data.runs, base, metric="throughput", **opts)
             frames.append(thr.rows[thr.rows["probe"] != "geomean"])
         except UsageError:
             pass  # no probe has throughput on both sides: the ΔL(n−1) cells stay empty

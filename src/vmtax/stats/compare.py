@@ -1,4 +1,4 @@
-"""Compare configurations against a baseline: overhead with a bootstrap CI, the study-A columns,
+"""Compare configurations against a baseline: overhead with a calibrated CI, the study-A columns,
 a p-value adjusted across the whole family of one command, and a verdict.
 
 For each probe, metric and configuration:
@@ -7,9 +7,9 @@ For each probe, metric and configuration:
 - ``delta_prev_pct``: study A's ΔL(n−1), the relative change from the previous level of the
   same chain (configurations whose labels agree on every key they share, ordered L0 < L1 <
   L2 < L3, across experiments);
-- ``overhead`` against the baseline, direction-aware (>1 = slower), with a 95% percentile CI
-  from the bootstrap: runs and iterations within runs when raw samples are given and the
-  metric is the iteration mean, runs only otherwise (see :mod:`vmtax.stats.bootstrap`);
+- ``overhead`` against the baseline, direction-aware (>1 = slower), with a 95% CI from the
+  run values: Welch's t on the log of the ratio of means (see :mod:`vmtax.stats.intervals`,
+  whose coverage is simulated in the tests), positive by construction;
 - ``p_value`` from a two-sample test on run values and ``p_adjusted`` across every
   non-baseline row of the command (Holm by default);
 - ``verdict``: ``slower`` / ``faster`` only when ``p_adjusted < alpha`` AND the whole CI lies
@@ -18,7 +18,7 @@ For each probe, metric and configuration:
   precision target (``imprecise`` pairs, see vmtax.sampling.outcome).
 
 One ``geomean`` row per configuration and metric summarises the probes: the geometric mean of
-the overheads, with a CI from the probes' joint bootstrap distribution. It is not a test, so
+the overheads, with a CI from the probes' log-ratio variances combined. It is not a test, so
 its p-values are empty and its verdict depends on the CI and the noise band alone.
 """
 
@@ -35,7 +35,7 @@ import pandas as pd
 from scipy import stats
 
 from vmtax.errors import UsageError
-from vmtax.stats import bootstrap, significance
+from vmtax.stats import intervals, significance
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -170,7 +170,6 @@ def _group_keys(ok: pd.DataFrame) -> pd.Series:
 
 def compare(
     runs: pd.DataFrame,
-    samples: Mapping[int, np.ndarray] | None,
     baseline: str | pd.Series,
     *,
     metric: str | Sequence[str] = "auto",
@@ -184,9 +183,9 @@ def compare(
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
-    ``runs`` has the ``Store.runs()`` columns; ``samples`` maps run ids to raw iteration values
-    (optional: without it the bootstrap resamples run values only). Raises UsageError when the
-    baseline matches no run or, for one probe, more than one configuration.
+    ``runs`` has the ``Store.runs()`` columns (runs are the unit: raw iterations are not
+    needed). Raises UsageError when the baseline matches no run or, for one probe, more than
+    one configuration.
     """
     if test not in significance.TESTS:
         raise UsageError(f"unknown test {test!r} (choose from {', '.join(significance.TESTS)})")
@@ -207,7 +206,7 @@ def compare(
         raise UsageError(f"baseline {label!r} matches no completed run")
 
     rows: list[dict[str, Any]] = []
-    dists: dict[int, np.ndarray] = {}
+    ratios: dict[int, intervals.RatioInterval] = {}
     notes: list[str] = []
     for probe, pruns in ok.groupby("probe", sort=True):
         base_keys = list(dict.fromkeys(pruns.loc[pruns["_base"], "_key"]))
@@ -226,16 +225,15 @@ def compare(
                 str(probe),
                 name,
                 base_key,
-                samples,
                 test,
                 resamples,
                 seed,
                 rows,
-                dists,
+                ratios,
                 notes,
             )
 
-    frame = pd.DataFrame(rows, columns=[*COLUMNS, "_dist", "_labels", "_exp", "_n_base"])
+    frame = pd.DataFrame(rows, columns=[*COLUMNS, "_ratio", "_labels", "_exp", "_n_base"])
     if frame.empty or frame["is_baseline"].all():
         raise UsageError(
             "nothing to compare: no probe has runs in both the baseline and another configuration"
@@ -274,7 +272,7 @@ def compare(
             strict=True,
         )
     ]
-    geo = _geomean_rows(frame, dists, noise, seed)
+    geo = _geomean_rows(frame, ratios, noise)
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
     if imprecise:
@@ -347,12 +345,11 @@ def _compare_metric(
     probe: str,
     name: str,
     base_key: str,
-    samples: Mapping[int, np.ndarray] | None,
     test: str,
     resamples: int,
     seed: int,
     rows: list[dict[str, Any]],
-    dists: dict[int, np.ndarray],
+    ratios: dict[int, intervals.RatioInterval],
     notes: list[str],
 ) -> None:
     column, unit_override, better_override = METRICS[name]
@@ -368,8 +365,6 @@ def _compare_metric(
         unit = first.get("throughput_unit") or "events/s"
     else:
         unit = unit_override or first.get("unit") or ""
-    use_samples = name == "mean" and samples is not None
-    base_samples = _samples_of(base, samples) if use_samples else None
     order = [base_key] + sorted(
         (k for k in groups if k != base_key),
         key=lambda k: (level_number(groups[k]["level"].iloc[0]), k),
@@ -389,20 +384,14 @@ def _compare_metric(
                 f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} per side"
             )
         if is_base:
-            boot = bootstrap.BootResult(1.0, math.nan, math.nan, np.empty(0))
+            ratio = intervals.RatioInterval(1.0, math.nan, math.nan)
             p = math.nan
         else:
-            cfg_samples = _samples_of(g, samples) if use_samples else None
-            if cfg_samples is not None and base_samples is not None:
-                boot = bootstrap.hierarchical_bootstrap(
-                    cfg_samples, base_samples, better, resamples=resamples, seed=seed
-                )
-            else:
-                boot = bootstrap.run_bootstrap(
-                    vals, base_vals, better, resamples=resamples, seed=seed
-                )
+            # Runs are the unit: the run values carry the run-to-run spread that the
+            # interval is about, whether or not the iterations inside them are stored.
+            ratio = intervals.ratio_interval(vals, base_vals, better)
             p = significance.pvalue(vals, base_vals, test, resamples=resamples, seed=seed)
-        dists[len(rows)] = boot.distribution
+        ratios[len(rows)] = ratio
         rows.append(
             {
                 "probe": probe,
@@ -417,34 +406,19 @@ def _compare_metric(
                 "stderr": sem,
                 "stderr_pct": 100.0 * sem / abs(mean) if mean != 0 else math.nan,
                 "delta_prev_pct": math.nan,
-                "overhead": boot.estimate,
-                "ci_low": boot.low,
-                "ci_high": boot.high,
+                "overhead": ratio.estimate,
+                "ci_low": ratio.low,
+                "ci_high": ratio.high,
                 "p_value": p,
                 "p_adjusted": math.nan,
                 "verdict": "",
                 "warnings": "; ".join(warnings),
-                "_dist": len(rows),
+                "_ratio": len(rows),
                 "_labels": _labels_of(g),
                 "_exp": int(g["experiment_id"].iloc[0]),
                 "_n_base": int(base_vals.size),
             }
         )
-
-
-def _samples_of(
-    group: pd.DataFrame, samples: Mapping[int, np.ndarray] | None
-) -> list[np.ndarray] | None:
-    """The raw values of every run of a group, or None when any run lacks them."""
-    if samples is None:
-        return None
-    out = []
-    for run_id in group["run_id"]:
-        values = samples.get(int(run_id))
-        if values is None or np.size(values) == 0:
-            return None
-        out.append(np.asarray(values, dtype=np.float64))
-    return out
 
 
 def _labels_of(group: pd.DataFrame) -> dict[str, str]:
@@ -495,7 +469,7 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
 
 
 def _geomean_rows(
-    frame: pd.DataFrame, dists: Mapping[int, np.ndarray], noise: float, seed: int
+    frame: pd.DataFrame, ratios: Mapping[int, intervals.RatioInterval], noise: float
 ) -> pd.DataFrame:
     rows = []
     tested = frame[~frame["is_baseline"]]
@@ -505,7 +479,7 @@ def _geomean_rows(
         est = part["overhead"].astype(float).to_numpy()
         if not (np.isfinite(est).all() and (est > 0).all()):
             continue
-        res = bootstrap.geomean_interval([dists[int(d)] for d in part["_dist"]], est, seed=seed)
+        res = intervals.geomean_interval([ratios[int(r)] for r in part["_ratio"]])
         rows.append(
             {
                 "probe": "geomean",

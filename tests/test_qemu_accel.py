@@ -24,8 +24,7 @@ def test_a_tcg_test_guest_boots_to_its_marker(fresh_cache):
 
 def test_kvm_is_chosen_only_after_a_test_guest_boots_and_the_verdict_is_cached(fresh_cache, capsys):
     verdict = accel.kvm_verdict(refresh=True)
-    cached = fresh_cache / f"accel-{accel.boot_id()}.json"
-    assert cached.is_file() or not os.access("/dev/kvm", os.R_OK | os.W_OK)
+    assert _cached(fresh_cache) or not os.access("/dev/kvm", os.R_OK | os.W_OK)
     chosen = accel.choose_accel("auto")
     assert chosen == ("kvm" if verdict.kvm_ok else "tcg")
     err = capsys.readouterr().err
@@ -35,6 +34,39 @@ def test_kvm_is_chosen_only_after_a_test_guest_boots_and_the_verdict_is_cached(f
         with pytest.raises(VmtaxError, match="accel=kvm refused"):
             accel.choose_accel("kvm")
     assert accel.choose_accel("tcg") == "tcg"
+
+
+def _cached(fresh_cache):
+    return sorted(fresh_cache.glob("accel-*.json"))
+
+
+def test_a_verdict_without_qemu_is_never_reused_once_qemu_is_there(fresh_cache, monkeypatch):
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        pytest.skip("no /dev/kvm: without one no verdict is asked for at all")
+    real_path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(fresh_cache.parent / "empty-bin"))  # no QEMU on it
+    missing = accel.kvm_verdict()
+    assert not missing.kvm_ok and "install qemu-system-x86" in missing.reason
+    assert _cached(fresh_cache) == []  # "not installed" is never cached
+    monkeypatch.setenv("PATH", real_path)
+    tried = accel.kvm_verdict()
+    assert "install qemu-system-x86" not in tried.reason  # a real boot attempt, not the old word
+    assert len(_cached(fresh_cache)) == 1
+
+
+def test_the_verdict_key_changes_with_qemu_the_kernel_and_nothing_else(tmp_path):
+    if not os.path.exists("/dev/kvm"):
+        pytest.skip("the key includes /dev/kvm's device numbers")
+    qemu, kernel = tmp_path / "qemu", tmp_path / "vmlinuz"
+    qemu.write_bytes(b"v1")
+    kernel.write_bytes(b"k1")
+    first = accel.verdict_key(qemu, kernel)
+    assert accel.verdict_key(qemu, kernel) == first
+    qemu.write_bytes(b"v2, upgraded")
+    upgraded = accel.verdict_key(qemu, kernel)
+    assert upgraded != first
+    kernel.write_bytes(b"k2, a new image")
+    assert accel.verdict_key(qemu, kernel) not in (first, upgraded)
 
 
 def test_a_kvm_guest_that_hangs_after_real_mode_is_refused_at_the_timeout(fresh_cache):

@@ -2,15 +2,22 @@
 
 ``/dev/kvm`` existing is not proof that guests run (a nested or broken KVM can hang a
 Linux guest right after real mode). So a tiny guest whose /init prints a marker is booted
-under ``accel=kvm`` with a short timeout. The verdict is cached per boot of the host (the
-kernel's boot id), because KVM's health does not change until the host reboots.
+under ``accel=kvm`` with a short timeout.
+
+Only a verdict from a real boot attempt is cached, keyed by everything it depends on: the
+QEMU binary (path, size, modification time), the guest kernel image, /dev/kvm (its device
+numbers), the host kernel's release and its boot id. Installing or upgrading QEMU, a new
+kernel image or a reboot therefore asks again. "QEMU is not installed" or "no guest kernel"
+is never cached: it is said, and checked anew next time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -18,7 +25,7 @@ from pathlib import Path
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.targets.base import TargetError
-from vmtax.targets.images import build_accel_test, cache_dir
+from vmtax.targets.images import build_accel_test, cache_dir, find_kernel
 from vmtax.targets.qemu import GuestSpec, QemuGuest
 
 MARKER = "VMTAX-ACCEL-TEST-OK"
@@ -40,8 +47,29 @@ def boot_id() -> str:
         return "unknown"
 
 
-def _verdict_file() -> Path:
-    return cache_dir().parent / f"accel-{boot_id()}.json"
+QEMU = "qemu-system-x86_64"
+
+
+def _file_key(path: Path) -> list[object]:
+    st = path.stat()
+    return [str(path), st.st_size, st.st_mtime_ns]
+
+
+def verdict_key(qemu: Path, kernel: Path) -> str:
+    """A digest of what a KVM verdict depends on (see the module docstring)."""
+    kvm = os.stat("/dev/kvm")
+    parts = {
+        "qemu": _file_key(qemu.resolve()),
+        "kernel": _file_key(kernel.resolve()),
+        "dev_kvm": [os.major(kvm.st_rdev), os.minor(kvm.st_rdev)],
+        "host_kernel": os.uname().release,
+        "boot_id": boot_id(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _verdict_file(key: str) -> Path:
+    return cache_dir().parent / f"accel-{key}.json"
 
 
 def test_guest_boots(accel: str, timeout: float, *, cpu: str | None = None) -> Verdict:
@@ -77,10 +105,17 @@ def _short(exc: Exception) -> str:
 
 
 def kvm_verdict(*, refresh: bool = False) -> Verdict:
-    """Does KVM really run a guest on this host? Cached per host boot."""
+    """Does KVM really run a guest on this host? Cached per QEMU, kernel, /dev/kvm and boot."""
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return Verdict(False, "/dev/kvm is missing or not accessible")
-    path = _verdict_file()
+    qemu = shutil.which(QEMU)
+    if qemu is None:
+        return Verdict(False, f"{QEMU} not found (install qemu-system-x86)")
+    try:
+        kernel, _ = find_kernel()
+    except VmtaxError as exc:
+        return Verdict(False, exc.message)
+    path = _verdict_file(verdict_key(Path(qemu), kernel))
     if not refresh and path.is_file():
         try:
             return Verdict(**json.loads(path.read_text()))

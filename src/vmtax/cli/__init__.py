@@ -34,6 +34,7 @@ def _register_commands() -> None:
         artifacts_cmd,
         compare_cmd,
         db_cmd,
+        doctor_cmd,
         env_cmd,
         exits_cmd,
         image_cmd,
@@ -49,6 +50,7 @@ def _register_commands() -> None:
 
     for module in (
         run_cmd,
+        doctor_cmd,
         env_cmd,
         results_cmd,
         import_cmd,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vmtax import doctor
 from vmtax import runner as rn
 from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
@@ -83,6 +84,7 @@ def run(
         apply(plan, overhead_s=rn.run_overhead(local, local_fp), fixed=fixed)
     apply_params(plan.entries, checked.params, [*available, *rn.workload_infos()])
     rn.check_probes(plan, available)
+    _require_workload_packages(plan)
     bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
     built, limit = make_targets(
         specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
@@ -182,6 +184,17 @@ def execute(
             exit_code=130,
         ) from None
     return Finished(exp_id, store, outcome, outcome.summary_error())
+
+
+#: Workloads whose servers and tools must be on this machine (guests get them from its image).
+_WORKLOADS_WITH_PACKAGES = ("oltp", "http", "memcached", "crypto", "hackbench")
+
+
+def _require_workload_packages(plan: Plan) -> None:
+    """Every package the chosen workloads lack, named in one line before anything starts."""
+    chosen = [w for w in _WORKLOADS_WITH_PACKAGES if w in plan.probes()]
+    if chosen:
+        doctor.require(*chosen, what=f"workload {', '.join(chosen)}")
 
 
 def _exit_recorders(store: Store, exits: bool) -> list[Any]:

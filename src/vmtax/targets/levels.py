@@ -229,7 +229,11 @@ def level_targets(
             sizing = size_levels(deepest, preset)
     chosen = "tcg"
     if guests:
+        from vmtax.doctor import require
         from vmtax.targets.accel import choose_accel
+
+        # Every package the levels lack, in one line, before anything is built or booted.
+        require("levels", "testbed" if inner_accel == "kvm" else "levels", what="--levels")
 
         chosen = choose_accel(accel)
         if depth > 1 and chosen == "kvm":

@@ -1,0 +1,94 @@
+"""`vmtax doctor` and the one package list: what is missing is named once, in one line.
+
+A machine without QEMU, a kernel or the servers is simulated by an empty PATH and a kernel
+path that does not exist (uninstalling packages from the test machine is not an option);
+the checks themselves are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vmtax import doctor
+from vmtax.errors import VmtaxError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scripts_test_installs_exactly_the_packages_doctor_knows():
+    # The same extraction scripts/test runs, read from the script itself.
+    script = (ROOT / "scripts" / "test").read_text()
+    start = script.index("mapfile -t APT_PACKAGES")
+    end = script.index("\n\n", start)
+    snippet = script[start:end].split("\n[")[0] + '\nprintf "%s\\n" "${APT_PACKAGES[@]}"'
+    out = subprocess.run(
+        ["bash", "-c", snippet], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == doctor.all_apt_packages()
+    assert "APT_PACKAGES=(" not in script  # no second list
+
+
+@pytest.fixture
+def bare_machine(tmp_path, monkeypatch):
+    from vmtax.targets.base import find_agent
+
+    monkeypatch.setenv("VMTAX_PROBE", str(find_agent()))  # the agent pip built, found first
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("VMTAX_KERNEL", str(tmp_path / "no-vmlinuz"))
+
+
+def test_a_bare_machine_gets_one_install_line_with_every_package_once(bare_machine, cli):
+    result = cli("doctor", "--format", "json")
+    data = json.loads(result.stdout)
+    state = {row["capability"]: row["ok"] for row in data["capabilities"]}
+    assert state["agent"] is True  # VMTAX_PROBE names it: the default run can run
+    assert not state["levels"] and not state["oltp"] and not state["http"]
+    assert not state["kvm"]
+    apt = data["install"]["apt"]
+    assert apt.startswith("apt-get install -y ")
+    packages = apt.removeprefix("apt-get install -y ").split()
+    assert len(packages) == len(set(packages))
+    assert {"qemu-system-x86", "linux-image-amd64", "mariadb-server", "lighttpd"} <= set(packages)
+    assert data["install"]["dnf"].startswith("dnf install -y ")
+
+
+def test_the_text_report_ends_with_the_install_line(bare_machine, cli):
+    out = cli("doctor").stdout
+    assert "✘" in out and "✔" in out
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("apt-get install")]
+    assert len(lines) == 1
+
+
+def test_this_machine_has_everything_the_tests_use(cli):
+    # CI installs every package of the list first, so nothing may be missing here.
+    data = json.loads(cli("doctor", "--format", "json").stdout)
+    missing = [
+        r["capability"] for r in data["capabilities"] if not r["ok"] and r["capability"] != "kvm"
+    ]
+    assert missing == [] and data["install"]["apt"] is None
+
+
+def test_a_run_names_every_missing_package_of_the_levels_at_once(bare_machine):
+    from vmtax.targets.levels import level_targets
+
+    with pytest.raises(VmtaxError) as caught:
+        level_targets(["L0", "L1"], accel="tcg")
+    message = caught.value.message
+    assert message.count("apt-get install -y") == 1 and "\n" not in message
+    for pkg in ("qemu-system-x86", "qemu-utils", "linux-image-amd64", "busybox-static", "cpio"):
+        assert pkg in message
+
+
+def test_a_workload_run_names_its_missing_servers_before_anything_starts(
+    bare_machine, cli, tmp_path
+):
+    db = tmp_path / "w.db"
+    result = cli("run", "--probe", "http", "--probe", "oltp", "--runs", "2", "--db", str(db))
+    assert result.returncode == 1
+    assert "apt-get install -y" in result.stderr and "lighttpd" in result.stderr
+    assert "mariadb-server" in result.stderr
+    assert result.stderr.count("\n") == 1

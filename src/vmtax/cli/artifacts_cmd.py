@@ -23,8 +23,10 @@ def register(app: typer.Typer) -> None:
     app.command("artifacts")(artifacts_cmd)
 
 
-def _p(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.2g}"
+def _p(p: float | None, adjusted: float | None = None) -> str:
+    if p is None:
+        return "n/a"
+    return f"{p:.2g}" if adjusted is None else f"{p:.2g}, adjusted {adjusted:.2g}"
 
 
 def _list(values: list[Any], limit: int = 12) -> str:
@@ -36,12 +38,11 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
     """One row per detector: whether it found something, and the numbers that say so."""
     per, cross, warm, shp, out = art.periodic, art.cross_run, art.warmup, art.shape, art.outliers
     rows = []
+    per_p = _p(per.p_value, per.p_adjusted)
     if per.found:
-        text = (
-            f"period {per.period} iterations (autocorrelation {per.acf:.2f}, p={_p(per.p_value)})"
-        )
+        text = f"period {per.period} iterations (autocorrelation {per.acf:.2f}, p={per_p})"
     else:
-        text = f"no period (p={_p(per.p_value)}, spike rate {per.spike_rate:.2%})"
+        text = f"not detected (p={per_p}, spike rate {per.spike_rate:.2%})"
     if per.indices:
         text += f"; slow in every run at iterations {_list(per.indices)}"
     rows.append(("periodic", "yes" if per.found else "no", text))
@@ -50,7 +51,7 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
     else:
         text = (
             f"spike positions correlate {cross.correlation:.2f} between consecutive runs "
-            f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value)}, "
+            f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value, cross.p_adjusted)}, "
             f"{cross.pairs} pairs)"
         )
     rows.append(("cross_run", "yes" if cross.found else "no", text))
@@ -60,13 +61,13 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
             "warmup",
             "yes" if warm.found else "no",
             f"first {warm.n_slow} iterations slow; first window/steady {slow} "
-            f"(p={_p(warm.p_value)})",
+            f"(p={_p(warm.p_value, warm.p_adjusted)})",
         )
     )
     text = f"mvalue {shp.mvalue:.2f} ({shp.modality})"
     if shp.ad_stat is not None:
         text = (
-            f"Anderson-Darling {shp.ad_stat:.3g} (p={_p(shp.p_value)}), ECDF distance "
+            f"KS (p={_p(shp.p_value, shp.p_adjusted)}), ECDF distance "
             f"{shp.distance:.2f} vs baseline; "
             f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})"
         )
@@ -102,7 +103,13 @@ def artifacts_cmd(
     baseline: Annotated[
         str | None, typer.Option(help="Selector of the baseline for the shape test, e.g. level=L0.")
     ] = None,
-    resamples: Annotated[int, typer.Option(help="Permutations per test.")] = 199,
+    resamples: Annotated[
+        int,
+        typer.Option(
+            help="Least permutations per test; raised to what the command's family of tests "
+            "needs (Benjamini-Hochberg at 1% across all of them)."
+        ),
+    ] = 199,
     seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     db: Annotated[
@@ -120,7 +127,13 @@ def artifacts_cmd(
     import pandas as pd
 
     from vmtax.cli.compare_cmd import emit
-    from vmtax.stats.artifacts import as_matrix, detect
+    from vmtax.stats.artifacts import (
+        DETECTORS,
+        as_matrix,
+        control_family,
+        detect,
+        family_resamples,
+    )
     from vmtax.store import Store
     from vmtax.store.select import resolve
 
@@ -128,7 +141,7 @@ def artifacts_cmd(
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
     if resamples < 19:
         raise UsageError("--resamples must be at least 19")
-    store = Store.open(db)
+    store = Store.open(db, read_only=True)
     runs = store.runs([selector])
     runs = runs[runs["status"] == "ok"]
     if runs.empty:
@@ -146,10 +159,13 @@ def artifacts_cmd(
         raise UsageError(f"the runs matching {selector!r} have no stored samples")
     base = _matrices(base_runs, samples) if baseline else {}
     results = []
+    # One family: every detector's test of every (probe, config) this command looks at.
+    resamples = max(resamples, family_resamples(DETECTORS * len(found)))
     for (config, probe), matrix in found.items():
         ref = [m for (c, p), m in base.items() if p == probe and c != config]
         ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
         results.append((config, probe, detect(matrix, ref_matrix, resamples=resamples, seed=seed)))
+    control_family([a for _, _, a in results])
     if fmt == "json":
         emit(
             json.dumps(

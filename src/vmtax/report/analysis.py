@@ -328,11 +328,18 @@ def _detect_all(
                     as_matrix(run_values),
                     None if config == base_cfg else base,
                 )
+    from vmtax.stats.artifacts import DETECTORS, control_family, family_resamples
+
     cells = sum(m.size for m, _ in jobs.values())
-    calls = [partial(detect, m, b, seed=seed) for m, b in jobs.values()]
+    # One family: every detector's test of every (probe, config) in this report.
+    resamples = family_resamples(DETECTORS * len(jobs))
+    calls = [partial(detect, m, b, seed=seed, resamples=resamples) for m, b in jobs.values()]
     if workers_for(len(calls)) < 2 or cells < PARALLEL_CELLS:
-        return {key: call() for key, call in zip(jobs, calls, strict=True)}
-    return dict(zip(jobs, run_forked(calls), strict=True))
+        found = {key: call() for key, call in zip(jobs, calls, strict=True)}
+    else:
+        found = dict(zip(jobs, run_forked(calls), strict=True))
+    control_family(list(found.values()))
+    return found
 
 
 _NO_BASELINE = (

@@ -86,6 +86,15 @@ def _num(value: Any, spec: str = ".3g") -> str:  # noqa: ANN401
     return format(v, spec) if v == v else "n/a"
 
 
+def _pq(part: Any) -> str:  # noqa: ANN401
+    """``p = …`` and, once the command's family is adjusted, ``adjusted p = …``."""
+    adjusted = getattr(part, "p_adjusted", None)
+    text = f"p = {_num(part.p_value)}"
+    if adjusted is not None and adjusted != part.p_value:
+        text += f", adjusted {_num(adjusted)}"
+    return text
+
+
 def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
     """One sentence per detector of ``vmtax.stats.artifacts.detect``: found or clear.
 
@@ -105,10 +114,12 @@ def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
         where = f"; slow in nearly every run at indices {shown}{more}" if per.indices else ""
         out.found.append(
             f"Periodic spikes every {per.period} iterations (autocorrelation "
-            f"{_num(per.acf)}, p = {_num(per.p_value)}){where}."
+            f"{_num(per.acf)}, {_pq(per)}){where}."
         )
+    elif per.p_value is None:
+        out.clear.append("Periodic spikes: not detected (no recurring lag to test).")
     else:
-        out.clear.append(f"No periodic spikes (p = {_num(per.p_value)}).")
+        out.clear.append(f"Periodic spikes: not detected ({_pq(per)}).")
 
     cross = result.cross_run
     if cross.found:
@@ -119,35 +130,35 @@ def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
         )
         out.found.append(
             f"Runs remember each other: spikes recur {how} (correlation "
-            f"{_num(cross.correlation)}, p = {_num(cross.p_value)}, "
+            f"{_num(cross.correlation)}, {_pq(cross)}, "
             f"{cross.pairs} run pairs)."
         )
     else:
-        out.clear.append(f"No memory between runs (p = {_num(cross.p_value)}).")
+        out.clear.append(f"Memory between runs: not detected ({_pq(cross)}).")
 
     warm = result.warmup
     if warm.found:
         out.found.append(
             f"Warm-up not over: the first {warm.n_slow} iterations of a run are "
-            f"{_num(warm.slowdown)}× the steady state (p = {_num(warm.p_value)})."
+            f"{_num(warm.slowdown)}× the steady state ({_pq(warm)})."
         )
     else:
-        out.clear.append(f"No leftover warm-up (p = {_num(warm.p_value)}).")
+        out.clear.append(f"Leftover warm-up: not detected ({_pq(warm)}).")
 
     shp = result.shape
     if shp.changed:
         out.found.append(
             f"The distribution's shape differs from the baseline's "
-            f"(Anderson–Darling {_num(shp.ad_stat)}, p = {_num(shp.p_value)})."
+            f"(KS distance {_num(shp.distance)}, {_pq(shp)})."
         )
     elif shp.p_value is not None:
-        out.clear.append(f"Same distribution shape as the baseline (p = {_num(shp.p_value)}).")
+        out.clear.append(f"A change of distribution shape: not detected ({_pq(shp)}).")
     if shp.modality == "bimodal":
         out.found.append(
             f"Bimodal distribution (mvalue {_num(shp.mvalue)}; about 2 for one mode, 4 for two)."
         )
     else:
-        out.clear.append(f"One mode (mvalue {_num(shp.mvalue)}).")
+        out.clear.append(f"Bimodality: not detected (mvalue {_num(shp.mvalue)}, under 3.2).")
 
     outl = result.outliers
     if outl.count:

@@ -22,13 +22,15 @@
   alignment between runs (it reads the same first iterations as the period test, and stops
   as it does).
 - **Warm-up**: each run's first iterations against its steady state (the second half).
-  ``n_slow`` is the length of the leading stretch whose across-run median exceeds the steady
-  state's noise; the p-value is a one-sided Wilcoxon signed-rank test over runs (first window
-  mean vs steady mean), or Mann-Whitney over iterations when there are fewer than 6 runs.
-- **Shape vs baseline**: the k-sample Anderson-Darling test (``scipy.stats.anderson_ksamp``,
-  permutation p-value) on the pooled samples after removing each side's location and scale
+  The p-value is a one-sided Wilcoxon signed-rank test over runs (first window mean vs
+  steady mean), or Mann-Whitney over iterations when there are fewer than 6 runs; the test
+  decides, and ``n_slow`` says how long the slow start is: the leading stretch whose
+  across-run median exceeds the steady state's noise, or the tested window when the test
+  finds a slow start that no single iteration shows above the noise.
+- **Shape vs baseline**: the two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``)
+  on the pooled samples after removing each side's location and scale
   (median and IQR), so it answers "did the shape change", not "did it shift". With thousands
-  of samples AD finds differences too small to matter, so "changed" also needs the
+  of samples KS finds differences too small to matter, so "changed" also needs the
   standardised ECDFs to differ by at least 0.1 somewhere (or the modality to differ). Modality is an
   mvalue (Brendan Gregg's measure, used by BenchmarkDotNet): the total variation of the
   density divided by its maximum; about 2 for one mode, about 4 for two. The density is a
@@ -36,19 +38,34 @@
   counting histogram noise as modes (its bandwidth is at least the timer's quantum, so
   quantised values are not read as modes). mvalue >= 3.2 (BenchmarkDotNet's threshold) is
   "bimodal".
+
+**One family per command.** A report of two levels runs about a hundred of these tests, so
+a test at ALPHA each would make about one false finding per report. Every command (vmtax
+artifacts, the report) adjusts all its tests' p-values together with Benjamini-Hochberg
+(statsmodels' ``multipletests``, false discovery rate ALPHA = 1%) and decides each finding on
+its adjusted p-value; the permutation tests get enough resamples (``family_resamples``) for
+their smallest p-value to clear the family's smallest threshold. The shape test's p-value is
+KS's (the Anderson-Darling statistic is kept as evidence): a permutation p-value could not
+get small enough for a family of a hundred at a cost a report can pay. A test that finds
+nothing is worded "not detected (p = …)", never as absence.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy import fft as sfft
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
-ALPHA = 0.01  # artifacts are reported only with strong evidence: they are hints, not verdicts
+#: The false discovery rate of a command's or report's artifact findings (Benjamini-Hochberg
+#: across all of its tests): artifacts are hints, so only strong evidence is reported.
+ALPHA = 0.01
 MIN_ACF = 0.5  # a period needs most spikes to recur at it; bursts of slow iterations (clustering)
 # give small, significant autocorrelations at short lags that are not a period
 MVALUE_BIMODAL = 3.2
@@ -68,6 +85,12 @@ class Periodic:
     p_value: float | None
     indices: list[int] = field(default_factory=list)  # iteration indices slow in every run
     spike_rate: float = 0.0
+    p_adjusted: float | None = None  # across the family of one command (see control_family)
+    candidate: int | None = None  # the lag a period would be at, before the test
+
+    def decide(self) -> None:
+        self.found = self.candidate is not None and _significant(self.p_adjusted)
+        self.period = self.candidate if self.found else None
 
 
 @dataclass
@@ -77,6 +100,10 @@ class CrossRun:
     drift: int | None  # the best lag: how far spike positions move from one run to the next
     p_value: float | None
     pairs: int = 0
+    p_adjusted: float | None = None
+
+    def decide(self) -> None:
+        self.found = self.correlation is not None and _significant(self.p_adjusted)
 
 
 @dataclass
@@ -85,6 +112,15 @@ class Warmup:
     n_slow: int
     slowdown: float | None  # first-window mean / steady mean
     p_value: float | None
+    p_adjusted: float | None = None
+    window: int = 0  # the first iterations the test compares with the steady state
+    stretch: int = 0  # the leading stretch above the steady state's noise (may be 0)
+
+    def decide(self) -> None:
+        # The test decides; the stretch only says how long the slow start is. A significant
+        # test with no stretch above the noise is still a slow start, of the tested window.
+        self.found = _significant(self.p_adjusted)
+        self.n_slow = max(self.stretch, self.window) if self.found else 0
 
 
 @dataclass
@@ -97,6 +133,13 @@ class Shape:
     mvalue_baseline: float | None = None
     modality_baseline: str | None = None
     distance: float | None = None  # largest gap between the standardised ECDFs (KS statistic)
+    p_adjusted: float | None = None
+
+    def decide(self) -> None:
+        visible = (self.distance or 0.0) >= MIN_SHAPE_DISTANCE or (
+            self.modality_baseline is not None and self.modality != self.modality_baseline
+        )
+        self.changed = self.p_value is not None and visible and _significant(self.p_adjusted)
 
 
 @dataclass
@@ -308,10 +351,9 @@ def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Period
     # data, p = exceed / done is already far above ALPHA and the rest cannot change the verdict
     # (most runs have no period, and this is what made reports of long runs slow).
     p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
-    found = lag is not None and p < ALPHA and peak >= MIN_ACF
-    return Periodic(
-        found, int(lag) if found and lag else None, peak if lag else None, p, indices, rate
-    )
+    out = Periodic(False, None, peak if lag else None, p, indices, rate, p, int(lag))
+    out.decide()
+    return out
 
 
 def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> CrossRun:
@@ -359,7 +401,9 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
         exceed += int((null >= stat - TIE).sum())
         done += b
     p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
-    return CrossRun(p < ALPHA, stat, best - max_lag, p, int(pairs.size))
+    out = CrossRun(False, stat, best - max_lag, p, int(pairs.size), p)
+    out.decide()
+    return out
 
 
 def warmup(matrix: np.ndarray) -> Warmup:
@@ -389,8 +433,9 @@ def warmup(matrix: np.ndarray) -> Warmup:
                 matrix[:, :window].ravel(), steady.ravel(), alternative="greater"
             ).pvalue
         )
-    found = n_slow > 0 and p < ALPHA
-    return Warmup(found, n_slow if found else 0, slowdown, p)
+    out = Warmup(False, 0, slowdown, p, p, window, n_slow)
+    out.decide()
+    return out
 
 
 def _subsample(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -452,21 +497,63 @@ def shape(
     qy = float(np.median(resolution(baseline)))
     mb = mvalue(y, quantum=qy)
     sx, sy = _standardise(x, qx), _standardise(y, qy)
-    res = stats.anderson_ksamp(
-        [sx, sy],
-        variant="midrank",
-        method=stats.PermutationMethod(n_resamples=resamples, rng=rng),
+    with warnings.catch_warnings():  # its table p-value is capped; only the statistic is used
+        warnings.simplefilter("ignore")
+        ad = float(stats.anderson_ksamp([sx, sy], variant="midrank").statistic)
+    ks = stats.ks_2samp(sx, sy)
+    out = Shape(
+        ad, float(ks.pvalue), False, m, _modality(m), mb, _modality(mb), float(ks.statistic)
     )
-    p = float(res.pvalue)
-    distance = float(stats.ks_2samp(sx, sy).statistic)
-    changed = p < ALPHA and (distance >= MIN_SHAPE_DISTANCE or _modality(m) != _modality(mb))
-    return Shape(float(res.statistic), p, changed, m, _modality(m), mb, _modality(mb), distance)
+    out.p_adjusted = out.p_value
+    out.decide()
+    return out
+
+
+def _significant(p_adjusted: float | None) -> bool:
+    return p_adjusted is not None and p_adjusted < ALPHA
+
+
+#: Tests per (probe, configuration): period, cross-run memory, warm-up, shape.
+DETECTORS = 4
+
+
+def family_resamples(tests: int) -> int:
+    """Permutations each test needs so that its smallest possible p-value, 1/(B+1), is below
+    the smallest Benjamini-Hochberg threshold of a family of ``tests`` (ALPHA/tests), with
+    room to spare. The permutation tests stop early once the data are plainly not extreme,
+    so the extra resamples cost only where there may be a finding."""
+    return max(199, math.ceil(2 * max(tests, 1) / ALPHA))
+
+
+def control_family(results: Sequence[Artifacts]) -> None:
+    """Benjamini-Hochberg across every test of one command or report (false discovery rate
+    ALPHA): each test's ``p_adjusted`` is set and its finding decided on it."""
+    parts = [
+        part
+        for a in results
+        for part in (a.periodic, a.cross_run, a.warmup, a.shape)
+        if part.p_value is not None and math.isfinite(part.p_value)
+    ]
+    if not parts:
+        return
+    adjusted = multipletests([part.p_value for part in parts], method="fdr_bh")[1]
+    for part, q in zip(parts, adjusted, strict=True):
+        part.p_adjusted = float(q)
+        part.decide()
 
 
 def detect(
-    matrix: np.ndarray, baseline: np.ndarray | None = None, *, resamples: int = 199, seed: int = 0
+    matrix: np.ndarray,
+    baseline: np.ndarray | None = None,
+    *,
+    resamples: int | None = None,
+    seed: int = 0,
 ) -> Artifacts:
-    """Run every detector on a runs x iterations matrix (and a baseline matrix for shape)."""
+    """Run every detector on a runs x iterations matrix (and a baseline matrix for shape).
+
+    ``resamples``: permutations per test, by default what its own family of tests needs."""
+    if resamples is None:
+        resamples = family_resamples(DETECTORS)
     matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
     runs, n = matrix.shape
     quartiles = run_quartiles(matrix)
@@ -480,7 +567,7 @@ def detect(
         low=int(fast.sum()),
         indices=[(int(r), int(i)) for r, i in where[:MAX_REPORTED_INDICES]],
     )
-    return Artifacts(
+    result = Artifacts(
         runs=runs,
         iterations=n,
         periodic=periodic(spikes, resamples=resamples, seed=seed),
@@ -489,3 +576,5 @@ def detect(
         shape=shape(matrix, baseline, resamples=resamples, seed=seed),
         outliers=outliers,
     )
+    control_family([result])  # alone, its own tests are the family; a command widens it
+    return result

@@ -277,3 +277,20 @@ def test_single_probe_family_and_types():
     assert not (comp.rows.probe == "geomean").any()
     doc = comp.to_json()
     assert [r["is_baseline"] for r in doc["rows"]] == [True, False]
+
+
+def test_an_imprecise_probe_keeps_a_clear_verdict_and_loses_only_no_difference():
+    runs, _ = runs_frame(
+        [Config("L0"), Config("L1", {"accel": "tcg"}, 5.0), Config("L2", {"accel": "tcg"}, 5.0)],
+        runs=6,
+        iterations=200,
+        seed=21,
+    )
+    ids = dict(zip(runs["config"], runs["configuration_id"], strict=False))
+    slow_cfg, same_cfg = ids["L1 accel=tcg"], ids["L2 accel=tcg"]
+    comp = compare(
+        runs, "level=L1", resamples=999, imprecise={(slow_cfg, "syscall"), (same_cfg, "syscall")}
+    )
+    by_level = {r.level: r for r in comp.rows.itertuples() if r.probe == "syscall"}
+    assert by_level["L0"].verdict == "faster" and "imprecise" in by_level["L0"].warnings
+    assert by_level["L2"].verdict == "imprecise"  # would be "~": no difference is no verdict

@@ -130,8 +130,8 @@ def test_unreachable_target_ends_with_the_budget_named_imprecise_without_verdict
     assert plan["sampling"]["budget_s"] == 4.0 and plan["sampling"]["precision"] == 0.0001
 
     # A second experiment (fixed design: --runs turns adaptive sampling off), then compare
-    # the two: the imprecise baseline gives `imprecise` in the verdict column, never
-    # slower/faster/~.
+    # the two: the imprecise baseline gives `imprecise` where the verdict would be `~` (the
+    # same machine twice: no difference to find), never `~`.
     run2 = cli("run", "--suite", suite, "--runs", "3", "--db", db, "--seed", "5",
                "--label", "side=b")  # fmt: skip
     assert run2.returncode == 0, run2.stderr

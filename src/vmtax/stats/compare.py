@@ -14,8 +14,8 @@ For each probe, metric and configuration:
   non-baseline row of the command (Holm by default);
 - ``verdict``: ``slower`` / ``faster`` only when ``p_adjusted < alpha`` AND the whole CI lies
   outside the noise band ``[1 - noise, 1 + noise]``; ``~`` otherwise; ``baseline`` for the
-  baseline's own row; ``imprecise`` when adaptive sampling left either side short of its
-  precision target (``imprecise`` pairs, see vmtax.sampling.outcome).
+  baseline's own row; ``imprecise`` instead of ``~`` when adaptive sampling left either side
+  short of its precision target (``imprecise`` pairs, see vmtax.sampling.outcome).
 
 One ``geomean`` row per configuration and metric summarises the probes: the geometric mean of
 the overheads, with a CI from the probes' log-ratio variances combined. It is not a test, so
@@ -293,8 +293,10 @@ def compare(
 
 def _mark_imprecise(frame: pd.DataFrame, ok: pd.DataFrame, imprecise: set[tuple[int, str]]) -> None:
     """Adaptive sampling ended these (configuration_id, probe) pairs short of their precision
-    target: a row on either side of one, and a geomean over one, gets the verdict
-    ``imprecise`` instead of slower / faster / ~."""
+    target. A row on either side of one, and a geomean over one, keeps a slower / faster
+    verdict (its test and interval already account for the runs it has: sampling stopped on
+    precision or time, never on the difference) with a warning, and says ``imprecise``
+    instead of ``~``: "no difference seen" is not a conclusion an imprecise probe can give."""
     pairs = zip(ok["configuration_id"].astype(int), ok["probe"].astype(str), strict=True)
     hit = [pair in imprecise for pair in pairs]
     flagged = set(zip(ok.loc[hit, "probe"].astype(str), ok.loc[hit, "_key"], strict=True))
@@ -312,7 +314,8 @@ def _mark_imprecise(frame: pd.DataFrame, ok: pd.DataFrame, imprecise: set[tuple[
         if (frame.at[i, "metric"], frame.at[i, "config"]) in spoilt:
             bad.add(i)
     for i in sorted(bad):
-        frame.at[i, "verdict"] = "imprecise"
+        if frame.at[i, "verdict"] == "~":
+            frame.at[i, "verdict"] = "imprecise"
         _warn(frame, i, "imprecise: adaptive sampling did not reach its precision target")
 
 

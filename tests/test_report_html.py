@@ -69,7 +69,7 @@ def test_summary_states_overhead_ci_and_verdict_per_level(report):
     for line in summary:
         assert re.search(
             r": [\d.]+× the baseline's cost \(geometric mean over 2 probes, "
-            r"95% CI [\d.]+–[\d.]+×\): costlier than the baseline\.",
+            r"95% CI [\d.]+–[\d.]+×\): slower than the baseline\.",
             line,
         ), line
 

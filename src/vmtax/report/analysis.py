@@ -144,7 +144,7 @@ def build(
                 section="overhead",
                 title="Overhead vs baseline per probe",
                 caption=f"Each bar is one configuration's overhead relative to {baseline} "
-                "(1.0 = same cost as the baseline, above 1 = costlier); whiskers are "
+                "(1.0 = same cost as the baseline, above 1 = slower); whiskers are "
                 "95% confidence intervals.",
                 draw=partial(figures.overhead_bars, per_probe, colors),
             )

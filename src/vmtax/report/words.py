@@ -11,15 +11,17 @@ from vmtax.report.compare_format import fmt_ratio
 
 ALPHA = 0.05
 
+# The words of `vmtax compare`'s verdict column, so the report and compare say the same.
 _VERDICTS = {
-    "slower": "costlier than the baseline",
-    "faster": "cheaper than the baseline",
-    "~": "no difference beyond noise",
+    "slower": "slower than the baseline",
+    "faster": "faster than the baseline",
+    "~": "a difference beyond noise not detected",
+    "imprecise": "imprecise: adaptive sampling did not reach its precision target",
     "baseline": "baseline",
 }
 
 
-_SHORT = {"slower": "costlier", "faster": "cheaper", "~": "no difference", "baseline": "baseline"}
+_SHORT = {"slower": "slower", "faster": "faster", "~": "~", "baseline": "baseline"}
 
 
 def short_verdict(code: str) -> str:

@@ -13,17 +13,21 @@ def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
     out = tmp_path / "report.md"
     write_report(store, ["exp=latest"], out, fmt="markdown", resamples=200)
     text = out.read_text()
-    assert "Predicted vs measured: calibrated on L2 (the VM) and L3 (the nested VM)" in text
-    section = text.split("Predicted vs measured", 1)[1].split("## 3.", 1)[0]
-    # L4 was measured: its row has the measured mean and the error.
+    head = (
+        "Predicted (and decomposed) vs measured: calibrated on L2 (the VM) and L3 (the nested VM)"
+    )
+    assert head in text
+    section = text.split("Predicted (and decomposed) vs measured", 1)[1].split("## 3.", 1)[0]
+    # L4 was measured: its row has the measured mean and the error; it is a prediction (no
+    # data from L4 went into it).
     l4 = [line for line in section.splitlines() if line.startswith("| cpuid | L4 |")]
-    assert len(l4) == 1 and l4[0].count("|") == 8
+    assert len(l4) == 1 and l4[0].count("|") == 9
     cells = [c.strip() for c in l4[0].strip("|").split("|")]
-    assert cells[4] and cells[5].startswith(("+", "-"))
+    assert cells[2] == "prediction" and cells[5] and cells[6].startswith(("+", "-"))
 
 
 def test_report_without_two_levels_of_an_exit_probe_has_no_prediction(store, tmp_path):
     _populate(store, {"L2": {"memory": _noisy(np.random.default_rng(0), 30.0)}})
     out = tmp_path / "report.html"
     write_report(store, ["exp=latest"], out, resamples=200)
-    assert "Predicted vs measured" not in out.read_text()
+    assert "vs measured" not in out.read_text()

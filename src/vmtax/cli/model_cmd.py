@@ -67,7 +67,8 @@ def model_cmd(
 
     Exit profiles give m and h where recorded; otherwise h is assumed to be one null exit (cpuid).
 
-    Intervals are 95% bootstrap prediction intervals.
+    Intervals are 95% bootstrap intervals. A row is a prediction when no data of its level went
+    into it, a decomposition when it explains a measured level by its own exit profile.
 
     Example: vmtax model --dataset dvh2020_micro
 
@@ -211,10 +212,12 @@ def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> o
         ],
         **{"predicted [95% PI]": preds.apply(_span, axis=1)},
         **{"error %": ["" if e is None or e != e else f"{e:+.1f}" for e in preds["error_pct"]]},
-    )[["benchmark", "level", "predicted [95% PI]", "measured", "error %", "unit", "basis"]]
+        kind=preds["kind"],
+    )[["benchmark", "level", "kind", "predicted [95% PI]", "measured", "error %", "unit", "basis"]]
     head = (
-        f"calibrated on L{vm_level} (the VM) and L{vm_level + 1} (the nested VM); "
-        "95% prediction intervals"
+        f"calibrated on L{vm_level} (the VM) and L{vm_level + 1} (the nested VM); 95% "
+        "intervals. A prediction uses no data from its level; a decomposition explains a "
+        "measured level by its own exit profile"
     )
     table = fmt_mod.render_frame(view, fmt, head)
     return _joined(table, _notes(result.params, [*notes, *result.notes], fmt), fmt)

@@ -43,8 +43,11 @@ from vmtax.model.mechanisms import NULL, dvh_direct, mechanism
 CONFIDENCE = 0.95
 PREDICTION_COLUMNS = [
     "benchmark", "level", "dvh", "predicted", "low", "high", "unit",
-    "measured", "error_pct", "basis",
+    "measured", "error_pct", "basis", "kind",
 ]  # fmt: skip
+#: ``kind`` of a row: a prediction uses no data from the level it predicts; a decomposition
+#: (depth 2 from that level's own exit profile) explains a measured level by its exits.
+PREDICTION, DECOMPOSITION = "prediction", "decomposition"
 PARAM_COLUMNS = ["benchmark", "parameter", "estimate", "low", "high", "unit", "basis"]
 
 
@@ -125,6 +128,10 @@ def fit(
             wanted.append((d, True, f"dvh{d}", cv_vm if direct else cv_nested))
         for depth, dvh, key, cv in wanted:
             est = float(point[f"{key}:{s.benchmark}"][0])
+            if not est > 0:
+                # A time is never negative: say why the model cannot give one, instead.
+                notes.append(_no_positive_time(s, depth + offset, dvh, key, est, point))
+                continue
             rep = reps[f"{key}:{s.benchmark}"]
             # One future run's spread, lognormal with the runs' coefficient of variation:
             # costs are positive and a loaded machine's run means are right-skewed.
@@ -144,10 +151,33 @@ def fit(
                     "measured": measured,
                     "error_pct": (100.0 * (est - measured) / measured if measured else None),
                     "basis": _basis(point, s, depth, dvh, direct),
+                    "kind": DECOMPOSITION if key == "c2pred" else PREDICTION,
                 }
             )
     predictions = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
     return Fit(params=params, predictions=predictions, notes=notes)
+
+
+def _no_positive_time(s: Series, level: int, dvh: bool, key: str, est: float, point: dict) -> str:
+    """One line: why the model's value for ``s`` at ``level`` is not a positive time."""
+    where = f"{s.benchmark} at L{level}{'+DVH' if dvh else ''}"
+    if key == "c2pred":
+        e = float(point["e"][0]) if "e" in point else float("nan")
+        why = (
+            f"the exit round trip e = {e:.3g} {s.unit} is not positive: the VM level's exit "
+            "profile says handling takes longer than the whole exit"
+            if not e > 0
+            else "the nested level's exits cost less than the VM level's"
+        )
+    else:
+        d = float(point[f"D:{s.benchmark}"][0])
+        why = (
+            f"the nested level is not slower than the VM level (D = {d:.3g} {s.unit}), so "
+            "there is no nesting increment to multiply"
+            if not d > 0
+            else f"m_h = {float(point['m_h'][0]):.3g} gives no positive sum"
+        )
+    return f"{where}: no prediction ({est:.3g} {s.unit} is not a time): {why}"
 
 
 # -- resampling -----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ def table(data: ReportInput, *, seed: int = 0) -> Table | None:
             [
                 str(r.benchmark),
                 f"L{r.level}{'+DVH' if r.dvh else ''}",
+                str(r.kind),
                 _num(r.predicted),
                 f"{_num(r.low)} – {_num(r.high)}",
                 measured,
@@ -51,14 +52,17 @@ def table(data: ReportInput, *, seed: int = 0) -> Table | None:
         )
     return Table(
         title=(
-            f"Predicted vs measured: calibrated on L{found.vm_level} (the VM) and "
-            f"L{found.vm_level + 1} (the nested VM)"
+            f"Predicted (and decomposed) vs measured: calibrated on L{found.vm_level} (the VM) "
+            f"and L{found.vm_level + 1} (the nested VM)"
         ),
-        columns=["probe", "level", "predicted", "95% PI", "measured", "error %", "unit"],
+        columns=["probe", "level", "kind", "model", "95% interval", "measured", "error %", "unit"],
         rows=rows,
-        numeric=[False, False, True, True, True, True, False],
+        numeric=[False, False, False, True, True, True, True, False],
         note="The nested-cost model (docs/model.md): C_d = a + D·(1 + m_h + … + m_h^(d−2)); "
-        "+DVH: L0 handles the class directly. "
+        "+DVH: L0 handles the class directly. A prediction uses no data from its level; a "
+        "decomposition explains a measured level by its own exit profile. "
+        + " ".join(result.notes)
+        + " "
         + " ".join(
             f"m_h {r.basis}." for r in result.params.itertuples() if r.parameter.startswith("m_h")
         ),

@@ -132,11 +132,12 @@ def _print(rows: list[dict[str, Any]], apt: str | None, dnf: str | None, pip: st
         mark = "[green]✔[/]" if r["ok"] else "[red]✘[/]"
         table.add_row(mark, r["capability"], ENABLES.get(r["capability"], ""), escape(r["detail"]))
     out.print(table)
+    # The install lines are never wrapped: each is one command to copy.
     if apt:
         out.print("install what is missing (Debian, Ubuntu):", markup=False)
-        out.print(f"  {apt}", markup=False)
-        out.print(f"  (Fedora: {dnf})", markup=False)
+        out.print(f"  {apt}", markup=False, soft_wrap=True)
+        out.print(f"  (Fedora: {dnf})", markup=False, soft_wrap=True)
     if pip:
-        out.print(f"  {pip}", markup=False)
+        out.print(f"  {pip}", markup=False, soft_wrap=True)
     if not apt and not pip:
         out.print("nothing is missing", markup=False)

@@ -20,7 +20,7 @@ import numpy as np
 from scipy import stats
 
 from vmtax.stats.compare import compare
-from vmtax.stats.synthetic import Config, runs_frame
+from vmtax.testing.runs import Config, runs_frame
 
 
 def main() -> None:

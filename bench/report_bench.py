@@ -23,8 +23,8 @@ from playwright.sync_api import sync_playwright
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from headless_chromium import ARGS, CHROMIUM  # noqa: E402
 from vmtax.report import analysis, inputs, write_model
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
+from vmtax.testing.report_store import populate
 
 
 def load_times(paths: list[Path], repeats: int = 3) -> dict[Path, float]:

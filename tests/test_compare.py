@@ -17,7 +17,7 @@ from vmtax.errors import UsageError
 from vmtax.report import compare_format
 from vmtax.stats import significance
 from vmtax.stats.compare import ALPHA, compare
-from vmtax.stats.synthetic import Config, runs_frame
+from vmtax.testing.runs import Config, runs_frame
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compare-json.md"
 CHAIN = [Config("L0"), Config("L1", {"accel": "tcg"}, 1.10), Config("L2", {"accel": "tcg"}, 1.21)]

@@ -12,7 +12,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from vmtax.stats.synthetic import Config, runs_frame
+from vmtax.testing.runs import Config, runs_frame
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compare-json.md"
 

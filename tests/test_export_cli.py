@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
 from vmtax.store.export import BYTES_PER_SAMPLE
+from vmtax.testing.report_store import populate
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vmtax.stats.knee import classify_flat, find_knee, response_rise, slo_check
-from vmtax.sweep.synthetic import study_b
+from vmtax.testing.sweeps import study_b
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

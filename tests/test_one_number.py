@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
+from vmtax.testing.report_store import populate
 
 
 @pytest.fixture(scope="module")

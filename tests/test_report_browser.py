@@ -12,8 +12,8 @@ from playwright import sync_api
 
 from headless_chromium import ARGS, CHROMIUM
 from vmtax.report import analysis, inputs, write_model
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
+from vmtax.testing.report_store import populate
 
 LABEL = "<script>alert(1)</script>"
 HOST = 'evil" onload="alert(1)'

@@ -7,7 +7,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from vmtax.report.analysis import build
 from vmtax.report.inputs import load
-from vmtax.report.synthetic import populate
+from vmtax.testing.report_store import populate
 
 
 def overlapping_tick_labels(fig) -> list[tuple[str, str]]:

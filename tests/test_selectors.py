@@ -9,9 +9,9 @@ import json
 import pytest
 
 from vmtax.errors import UsageError
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
 from vmtax.store.select import resolve, scoped_baseline
+from vmtax.testing.report_store import populate
 
 
 @pytest.fixture(scope="module")

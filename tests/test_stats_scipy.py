@@ -10,7 +10,7 @@ from scipy import stats
 
 from vmtax.stats import intervals, significance
 from vmtax.stats.compare import compare
-from vmtax.stats.synthetic import Config, runs_frame
+from vmtax.testing.runs import Config, runs_frame
 
 
 @pytest.fixture

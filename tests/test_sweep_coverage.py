@@ -1,6 +1,6 @@
 """Coverage of the sweep's intervals and the error rate of its rise test, by simulation.
 
-Each trial is a replicated sweep as `vmtax sweep` runs it (`sweep.synthetic.replicated`):
+Each trial is a replicated sweep as `vmtax sweep` runs it (`vmtax.testing.sweeps.replicated`):
 rounds of fresh boots, each measuring every step once; every guest adds its own boot effect
 to each step of its round (relative sd 2%), each round drifts (2%), and a window's samples are
 AR(1) with coefficient 0.5 (relative sd 5%). The functions under test are the ones the sweep
@@ -22,7 +22,7 @@ from scipy import stats
 from vmtax.stats.describe import mean_interval
 from vmtax.stats.knee import fit_knees, replicate_interval, rise_tests
 from vmtax.sweep.spec import DEFAULT_REPLICATES, DEFAULT_STEPS, TIMINGS
-from vmtax.sweep.synthetic import replicated
+from vmtax.testing.sweeps import replicated
 
 TRIALS = 4000
 BOUND = 0.93

@@ -11,7 +11,7 @@ import pytest
 from vmtax.store import Store
 from vmtax.sweep import store as sweep_store
 from vmtax.sweep.spec import SweepSpec, Timing
-from vmtax.sweep.synthetic import study_b
+from vmtax.testing.sweeps import study_b
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_report_of_a_sweep_alone_html_and_markdown(cli, zvm_db, tmp_path):
 
 
 def test_report_of_runs_and_a_sweep_has_both(cli, zvm_db, tmp_path):
-    from vmtax.report.synthetic import populate
+    from vmtax.testing.report_store import populate
 
     with Store.open(zvm_db) as store:
         runs_exp = populate(store, levels=("L0", "L1"), runs=4, iterations=200)

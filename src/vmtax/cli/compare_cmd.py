@@ -101,7 +101,8 @@ def compare_cmd(
 
     Overhead is direction-aware: above 1 means slower, for every metric.
 
-    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its 95% CI (Welch t on the log ratio), p, adjusted p.
+    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its 95% CI (Welch's t on the
+    log ratio), p, adjusted p.
 
     The verdict is ~ unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vmtax import __version__
-from vmtax.stats.synthetic import run_statistics
+from vmtax.testing.runs import run_statistics
 
 BASE_COST = {"cpuid": 100.0, "syscall": 300.0, "timer": 1_000.0, "pagefault": 2_000.0}
 LEVEL_FACTOR = {"L0": 1.0, "L1": 30.0, "L2": 400.0, "L3": 4_000.0}

@@ -1,6 +1,6 @@
 """A QEMU guest SIGKILLed in the middle of `vmtax run --levels L0,L1`: the L1 runs already
 committed are kept, L1 is reported in one line, L0 is measured, and `--resume` boots a new
-guest for L1's missing runs only. Two TCG guest boots: a slow test (VMTAX_SLOW=1)."""
+guest for L1's missing runs only. Two TCG guest boots."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from test_fleet_netns import vmtax_cmd, vmtax_env
 from vmtax.store import Store
-
-pytestmark = pytest.mark.skipif(
-    os.environ.get("VMTAX_SLOW") != "1", reason="boots two TCG guests (minutes); VMTAX_SLOW=1"
-)
 
 SUITE = """
 name = "guest-kill"

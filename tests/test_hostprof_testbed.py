@@ -3,23 +3,19 @@ that TCG emulates); the L1 agent on the host-side port records L2's exits with t
 histograms around every run. Real QEMU, real KVM inside it, the real agent on both sides.
 
 The L2 test boots one L1+L2 stack (a few minutes on a loaded 2-core machine) and is in the
-default run; the mechanisms of timer, wakeup and io, and L3's exit multiplication, are slow
-tests (VMTAX_SLOW=1).
+default run, and so are the mechanisms of timer, wakeup and io, and L3's exit multiplication.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from vmtax.targets.base import find_agent
 
 AGENT = str(find_agent())
-slow = pytest.mark.skipif(
-    os.environ.get("VMTAX_SLOW") != "1", reason="boots L3 or several stacks (minutes); VMTAX_SLOW=1"
-)
+slow = pytest.mark.slow  # minutes: L3 or several stacks; runs in CI like every test
 
 
 def _profiles(db: str):

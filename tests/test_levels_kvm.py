@@ -2,7 +2,7 @@
 and boots L2 under its own KVM; L2 does the same for L3. Real QEMU, real KVM inside it.
 
 The L2 tests boot one L1+L2 stack (a few minutes on a loaded 2-core machine) and are in the
-default run; L3 (many minutes) and the CLI end to end are slow tests (VMTAX_SLOW=1).
+default run; so are L3 (many minutes) and the CLI end to end.
 """
 
 from __future__ import annotations
@@ -21,12 +21,8 @@ from vmtax.targets.qemu import GuestSpec, QemuTarget
 
 
 def slow(test):
-    """Marked slow and skipped unless VMTAX_SLOW=1."""
-    skip = pytest.mark.skipif(
-        os.environ.get("VMTAX_SLOW") != "1",
-        reason="boots L3 or a whole run (minutes); VMTAX_SLOW=1",
-    )
-    return pytest.mark.slow(skip(test))
+    """Marked slow (minutes): it runs in CI like every test."""
+    return pytest.mark.slow(test)
 
 
 def _cpuid_seconds(lines: list[str]) -> float:

@@ -1,25 +1,13 @@
 """L2 under TCG inside TCG: a real guest boots QEMU, which boots the inner guest whose agent
-answers through both virtio-serial hops. Minutes long, so off by default:
-
-    VMTAX_SLOW=1 pytest tests/test_levels_nested.py
+answers through both virtio-serial hops. Minutes long.
 """
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from vmtax.contract import read_stream
 from vmtax.targets.levels import level_targets
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("VMTAX_SLOW") != "1",
-        reason="boots L2 with TCG inside TCG (minutes); set VMTAX_SLOW=1",
-    ),
-]
+pytestmark = []
 
 
 def test_l2_guest_in_an_l1_guest_streams_whole_runs(tmp_path, monkeypatch):

@@ -383,7 +383,7 @@ def test_series_without_the_null_exit_cannot_separate_m_from_h():
 def test_model_reads_profiles_stored_by_the_exit_profile_recorder(store):
     """The store path end to end with profiles saved through the exit-profile package's own
     writer (the recorder itself needs the nested testbed; its JSON shape is built here)."""
-    hp = pytest.importorskip("vmtax.hostprof.store")  # issue 10's package, landing beside this
+    import vmtax.hostprof.store as hp
     from vmtax.model.sources import from_store
 
     rng = np.random.default_rng(11)

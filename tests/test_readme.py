@@ -3,7 +3,7 @@ written, twice on one store (the worked example with --runs 2, so it takes minut
 tens of minutes). The lines that install, test or need other machines are listed with why.
 
 The fast test checks that every line is either run or listed, and that every option a
-README line gives to vmtax exists; the slow one (VMTAX_SLOW=1) runs them.
+README line gives to vmtax exists; the other runs them, in order, twice on one store.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 VMTAX = [sys.executable, "-c", "from vmtax.cli import main; main()"]
@@ -77,11 +75,6 @@ def test_every_readme_command_is_run_or_listed_and_its_options_exist(cli):
                 assert word.split("=")[0] in helps[sub], (shlex.join(cmd), word)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    os.environ.get("VMTAX_SLOW") != "1",
-    reason="boots an emulated L1 guest twice and writes the reports (minutes); VMTAX_SLOW=1",
-)
 def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
     env = {**os.environ, "VMTAX_DB": str(tmp_path / "readme.db")}
     env.pop("VMTAX_RUN_REPORT", None)  # as a user has it: vmtax run writes its report

@@ -3,7 +3,6 @@ self-containment, markdown with PNGs, the CLI, and the size bound."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -11,8 +10,8 @@ import sys
 import pytest
 
 from vmtax.report import analysis, inputs, write_model
-from vmtax.report.synthetic import populate
 from vmtax.store import Store
+from vmtax.testing.report_store import populate
 
 LABEL = "<script>alert(1)</script>"
 HOST = 'evil" onload="alert(1)'
@@ -136,8 +135,6 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
     assert sizes[1] < SIZE_LIMIT
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("VMTAX_SLOW") != "1", reason="slow: set VMTAX_SLOW=1")
 def test_million_sample_report_is_under_5_mb(tmp_path):
     store = build_store(f"sqlite:///{tmp_path / 'big.db'}", runs=10, iterations=16_667)
     data = inputs.load(store, ["exp=latest"], None)

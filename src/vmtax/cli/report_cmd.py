@@ -52,7 +52,9 @@ def report(
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
-    resamples: Annotated[int, typer.Option(help="Resamples of the permutation tests and artifact checks.")] = 10_000,
+    resamples: Annotated[
+        int, typer.Option(help="Resamples of the permutation tests and artifact checks.")
+    ] = 10_000,
     seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
 ) -> None:
     """Write a report: summary, study-A tables, figures, artifacts, environment.

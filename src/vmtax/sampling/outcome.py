@@ -103,7 +103,8 @@ def lines(store: Any, experiment_id: int) -> list[str]:
             out.append(
                 f"imprecise: {row.probe} at {row.config}: {reached} after {row.n_runs} runs, "
                 f"target ±{_pct(target)}{needed} "
-                f"({_REASONS.get(str(row.reason), str(row.reason))}); no verdict from it"
+                f"({_REASONS.get(str(row.reason), str(row.reason))}); "
+                "a verdict only where the difference is clear"
             )
     return out
 

@@ -73,3 +73,25 @@ def test_what_is_not_a_stream_is_one_line_and_stores_nothing(content, message, c
     assert not db.exists()
     res = cli("import", str(tmp_path / "missing.jsonl"), "--db", str(db))
     assert res.returncode == 2 and "cannot read" in res.stderr
+
+
+def test_the_same_stream_twice_is_said_and_not_stored_twice(saved, cli, tmp_path):
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    assert cli("import", str(saved), "--db", db).returncode == 0
+    again = cli("import", str(saved), "--db", db)
+    assert again.returncode == 0
+    assert "already experiment 1" in again.stderr and again.stderr.count("\n") == 1
+    assert again.stdout.strip() == "experiment 1"
+    with Store.open(db) as store:
+        assert len(store.experiments()) == 1
+    forced = cli("import", str(saved), "--allow-duplicate", "--db", db)
+    assert forced.returncode == 0 and forced.stdout.strip().endswith("experiment 2")
+    # Another run of the same probe (other samples) is another stream: imported, no word.
+    agent = os.environ.get("VMTAX_PROBE") or "vmtax-probe"
+    other = tmp_path / "other.jsonl"
+    with other.open("wb") as fh:
+        subprocess.run([agent, "run", "syscall", "--runs", "3", "--iterations", "500"],
+                       stdout=fh, check=True, timeout=120)  # fmt: skip
+    fresh = cli("import", str(other), "--db", db)
+    assert fresh.returncode == 0 and "already" not in fresh.stderr
+    assert fresh.stdout.strip().endswith("experiment 3")

@@ -27,12 +27,22 @@ def import_cmd(
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
+    allow_duplicate: Annotated[
+        bool,
+        typer.Option(
+            help="Import a stream the store already holds (same header and samples) again, "
+            "as a new experiment; without it the stream is not stored twice."
+        ),
+    ] = False,
 ) -> None:
     """Import a saved vmtax-probe stream as a new experiment.
 
     The stream is checked as a live run's is: one header, records in order, each run's
     sample count equal to its summary's n. Every whole run is stored; a stream that breaks
     off keeps the runs before the break, records the unfinished ones as lost, and says so.
+
+    A stream already in the store (the same header and samples) is not imported twice: it
+    says which experiment holds it and exits 0; --allow-duplicate imports it anyway.
 
     Example: vmtax-probe run cpuid --runs 5 > cpuid.jsonl && vmtax import cpuid.jsonl
     """
@@ -52,8 +62,18 @@ def import_cmd(
     if stream.header is None:
         raise UsageError(f"{file} is not a vmtax-probe stream: {stream.problem}")
     store = Store.open(db)
+    digest = stream_digest(stream)
     try:
-        exp_id, lost = _store_stream(store, stream, file, level, labels)
+        held = None if allow_duplicate else _holding(store, digest)
+        if held is not None:
+            typer.echo(
+                f"vmtax: warning: {file} is already experiment {held} in {store.url_display} "
+                "(same header and samples); not imported again (--allow-duplicate imports it)",
+                err=True,
+            )
+            typer.echo(f"experiment {held}")
+            return
+        exp_id, lost = _store_stream(store, stream, file, level, labels, digest)
         print_table(out_console(), store, exp_id)
     finally:
         store.close()
@@ -72,6 +92,7 @@ def _store_stream(
     file: Path,
     level: str,
     labels: dict[str, str],
+    digest: str,
 ) -> tuple[int, int]:
     """One experiment, one configuration, one row per run (whole runs ok, unfinished lost)."""
     from vmtax import __version__
@@ -85,7 +106,12 @@ def _store_stream(
         command=["vmtax", "import", str(file)],
         suite="import",
         seed=0,
-        plan={"imported_from": file.name, "probe": header.probe, "runs": header.runs},
+        plan={
+            "imported_from": file.name,
+            "probe": header.probe,
+            "runs": header.runs,
+            "stream_sha256": digest,
+        },
         vmtax_version=__version__,
         agent_version=header.agent_version,
     )
@@ -115,6 +141,32 @@ def _store_stream(
     status = "ok" if stream.complete else "failed"
     store.finish_experiment(exp_id, status)
     return exp_id, len(missing)
+
+
+def stream_digest(stream: Any) -> str:  # noqa: ANN401
+    """SHA-256 of a stream's header and every run's samples: what makes two imports the same."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    h.update(
+        json.dumps(stream.header.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
+    )
+    for run in stream.runs:
+        h.update(str(run.summary.run).encode())
+        h.update(run.values.astype("<f8").tobytes())
+        h.update(run.warmup_values.astype("<f8").tobytes())
+    return h.hexdigest()
+
+
+def _holding(store: Any, digest: str) -> int | None:  # noqa: ANN401
+    """The experiment an earlier import of the same stream made, if any."""
+    found = store.experiments()
+    for exp_id in found.loc[found["suite"] == "import", "experiment_id"]:
+        plan = store.experiment(int(exp_id)).get("plan") or {}
+        if plan.get("stream_sha256") == digest:
+            return int(exp_id)
+    return None
 
 
 def _empty() -> Any:  # noqa: ANN401

@@ -106,3 +106,11 @@ def test_help_states_the_rule(cli):
             ["vmtax", *args], capture_output=True, text=True, env=os.environ | {"COLUMNS": "300"}
         ).stdout
         assert "symlink's target is written" in " ".join(out.split()), args
+
+
+def test_sweep_show_refuses_a_fifo_before_opening_anything(tmp_path, cli):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = cli("sweep", "show", "latest", "-o", str(fifo), "--db", f"sqlite:///{tmp_path / 'no.db'}")
+    assert r.returncode == 2 and "it is a FIFO; -o writes regular files only" in r.stderr
+    assert not (tmp_path / "no.db").exists()

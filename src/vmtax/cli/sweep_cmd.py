@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line as _command_line
 from vmtax.sweep.spec import (
@@ -372,7 +373,7 @@ def _show(store: object, experiment_id: int, fmt: str, output: Path | None = Non
             return
         text = sweep_report.markdown(summary)
     if output is not None:
-        output.write_text(text, encoding="utf-8")
+        outfile.write_text(output, text)
         typer.echo(f"wrote {output}", err=True)
     else:
         typer.echo(text)
@@ -382,7 +383,9 @@ def _show(store: object, experiment_id: int, fmt: str, output: Path | None = Non
 def show(
     experiment: Annotated[str, typer.Argument(help="Sweep experiment id, or latest.")] = "latest",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | json | html")] = "table",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a file.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to a file. " + outfile.HELP)
+    ] = None,
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
@@ -396,8 +399,8 @@ def show(
 
     if fmt not in SHOW_FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(SHOW_FORMATS)})")
-    if output is not None and not output.parent.is_dir():
-        raise VmtaxError(f"cannot write {output}: directory {output.parent} does not exist")
+    if output is not None:
+        outfile.destination(output)  # a FIFO, device or directory is refused before any work
     store = Store.open(db, read_only=True)
     try:
         _show(store, _experiment_id(store, experiment), fmt, output)

@@ -115,8 +115,18 @@ extern "C" fn on_signal(_sig: libc::c_int) {
 fn install_signals() {
     let handler: extern "C" fn(libc::c_int) = on_signal;
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+        // sigaction, not signal(): its semantics are the same on every libc (signal() may
+        // reset the handler after one delivery on some), and SA_RESTART keeps the pipes'
+        // reads and writes from failing with EINTR while a run finishes.
+        // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic, which is
+        // async-signal-safe; sa_mask is emptied before use.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = handler as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
     }
 }
 

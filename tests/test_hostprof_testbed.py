@@ -100,8 +100,11 @@ def test_l3_cpuid_is_multiplied_on_l1s_kvm(cli, tmp_path):
     res = cli("exits", "exp=latest", "--db", db, "--format", "json")
     rows = json.loads(res.stdout)
     total = {r["config"]: r["per_iteration"] for r in rows if r["reason"] == "total"}
+    cpuid = {r["config"]: r["per_iteration"] for r in rows if r["reason"] == "cpuid"}
     at_l1 = next(v for k, v in total.items() if k.endswith("@ L1"))
-    at_l2 = next(v for k, v in total.items() if k.endswith("@ L2"))
-    # L2's KVM sees each L3 CPUID once; L1's KVM sees it and the exits of L2's handling.
-    assert at_l2 == pytest.approx(1.0, abs=0.1)
-    assert at_l1 > 3 * at_l2
+    cpuid_at_l2 = next(v for k, v in cpuid.items() if k.endswith("@ L2"))
+    # L2's KVM sees each L3 CPUID once (its CPUID exits; its total also holds the timer and
+    # interrupt exits of a longer run, 4.7 per iteration on a loaded machine); L1's KVM sees
+    # each of them and the exits of L2's handling.
+    assert cpuid_at_l2 == pytest.approx(1.0, abs=0.1)
+    assert at_l1 > 3 * cpuid_at_l2

@@ -19,7 +19,7 @@ DATASET_COLUMNS = ("benchmark", "config", "cycles")
 VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
 PROFILE_COLUMNS = ("run_id", "count", "time_ns", "iterations", "complete")
 HALT_REASONS = ("hlt", "idle_hlt", "mwait", "mwait_cond", "mwait_instruction", "umwait", "tpause")
-_TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 
 # -- a dataset ------------------------------------------------------------------------------
@@ -254,8 +254,8 @@ def from_runs(
 
 
 def _scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
-    if unit in _TO_NS:
-        return _TO_NS[unit]
+    if unit in TO_NS:
+        return TO_NS[unit]
     if unit == "cycles":
         hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
         if hz:
@@ -266,6 +266,16 @@ def _scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
             "other probes or of the exit profiles; select it alone"
         )
     raise UsageError(f"{runs['probe'].iloc[0]}: unit {unit!r} cannot be converted to ns")
+
+
+def tsc_rates(store: Any, runs: pd.DataFrame) -> dict[int, float]:  # noqa: ANN401
+    """The TSC rate (Hz) of every configuration of ``runs`` whose fingerprint records one."""
+    configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))
+    return {
+        int(r.configuration_id): float(hz)
+        for r in configs.itertuples()
+        if (hz := ((r.fingerprint or {}).get("cpu") or {}).get("tsc_hz"))
+    }
 
 
 def from_store(
@@ -279,12 +289,7 @@ def from_store(
     runs = store.runs(list(selectors) or ["exp=latest"])
     if runs.empty:
         raise UsageError(f"no runs match {' '.join(selectors) or 'exp=latest'}")
-    configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))
-    tsc = {
-        int(r.configuration_id): float(hz)
-        for r in configs.itertuples()
-        if (hz := ((r.fingerprint or {}).get("cpu") or {}).get("tsc_hz"))
-    }
+    tsc = tsc_rates(store, runs)
     profiles = None
     fn = exit_profiles_function()
     if fn is not None:

@@ -1,0 +1,226 @@
+"""What ``vmtax explain`` reads from the store: the configuration (a level with exit
+profiles), its baseline one level down, each probe's runs in ns per operation, and each
+profiled run's exits and handling per operation by reason, as recorded by the hypervisor
+that runs the configuration (one level below it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vmtax.errors import UsageError
+from vmtax.explain.decompose import REASON_COLUMNS, ProbeRuns
+from vmtax.hostprof.table import matches
+from vmtax.model.mechanisms import MECHANISMS, NULL
+from vmtax.model.sources import HALT_REASONS, TO_NS, level_number, tsc_rates
+
+
+@dataclass
+class Selection:
+    """The configuration and baseline chosen, the probes to explain and the round-trip one."""
+
+    config: str
+    baseline: str
+    probes: list[ProbeRuns]
+    source: ProbeRuns
+    recorded_at: str
+
+
+def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
+    """Per (run, reason) of the complete profiles recorded at ``recorded_at``: exits and
+    handling ns per operation (the agent start-up's exits taken off), and how the handling
+    was had: ``timed``, ``untimed`` (the run's mean per timed exit) or ``halt`` (none)."""
+    done = profiles[profiles["complete"].astype(bool) & (profiles["recorded_at"] == recorded_at)]
+    done = done.dropna(subset=["reason"])
+    rows = []
+    for run_id, run in done.groupby("run_id"):
+        iterations = float(run["iterations"].max())
+        if iterations <= 0:
+            continue
+        net = (run["count"] - run["startup"]).clip(lower=0).to_numpy(dtype=np.float64)
+        timed = run["timed"].to_numpy(dtype=np.float64)
+        time_ns = run["time_ns"].to_numpy(dtype=np.float64)
+        halt = np.array(
+            [
+                g == "Halt" or str(r).lower() in HALT_REASONS
+                for g, r in zip(run["group"], run["reason"], strict=True)
+            ]
+        )
+        usable = (timed > 0) & ~halt
+        mean_per_exit = time_ns[usable].sum() / timed[usable].sum() if usable.any() else 0.0
+        per_exit = np.where(usable, time_ns / np.where(timed > 0, timed, 1.0), mean_per_exit)
+        per_exit = np.where(halt, 0.0, per_exit)
+        basis = np.where(halt, "halt", np.where(usable, "timed", "untimed"))
+        for reason, group, n, cost, how in zip(
+            run["reason"], run["group"], net, per_exit, basis, strict=True
+        ):
+            rows.append([int(run_id), str(reason), str(group), n / iterations,
+                         n * cost / iterations, str(how)])  # fmt: skip
+    return pd.DataFrame(rows, columns=REASON_COLUMNS)
+
+
+def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
+    """Run means in ns per operation; a unit that is not a time per operation is bad input."""
+    unit = str(runs["unit"].iloc[0])
+    probe = runs["probe"].iloc[0]
+    if unit in TO_NS:
+        scale = TO_NS[unit]
+    elif unit == "cycles":
+        hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
+        if not hz:
+            raise UsageError(
+                f"{probe} at {runs['level'].iloc[0]} is in cycles and its configuration "
+                "records no TSC rate: it cannot be put in ns beside its exits"
+            )
+        scale = 1e9 / hz
+    else:
+        raise UsageError(
+            f"{probe} measures {unit}, not a time per operation; explain needs one (ns, cycles)"
+        )
+    return runs["mean"].to_numpy(dtype=np.float64) * scale
+
+
+def select(
+    runs: pd.DataFrame,
+    profiles: pd.DataFrame,
+    tsc_hz: dict[int, float],
+    *,
+    config: str | None,
+    baseline: str | None,
+    probes: Sequence[str],
+    round_trip_probe: str,
+) -> Selection:
+    """Pick the configuration and baseline, check them, and gather every probe's runs."""
+    if MECHANISMS.get(round_trip_probe) != NULL:
+        raise UsageError(
+            f"--round-trip-probe {round_trip_probe!r}: its exit mechanism is not the null exit; "
+            f"the round trip comes from {', '.join(p for p, m in MECHANISMS.items() if m == NULL)}"
+        )
+    ok = runs[runs["status"] == "ok"]
+    if ok.empty:
+        raise UsageError("no completed runs match the selectors")
+    profiled = (
+        set(profiles.loc[profiles["complete"].astype(bool), "run_id"]) if len(profiles) else set()
+    )
+    configs = ok.drop_duplicates("config")[["config", "level"]]
+    chosen = _pick_config(configs, ok, profiled, config)
+    level = level_number(chosen["level"])
+    below = _pick_baseline(configs, level, baseline)
+    recorded_at = f"L{level - 1}"
+    at_config = ok[(ok["config"] == chosen["config"]) & ok["run_id"].isin(profiled)]
+    reasons = per_reason(profiles[profiles["run_id"].isin(at_config["run_id"])], recorded_at)
+    at_config = at_config[at_config["run_id"].isin(reasons["run_id"])]
+    if at_config.empty:
+        raise UsageError(
+            f"{chosen['config']} has no complete exit profile recorded at {recorded_at} (the "
+            "hypervisor that runs it); record one with vmtax run --exits"
+        )
+    at_base = ok[ok["config"] == below]
+    have = sorted(set(at_config["probe"]))
+    wanted = list(probes) or have
+    for p in wanted:
+        if p not in have:
+            raise UsageError(
+                f"probe {p!r}: no run with an exit profile at {chosen['config']}, so its exit "
+                f"mechanism is unknown (profiled there: {', '.join(have)})"
+            )
+        if p not in set(at_base["probe"]):
+            raise UsageError(f"probe {p!r} has no completed run at the baseline {below}")
+    if round_trip_probe not in have or round_trip_probe not in set(at_base["probe"]):
+        raise UsageError(
+            f"the round trip of an exit comes from {round_trip_probe} at {chosen['config']} "
+            f"and {below}, with its exit profile; run --probe {round_trip_probe} --exits at "
+            "both levels"
+        )
+
+    def gather(probe: str) -> ProbeRuns:
+        mine = at_config[at_config["probe"] == probe].sort_values("run_id")
+        base = at_base[at_base["probe"] == probe]
+        return ProbeRuns(
+            probe=probe,
+            config=str(chosen["config"]),
+            baseline=below,
+            run_ids=mine["run_id"].to_numpy(dtype=np.int64),
+            times=ns_per_op(mine, tsc_hz),
+            base_times=ns_per_op(base, tsc_hz),
+            reasons=reasons[reasons["run_id"].isin(mine["run_id"])].reset_index(drop=True),
+        )
+
+    return Selection(
+        config=str(chosen["config"]),
+        baseline=below,
+        probes=[gather(p) for p in wanted],
+        source=gather(round_trip_probe),
+        recorded_at=recorded_at,
+    )
+
+
+def _pick_config(
+    configs: pd.DataFrame, ok: pd.DataFrame, profiled: set[Any], selector: str | None
+) -> pd.Series:
+    with_profile = set(ok.loc[ok["run_id"].isin(profiled), "config"])
+    if selector is None:
+        cands = configs[configs["config"].isin(with_profile)]
+        if cands.empty:
+            raise UsageError(
+                "no configuration in the selection has an exit profile; record them with "
+                "vmtax run --exits"
+            )
+        return cands.loc[cands["level"].map(level_number).idxmax()]
+    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
+    if len(hits) != 1:
+        raise UsageError(
+            f"--config {selector} matches {len(hits)} configurations; one is needed (have: "
+            f"{'; '.join(configs['config'])})"
+        )
+    row = hits.iloc[0]
+    if row["config"] not in with_profile:
+        raise UsageError(f"{row['config']} has no exit profile; record one with vmtax run --exits")
+    return row
+
+
+def _pick_baseline(configs: pd.DataFrame, level: int, selector: str | None) -> str:
+    if selector is None:
+        below = configs[configs["level"].map(level_number) == level - 1]
+        if len(below) != 1:
+            raise UsageError(
+                f"L{level} needs a baseline one level down (L{level - 1}): the selection has "
+                f"{len(below)}; pick one with --baseline"
+            )
+        return str(below["config"].iloc[0])
+    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
+    if len(hits) != 1:
+        raise UsageError(
+            f"--baseline {selector} matches {len(hits)} configurations; one is needed (have: "
+            f"{'; '.join(configs['config'])})"
+        )
+    row = hits.iloc[0]
+    if level_number(row["level"]) != level - 1:
+        raise UsageError(
+            f"--baseline {selector} is {row['level']}, not one level below L{level} "
+            f"(L{level - 1}): explain splits the cost of one level"
+        )
+    return str(row["config"])
+
+
+def from_store(
+    store: Any,  # noqa: ANN401
+    selectors: Sequence[str],
+    **options: Any,  # noqa: ANN401
+) -> Selection:
+    """``select`` on the runs the selectors pick and their experiments' exit profiles."""
+    from vmtax.hostprof.store import COLUMNS, exit_profiles
+
+    runs = store.runs(list(selectors) or ["exp=latest"])
+    if runs.empty:
+        raise UsageError(f"no runs match {' '.join(selectors) or 'exp=latest'}")
+    tsc = tsc_rates(store, runs)
+    frames = [exit_profiles(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
+    frames = [f for f in frames if len(f)]
+    profiles = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
+    return select(runs, profiles, tsc, **options)

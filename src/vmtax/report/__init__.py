@@ -55,6 +55,7 @@ def write_report(
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
     data = inputs.load(store, selectors, baseline, command)
     data.extra["exit_profiles"] = exits.load(store, data.runs["experiment_id"])
+    data.extra["explained"] = exits.explained(store, data.runs, data.extra["exit_profiles"])
     data.extra["progress"] = step
     model = analysis.build(data, resamples=resamples, seed=seed)
     model.sweeps = sweeps

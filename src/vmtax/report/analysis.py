@@ -160,6 +160,7 @@ def build(
         figs.append(sweep)
     exit_figs, exit_tables = exits.section(data.extra.get("exit_profiles"))
     figs.extend(exit_figs)
+    figs.extend(exits.explain_figures(data.extra.get("explained")))
     figs.extend(_reference_figures())
     from vmtax.report.apps import study_c_table  # imports this module's Table
 

@@ -85,3 +85,65 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
             )
         )
     return figs, tables
+
+
+def explained(store: Any, runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame | None:  # noqa: ANN401
+    """`vmtax explain`'s rows for the selection with its defaults (the highest profiled level
+    against the one below, cpuid's round trip); None when the selection cannot have them
+    (no profiled level with a baseline below it, no cpuid there)."""
+    from vmtax.errors import UsageError
+    from vmtax.explain import explain
+    from vmtax.explain.inputs import select
+    from vmtax.model.sources import tsc_rates
+
+    if profiles is None or profiles.empty or runs.empty:
+        return None
+    try:
+        chosen = select(
+            runs, profiles, tsc_rates(store, runs), config=None, baseline=None, probes=[],
+            round_trip_probe="cpuid",
+        )  # fmt: skip
+        return explain(chosen.probes, chosen.source)
+    except (UsageError, ValueError):
+        return None
+
+
+def explain_figures(rows: pd.DataFrame | None) -> list[FigureSpec]:
+    """One stacked bar per workload: each exit group's share of its overhead and the
+    residual (what no counted exit carries); workloads with no detected overhead are left
+    out (their shares are undefined)."""
+    from vmtax.report.analysis import FigureSpec
+
+    if rows is None or rows.empty:
+        return []
+    shown = rows[rows["share"].notna()]
+    if shown.empty:
+        return []
+    bars = pd.DataFrame(
+        {
+            "config": shown["probe"],
+            "group": shown["group"],
+            # A residual below zero (the exits explain more than the overhead) cannot be
+            # stacked; the bar then ends past 1.
+            "value": shown["share"].clip(lower=0.0),
+        }
+    )
+    first = rows.iloc[0]
+    return [
+        FigureSpec(
+            key="explain",
+            section="exits",
+            title=f"What exits explain of {first['config']}'s overhead over {first['baseline']}",
+            caption="Share of each workload's overhead per operation carried by each exit "
+            "group (exits per operation × handling time + one round trip, calibrated on "
+            f"cpuid: {first['round_trip_ns']:.0f} ns) and the residual no counted exit "
+            "carries (vmtax explain). Workloads whose overhead was not detected are left out.",
+            draw=partial(
+                figures.exit_reasons,
+                bars,
+                title="overhead by exit group, share of the overhead",
+                xlabel="share of the overhead per operation",
+                total="{:.2f}",
+            ),
+        )
+    ]

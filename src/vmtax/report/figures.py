@@ -518,7 +518,13 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
 
 
 @_styled
-def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
+def exit_reasons(
+    frame: pd.DataFrame,
+    *,
+    title: str,
+    xlabel: str = "exit-handling time, normalised to the reference total",
+    total: str = "total {:.3f}",
+) -> Figure:
     """Stacked bars of exit-handling cost by reason group, one bar per configuration.
 
     ``frame``: columns config, group, value (already normalised to the reference
@@ -548,10 +554,10 @@ def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
             linewidth=0.5,
         )
         left = left + width
-    for yi, total in zip(y, left, strict=True):
+    for yi, end in zip(y, left, strict=True):
         ax.annotate(
-            f"total {total:.3f}",
-            (total, yi),
+            total.format(end),
+            (end, yi),
             xytext=(4, 0),
             textcoords="offset points",
             va="center",
@@ -561,7 +567,7 @@ def exit_reasons(frame: pd.DataFrame, *, title: str) -> Figure:
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     ax.set_xlim(0, left.max() * 1.18 if left.size and left.max() > 0 else 1)
-    ax.set_xlabel("exit-handling time, normalised to the reference total")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, loc="left")
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.12), ncols=4, fontsize=7.5)
     return fig

@@ -193,14 +193,35 @@ def _user_dataset(monkeypatch, tmp_path: Path, name: str, text: str) -> None:
 
 
 def test_dataset_calibrates_on_the_vm_and_nested_columns_only(cli, monkeypatch, tmp_path):
+    """Nesting is fitted on the VM and nested-VM columns; the nested+DVH column calibrates
+    only the DVH what-if beyond depth 2 (x_k); without it the what-if is a lower bound."""
     from vmtax.refs import datasets
 
-    text = datasets.load("dvh2020_micro").to_csv(index=False)
-    changed = text.replace("38743", "99999").replace("13815", "1")
+    table = datasets.load("dvh2020_micro")
+    changed = table.to_csv(index=False).replace("38743", "99999").replace("13815", "6000")
     _user_dataset(monkeypatch, tmp_path, "dvh_changed_dvh", changed)
-    a = json.loads(cli("model", "--dataset", "dvh2020_micro", "--format", "json").stdout)
-    b = json.loads(cli("model", "--dataset", "dvh_changed_dvh", "--format", "json").stdout)
-    assert a == b
+    no_dvh = table[table["config"] != "nested VM + DVH"].to_csv(index=False)
+    _user_dataset(monkeypatch, tmp_path, "dvh_without_dvh", no_dvh)
+
+    def rows(name: str) -> dict:
+        out = json.loads(cli("model", "--dataset", name, "--format", "json").stdout)
+        return {(r["benchmark"], r["level"], r["dvh"]): r["predicted"] for r in out}
+
+    a, b, c = rows("dvh2020_micro"), rows("dvh_changed_dvh"), rows("dvh_without_dvh")
+    cycles = {(str(r.benchmark), str(r.config)): float(r.cycles) for r in table.itertuples()}
+    for key, value in a.items():
+        bench, level, dvh = key
+        vm = cycles[(bench, "VM")]
+        direct = bench != "Hypercall"
+        if not (dvh and direct and level > 2):
+            assert b[key] == value and c[key] == value, key  # the DVH column plays no part
+            continue
+        x = cycles[(bench, "nested VM + DVH")] - vm
+        assert value == pytest.approx(vm + (level - 1) * x)
+        assert c[key] == pytest.approx(vm)  # from structure alone: the lower bound a_k
+    assert b[("DevNotify", 3, True)] == pytest.approx(4984 + 2 * (6000 - 4984))
+    text = cli("model", "--dataset", "dvh_without_dvh").stdout
+    assert "lower bound" in text and "so are L3+DVH and L4+DVH" in text
 
 
 # -- bad input ------------------------------------------------------------------------------

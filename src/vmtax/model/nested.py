@@ -72,6 +72,9 @@ class Series:
     #: Without a nested profile: the exits per nested operation the user assumes the VM's
     #: hypervisor sees (e.g. a hand count), each costing one null exit (assumption A).
     assumed_exits: float | None = None
+    #: The nested VM with DVH, measured or published (run values): calibrates x_k, the extra
+    #: cost of an exit L0 handles directly when it comes from a nested guest.
+    dvh_nested: np.ndarray | None = None
 
     @property
     def mechanism(self) -> str:
@@ -200,6 +203,8 @@ def _draws(series: list[Series], resamples: int | None, rng: np.random.Generator
     for s in series:
         out[f"vm:{s.benchmark}"] = _mean_draw(s.vm, resamples, rng)
         out[f"nested:{s.benchmark}"] = _mean_draw(s.nested, resamples, rng)
+        if s.dvh_nested is not None and np.asarray(s.dvh_nested).size:
+            out[f"dvh_nested:{s.benchmark}"] = _mean_draw(s.dvh_nested, resamples, rng)
         for name in ("vm_profile", "nested_profile"):
             prof = getattr(s, name)
             if prof is not None and len(prof):
@@ -334,11 +339,23 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
         k = s.benchmark
         out[f"a:{k}"], out[f"D:{k}"] = a[k], delta[k]
         direct = dvh_direct(k)
+        # DVH at depth 2 from structure alone: a_k, a lower bound (docs/model.md: no term of
+        # the VM and nested-VM columns gives the nested exit's extra cost at L0).
         out[f"dvh2:{k}"] = a[k] if direct else c2[k]
+        x = draws.get(f"dvh_nested:{k}")
+        if direct and x is not None:
+            out[f"x:{k}"] = x - a[k]
         for d in range(3, 9):
             c = a[k] + delta[k] * sum_of_powers(m_h, d - 1)
             out[f"c{d}:{k}"] = c
-            out[f"dvh{d}:{k}"] = a[k] if direct else c
+            if not direct:
+                out[f"dvh{d}:{k}"] = c
+            elif x is not None:
+                # Each guest hypervisor between L0 and the guest adds its own state to what
+                # L0 resolves in software for a direct exit: one x_k per level below.
+                out[f"dvh{d}:{k}"] = a[k] + (d - 1) * out[f"x:{k}"]
+            else:
+                out[f"dvh{d}:{k}"] = a[k]
     return out
 
 
@@ -353,8 +370,10 @@ def _measured(s: Series, depth: int) -> float | None:
 
 
 def _basis(point: dict, s: Series, depth: int, dvh: bool, direct: bool) -> str:
+    if dvh and direct and depth > 2 and f"x:{s.benchmark}" in point:
+        return f"DVH: a_k + {depth - 1}*x_k, x_k calibrated on the nested VM + DVH"
     if dvh and direct:
-        return "DVH: handled by L0 alone, a_k"
+        return "DVH lower bound: a_k (handled by L0 alone; a nested exit's extra cost unknown)"
     if dvh and depth == 2:
         return "DVH does not apply: measured nested"
     if depth == 2:
@@ -376,6 +395,13 @@ def _params(series: list[Series], point: dict, reps: dict) -> pd.DataFrame:
     for s in series:
         add(s.benchmark, "a (single-level cost)", f"a:{s.benchmark}", s.unit, "measured VM")
         add(s.benchmark, "D = m*h (nesting increment)", f"D:{s.benchmark}", s.unit, "nested - VM")
+        add(
+            s.benchmark,
+            "x (extra cost of a direct nested exit)",
+            f"x:{s.benchmark}",
+            s.unit,
+            "nested VM + DVH - VM",
+        )
         add(
             s.benchmark,
             "m (exits caused per forwarded exit)",

@@ -49,8 +49,9 @@ def _number(name: str, row: pd.Series) -> float:
 
 
 def from_dataset(name: str) -> list[Series]:
-    """One series per benchmark from the VM and nested-VM columns only (never a deeper or a
-    DVH column: the model must stand on those two)."""
+    """One series per benchmark from the VM and nested-VM columns (never a deeper column: the
+    model must stand on those two). A nested VM + DVH column, where there is one, calibrates
+    only the DVH what-if beyond depth 2 (x_k); the depth-2 DVH value stays from structure."""
     df = _dataset_frame(name)
     out = []
     for bench, group in df.groupby("benchmark", sort=False):
@@ -68,6 +69,7 @@ def from_dataset(name: str) -> list[Series]:
                 "cycles",
                 np.array([cells[VM]]),
                 np.array([cells[NESTED]]),
+                dvh_nested=np.array([cells[NESTED_DVH]]) if NESTED_DVH in cells else None,
             )
         )
     if not out:

@@ -140,3 +140,18 @@ def test_run_with_exits_keeps_every_run_when_the_host_side_cannot_record(
     shown = cli("exits", "exp=latest", "--db", db)
     assert shown.returncode == 0, shown.stderr
     assert "2 profiles are incomplete" in shown.stdout
+
+
+def test_the_start_up_is_measured_with_the_runs_own_arguments():
+    """Each plan entry's start-up is its own run cut to two iterations: the probe's set-up
+    (io's file, a workload's servers) with its parameters, never another probe's."""
+    from vmtax.contract import probe_startup_args
+
+    run = ["run", "io", "--runs", "1", "--iterations", "500", "--duration", "2", "--warmup",
+           "10", "--timeout", "60", "--param", "size=16", "--tsc-hz", "2e9"]  # fmt: skip
+    cut = probe_startup_args(run)
+    assert cut == ["run", "io", "--runs", "1", "--iterations", "2", "--warmup", "0",
+                   "--timeout", "60", "--param", "size=16", "--tsc-hz", "2e9"]  # fmt: skip
+    assert probe_startup_args(["run", "http", "--runs", "1", "--timeout", "9"]) == [
+        "run", "http", "--runs", "1", "--iterations", "2", "--warmup", "0", "--timeout", "9",
+    ]  # fmt: skip

@@ -281,5 +281,22 @@ def startup_args(tsc_hz: float | None) -> list[str]:
     return args + known_env_args(tsc_hz)
 
 
+def probe_startup_args(args: list[str]) -> list[str]:
+    """A planned run's own arguments cut to its start-up: two iterations, no warm-up, no
+    duration. Its exits are the probe's set-up (a file it writes, the servers a workload
+    starts) plus two iterations, which a run's exits per iteration must not carry."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in ("--iterations", "--warmup", "--duration") and i + 1 < len(args):
+            skip = True
+            continue
+        out.append(arg)
+    return [*out[:4], "--iterations", "2", "--warmup", "0", *out[4:]]
+
+
 if __name__ == "__main__":
     print(json.dumps(json_schema(), indent=2, sort_keys=True))

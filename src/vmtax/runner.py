@@ -54,7 +54,7 @@ class RunObserver(Protocol):
     """Told about each run (e.g. ``vmtax.hostprof.recorder``): before it starts and after it
     is stored, with its run id and status. An observer must not raise."""
 
-    def before_run(self, target: Target, step: Step) -> None: ...
+    def before_run(self, target: Target, step: Step, args: list[str]) -> None: ...
     def after_run(self, target: Target, step: Step, run_id: int, status: str) -> None: ...
 
 
@@ -411,7 +411,7 @@ class Runner:
         lines: list[str] = []
         transport_error: str | None = None
         for observer in self.observers:
-            observer.before_run(target, step)
+            observer.before_run(target, step, inv.args)
         times = RunTimes()
         try:
             # A workload's name runs the workload (servers, tools); a probe goes to the agent.

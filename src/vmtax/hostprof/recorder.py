@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from vmtax.contract import Fingerprint, startup_args
+from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof.store import save_profile
 
@@ -102,8 +102,9 @@ class Recorder:
         #: target name -> level -> (side, error of its start or "")
         self._started: dict[str, dict[str, tuple[Any, str]]] = {}
         self.saved: list[int] = []
-        #: target name -> level -> exit code -> exits of one agent start-up (``_calibrate``)
-        self._startup: dict[str, dict[str, dict[int, int]]] = {}
+        #: (target name, plan entry) -> level -> exit code -> exits of one start-up of that
+        #: entry's runs (``_calibrate``)
+        self._startup: dict[tuple[str, str], dict[str, dict[int, int]]] = {}
 
     def note_once(self, line: str) -> None:
         with self._lock:
@@ -112,12 +113,14 @@ class Recorder:
             self._noted.add(line)
         self._note(line)
 
-    def _calibrate(self, target: Any, sides: dict[str, Any]) -> None:
-        """Once per target, before its first run: the exits of one agent invocation that is all
-        start-up (two iterations, started as every planned run is: given the target's TSC rate
-        and nesting estimate), so a table can tell the probe's exits per iteration from it."""
+    def _calibrate(
+        self, target: Any, sides: dict[str, Any], key: tuple[str, str], args: list[str]
+    ) -> None:
+        """Once per target and plan entry, before its first run: the exits of one invocation
+        of the entry's own arguments that is all start-up (two iterations, no warm-up: the
+        probe's set-up, a workload's servers), so a table can tell the probe's exits per
+        iteration from it."""
         startup: dict[str, dict[int, int]] = {}
-        args = startup_args(_tsc_hz(target))
         for level, side in sides.items():
             why = ""
             for _ in range(CALIBRATION_TRIES):
@@ -131,7 +134,7 @@ class Recorder:
                     f"({why}); its exits per iteration include them"
                 )
         with self._lock:
-            self._startup[target.name] = startup
+            self._startup[key] = startup
 
     @staticmethod
     def _record(target: Any, side: Any, args: list[str]) -> tuple[dict[int, int] | None, str]:
@@ -153,8 +156,8 @@ class Recorder:
             return None, "; ".join(map(str, got.get("problems") or ["incomplete"]))
         return {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, ""
 
-    def before_run(self, target: Any, step: Any) -> None:
-        del step
+    def before_run(self, target: Any, step: Any, args: list[str] | None = None) -> None:
+        key = (str(target.name), str(getattr(step, "entry", "")))
         try:
             sides = (self._sides or host_sides)(target)
         except Exception as exc:  # an observer must not raise: the run goes on
@@ -165,8 +168,9 @@ class Recorder:
                 f"exits: not recorded for {target.name}: no host side reachable "
                 "(only a guest under KVM has one; under TCG nothing is a VM exit)"
             )
-        if sides and target.name not in self._startup:
-            self._calibrate(target, sides)
+        if sides and key not in self._startup:
+            cut = probe_startup_args(args) if args else startup_args(_tsc_hz(target))
+            self._calibrate(target, sides, key, cut)
         started: dict[str, tuple[Any, str]] = {}
         for level, side in sides.items():
             err = _start(target, side)
@@ -177,7 +181,8 @@ class Recorder:
             self._started[target.name] = started
 
     def after_run(self, target: Any, step: Any, run_id: int, status: str) -> None:
-        del step, status
+        del status
+        key = (str(target.name), str(getattr(step, "entry", "")))
         with self._lock:
             started = self._started.pop(target.name, {})
         for level, (side, err) in started.items():
@@ -186,7 +191,7 @@ class Recorder:
             else:
                 got, stop_err = _request(side, ["exits", "stop"])
                 profile = got or {"complete": False, "problems": [f"stop: {stop_err}"]}
-            startup = self._startup.get(target.name, {}).get(level)
+            startup = self._startup.get(key, {}).get(level)
             if startup is not None:
                 profile = {**profile, "startup": startup}
             try:

@@ -73,7 +73,7 @@ def _populate(store, rng, *, runs: int = 6, flat: tuple[str, ...] = ()) -> int:
             draw = np.random.default_rng(99) if probe in flat else rng
             for i in range(runs):
                 mean = true * draw.lognormal(0.0, TIME_NOISE) * scale
-                unit = "cycles" if probe == "cpuid" else "ns"
+                unit = "tsc_cycles" if probe == "cpuid" else "ns"
                 run = store.add_run(
                     experiment_id=exp, configuration_id=cfg, probe=probe, plan_index=plan,
                     run_index=i, header={"unit": unit, "better": "lower"},

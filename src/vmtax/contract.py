@@ -281,6 +281,12 @@ def startup_args(tsc_hz: float | None) -> list[str]:
     return args + known_env_args(tsc_hz)
 
 
+#: The unit of a probe that counts TSC ticks (cpuid). Runs stored before the unit had this
+#: name say ``cycles``; the store reads them as ``tsc_cycles`` (``Store.runs``).
+TSC_UNIT = "tsc_cycles"
+LEGACY_TSC_UNITS = frozenset({"cycles"})
+
+
 def probe_startup_args(args: list[str]) -> list[str]:
     """A planned run's own arguments cut to its start-up: two iterations, no warm-up, no
     duration. Its exits are the probe's set-up (a file it writes, the servers a workload

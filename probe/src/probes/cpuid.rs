@@ -14,7 +14,7 @@ static SPEC: Spec = Spec {
     name: "cpuid",
     summary: "CPUID round trip: an unconditional VM exit (the Hypercall proxy)",
     mechanism: "unconditional VM exit (CPUID)",
-    unit: "cycles",
+    unit: "tsc_cycles",
     better: Better::Lower,
     throughput_unit: None,
     params: &[ParamSpec {

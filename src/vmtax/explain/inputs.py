@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vmtax.contract import TSC_UNIT
 from vmtax.errors import UsageError
 from vmtax.explain.decompose import REASON_COLUMNS, ProbeRuns
 from vmtax.hostprof.table import matches
@@ -69,7 +70,7 @@ def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
     probe = runs["probe"].iloc[0]
     if unit in TO_NS:
         scale = TO_NS[unit]
-    elif unit == "cycles":
+    elif unit == TSC_UNIT:
         hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
         if not hz:
             raise UsageError(
@@ -79,7 +80,7 @@ def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
         scale = 1e9 / hz
     else:
         raise UsageError(
-            f"{probe} measures {unit}, not a time per operation; explain needs one (ns, cycles)"
+            f"{probe} measures {unit}, not a time per operation; explain needs one (ns, tsc_cycles)"
         )
     return runs["mean"].to_numpy(dtype=np.float64) * scale
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vmtax.contract import TSC_UNIT
 from vmtax.errors import UsageError
 from vmtax.model.mechanisms import MECHANISMS, mechanism
 from vmtax.model.nested import Series
@@ -258,7 +259,7 @@ def from_runs(
 def _scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
     if unit in TO_NS:
         return TO_NS[unit]
-    if unit == "cycles":
+    if unit == TSC_UNIT:
         hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
         if hz:
             return 1e9 / hz

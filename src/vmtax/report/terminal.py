@@ -55,7 +55,7 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
 
 
 #: Units of a response time (or its cost in cycles), for the column's name.
-TIME_UNITS = frozenset({"ns", "us", "µs", "ms", "s", "cycles"})
+TIME_UNITS = frozenset({"ns", "us", "µs", "ms", "s", "cycles", "tsc_cycles"})
 
 #: Why a row can show a p95 below its mean (said wherever such a row is shown).
 P95_NOTE = (

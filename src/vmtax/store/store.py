@@ -29,6 +29,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 
+from vmtax.contract import LEGACY_TSC_UNITS, TSC_UNIT
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
 from vmtax.store.failures import translated
@@ -655,6 +656,8 @@ class Store:
         for pos, name in enumerate(("config", "level", "labels", "target", "hypervisor")):
             df[name] = pd.Series([x[pos] for x in cfg], index=df.index, dtype=object)
         df = df[RUN_COLUMNS].copy()
+        # Runs stored before the TSC unit had its honest name read as it is named now.
+        df["unit"] = df["unit"].replace(dict.fromkeys(LEGACY_TSC_UNITS, TSC_UNIT))
         for name in SUMMARY_FIELDS:
             df[name] = df[name].astype("Int64" if name in ("n", "steal_ticks") else "float64")
         return df

@@ -160,6 +160,17 @@ def select(
     )
 
 
+def _one_match(configs: pd.DataFrame, option: str, selector: str) -> pd.Series:
+    """The one configuration a KEY=VAL selector matches; UsageError for none or several."""
+    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
+    if len(hits) != 1:
+        raise UsageError(
+            f"{option} {selector} matches {len(hits)} configurations; one is needed (have: "
+            f"{'; '.join(configs['config'])})"
+        )
+    return hits.iloc[0]
+
+
 def _pick_config(
     configs: pd.DataFrame, ok: pd.DataFrame, profiled: set[Any], selector: str | None
 ) -> pd.Series:
@@ -172,13 +183,7 @@ def _pick_config(
                 "vmtax run --exits"
             )
         return cands.loc[cands["level"].map(level_number).idxmax()]
-    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
-    if len(hits) != 1:
-        raise UsageError(
-            f"--config {selector} matches {len(hits)} configurations; one is needed (have: "
-            f"{'; '.join(configs['config'])})"
-        )
-    row = hits.iloc[0]
+    row = _one_match(configs, "--config", selector)
     if row["config"] not in with_profile:
         raise UsageError(f"{row['config']} has no exit profile; record one with vmtax run --exits")
     return row
@@ -193,13 +198,7 @@ def _pick_baseline(configs: pd.DataFrame, level: int, selector: str | None) -> s
                 f"{len(below)}; pick one with --baseline"
             )
         return str(below["config"].iloc[0])
-    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
-    if len(hits) != 1:
-        raise UsageError(
-            f"--baseline {selector} matches {len(hits)} configurations; one is needed (have: "
-            f"{'; '.join(configs['config'])})"
-        )
-    row = hits.iloc[0]
+    row = _one_match(configs, "--baseline", selector)
     if level_number(row["level"]) != level - 1:
         raise UsageError(
             f"--baseline {selector} is {row['level']}, not one level below L{level} "

@@ -13,14 +13,19 @@ from rich.table import Table
 FORMATS = ("table", "markdown", "csv", "json")
 
 
+def missing(value: Any) -> bool:  # noqa: ANN401
+    """None or NaN: a cell with nothing to show."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def _num(value: Any, digits: int = 3) -> str:  # noqa: ANN401
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if missing(value):
         return "–"
     return f"{float(value):.{digits}f}"
 
 
 def _count(value: Any) -> str:  # noqa: ANN401
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if missing(value):
         return "–"
     v = float(value)
     return f"{v:,.0f}" if v >= 100 or v == int(v) else f"{v:,.1f}"

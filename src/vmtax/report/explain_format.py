@@ -4,13 +4,12 @@ frame ``vmtax.explain.explain`` computes. Nothing is computed here."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import pandas as pd
 
 from vmtax.report.compare_format import csv_text, fmt_p, json_safe, markdown, render_frame
-from vmtax.report.exits_format import _time
+from vmtax.report.exits_format import _time, missing
 
 FORMATS = ("table", "markdown", "csv", "json")
 #: The keys every JSON row carries first (the rest follow).
@@ -18,13 +17,13 @@ JSON_KEYS = ("config", "baseline", "probe", "group", "exits_per_op", "cost_ns", 
 
 
 def _share(x: Any) -> str:  # noqa: ANN401
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if missing(x):
         return "–"
     return f"{100 * float(x):.1f}%"
 
 
 def _exits(x: Any) -> str:  # noqa: ANN401
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if missing(x):
         return ""
     return f"{float(x):.3g}"
 

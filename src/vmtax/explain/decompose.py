@@ -38,8 +38,6 @@ COLUMNS = [
 ]  # fmt: skip
 RESIDUAL = "residual"
 ALPHA = 0.05
-#: Per-run, per-reason input columns (``inputs.per_reason``).
-REASON_COLUMNS = ["run_id", "reason", "group", "exits_per_op", "handling_ns", "basis"]
 
 
 @dataclass
@@ -47,8 +45,8 @@ class ProbeRuns:
     """One probe's runs at the configuration (those with a profile) and at the baseline.
 
     ``times`` and ``base_times`` are run means in ns per operation; ``reasons`` has one row
-    per (run, reason) of the configuration's runs (REASON_COLUMNS), ``run_ids`` the runs in
-    the order of ``times``.
+    per (run, reason) of the configuration's runs (``hostprof.perop.REASON_COLUMNS``);
+    ``run_ids`` are the runs in the order of ``times``.
     """
 
     probe: str

@@ -13,13 +13,13 @@ import pandas as pd
 
 from vmtax.contract import TSC_UNIT
 from vmtax.errors import UsageError
+from vmtax.hostprof.perop import HALT_REASONS
 from vmtax.model.mechanisms import MECHANISMS, mechanism
 from vmtax.model.nested import Series
 
 DATASET_COLUMNS = ("benchmark", "config", "cycles")
 VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
 PROFILE_COLUMNS = ("run_id", "count", "time_ns", "iterations", "complete")
-HALT_REASONS = ("hlt", "idle_hlt", "mwait", "mwait_cond", "mwait_instruction", "umwait", "tpause")
 TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 

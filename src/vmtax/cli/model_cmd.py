@@ -52,6 +52,14 @@ def model_cmd(
             "null exit; the nested level is then predicted, not only fitted."
         ),
     ] = None,
+    out_of_sample: Annotated[
+        bool,
+        typer.Option(
+            "--out-of-sample",
+            help="Predict each probe's nested level from its VM-level runs and exit profile "
+            "and a nesting factor fitted on other probes only (cpuid alone, and all others).",
+        ),
+    ] = False,
     resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 4000,
     seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
@@ -73,6 +81,8 @@ def model_cmd(
     Example: vmtax model --dataset dvh2020_micro
 
     Example: vmtax model exp=latest --format json
+
+    Example: vmtax model exp=latest --out-of-sample
     """
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
@@ -82,6 +92,8 @@ def model_cmd(
 
     if exits_per_exit is not None and exits_per_exit < 1:
         raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
+    if out_of_sample and (dataset or exits_per_exit is not None):
+        raise UsageError("--out-of-sample applies to measured levels with exit profiles")
     if dataset:
         if exits_per_exit is not None:
             raise UsageError("--exits-per-exit applies to measured levels, not to a dataset")
@@ -92,6 +104,9 @@ def model_cmd(
     from vmtax.model.sources import level_number
 
     vm = level_number(vm_level) if vm_level else None
+    if out_of_sample:
+        emit(out_of_sample_output(list(selectors or ["exp=latest"]), fmt, db=db, vm_level=vm))
+        return
     emit(
         measured_output(
             list(selectors or ["exp=latest"]),
@@ -238,3 +253,53 @@ def _joined(table: object, text: str, fmt: str) -> object:
 
     emit(table)
     return text.lstrip("\n")
+
+
+def out_of_sample_output(
+    selectors: list[str], fmt: str, *, db: str | None, vm_level: int | None
+) -> object:
+    """Each probe's nested level predicted without its own nested runs, beside the measured."""
+    import pandas as pd
+
+    from vmtax.errors import UsageError
+    from vmtax.hostprof.store import exit_profiles
+    from vmtax.model.outofsample import loads_from, predict
+    from vmtax.model.sources import default_vm_level, tsc_rates
+    from vmtax.store import Store
+
+    with Store.open(db, read_only=True) as store:
+        runs = store.runs(selectors)
+        if runs.empty or not (runs["status"] == "ok").any():
+            raise UsageError(f"no completed runs match {' '.join(selectors)}")
+        tsc = tsc_rates(store, runs)
+        frames = [exit_profiles(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
+    frames = [f for f in frames if len(f)]
+    profiles = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(profiles):
+        profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
+    ok = runs[runs["status"] == "ok"]
+    vm = vm_level if vm_level is not None else default_vm_level(ok)
+    loads, e = loads_from(ok, profiles, tsc, vm)
+    preds = predict(loads, nested_level=vm + 1)
+    if preds.empty:
+        raise UsageError(
+            f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "
+            f"more probes at L{vm} and L{vm + 1}"
+        )
+    if fmt == "json":
+        return _records(preds, (*JSON_KEYS, "measured", "error_pct", "weights", "calibrated_on"))
+    if fmt == "csv":
+        return fmt_mod.render_frame(preds, fmt)
+    view = preds.assign(
+        level=[f"L{lv}" for lv in preds["level"]],
+        **{"predicted [95% PI]": preds.apply(_span, axis=1)},
+        **{"error %": ["" if x is None or x != x else f"{x:+.1f}" for x in preds["error_pct"]]},
+        kappa=[f"{k:.3g}" for k in preds["kappa"]],
+    )[["benchmark", "level", "weights", "calibrated_on", "predicted [95% PI]", "measured",
+       "error %", "kappa", "unit"]]  # fmt: skip
+    head = (
+        f"L{vm + 1} predicted out of sample: each probe's L{vm} runs and exit profile, and a "
+        f"nesting factor κ fitted on other probes only (e = {e:.0f} ns); 95% prediction "
+        "intervals"
+    )
+    return fmt_mod.render_frame(view, fmt, head)

@@ -233,7 +233,7 @@ def from_runs(
                     f"{probe}: several configurations at L{n} "
                     f"({'; '.join(sorted(g['config'].unique()))}): select one with a selector"
                 )
-            scale = _scale(str(g["unit"].iloc[0]), g, tsc_hz or {}) if to_ns else 1.0
+            scale = ns_scale(str(g["unit"].iloc[0]), g, tsc_hz or {}) if to_ns else 1.0
             values[n] = g["mean"].to_numpy(dtype=np.float64) * scale
             prof[n] = None
             if per_run is not None:
@@ -256,7 +256,7 @@ def from_runs(
     return Measured(series, vm, notes)
 
 
-def _scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
+def ns_scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
     if unit in TO_NS:
         return TO_NS[unit]
     if unit == TSC_UNIT:

@@ -39,9 +39,13 @@ def delta_interval(
     fn: Callable[[Sequence[np.ndarray]], float],
     groups: Sequence[np.ndarray],
     confidence: float = CONFIDENCE,
+    extra: tuple[float, float] | None = None,
 ) -> DeltaInterval:
     """``fn(means)`` (one mean vector per group) with its interval; low and high are NaN when a
-    group has fewer than two runs (its spread is unknown)."""
+    group has fewer than two runs (its spread is unknown).
+
+    ``extra`` = (variance, degrees of freedom) adds an independent term, e.g. one future
+    run's own spread, for a prediction interval."""
     data = [np.atleast_2d(np.asarray(g, dtype=np.float64).T).T for g in groups]
     means = [g.mean(axis=0) for g in data]
     estimate = float(fn(means))
@@ -52,6 +56,8 @@ def delta_interval(
         grad = _gradient(fn, means, i)
         cov = np.atleast_2d(np.cov(g, rowvar=False, ddof=1))
         parts.append((float(grad @ cov @ grad) / g.shape[0], g.shape[0] - 1))
+    if extra is not None:
+        parts.append((float(extra[0]), float(extra[1])))
     variance = sum(v for v, _ in parts)
     if not np.isfinite(variance):
         return DeltaInterval(estimate, np.nan, np.nan, np.nan)

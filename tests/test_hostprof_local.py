@@ -155,3 +155,16 @@ def test_the_start_up_is_measured_with_the_runs_own_arguments():
     assert probe_startup_args(["run", "http", "--runs", "1", "--timeout", "9"]) == [
         "run", "http", "--runs", "1", "--iterations", "2", "--warmup", "0", "--timeout", "9",
     ]  # fmt: skip
+
+
+def test_a_workloads_agent_runs_get_what_the_fingerprint_found():
+    """A workload passes the run's --tsc-hz and --brief-env to its agent runs on the target
+    (so none measures its nesting again: 3,000 CPUIDs, each an exit in a guest), never to a
+    client end on another machine."""
+    from vmtax.workloads.base import Invocation
+
+    args = ["run", "http", "--runs", "1", "--iterations", "9", "--param", "size=44",
+            "--tsc-hz", "2000000000.0", "--brief-env"]  # fmt: skip
+    inv = Invocation.from_args(args, 60.0)
+    assert inv.env_args == ["--tsc-hz", "2000000000.0", "--brief-env"]
+    assert inv.iterations == 9 and inv.params == {"size": "44"}

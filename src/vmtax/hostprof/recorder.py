@@ -19,6 +19,7 @@ from typing import Any
 from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof.store import save_profile
+from vmtax.workloads import run_lines
 
 #: Seconds an ``exits start`` or ``exits stop`` request may take (TCG levels are slow).
 REQUEST_TIMEOUT_S = 120.0
@@ -144,7 +145,8 @@ class Recorder:
         if err:
             return None, f"start: {err}"
         try:
-            for _ in target.run_agent(args, REQUEST_TIMEOUT_S):
+            # As a planned run runs: a workload's servers and tools, a probe's agent.
+            for _ in run_lines(target, args, REQUEST_TIMEOUT_S):
                 pass
         except VmtaxError as exc:
             _request(side, ["exits", "stop"])  # removes the recording's triggers

@@ -83,19 +83,26 @@ class Invocation:
     timeout: float | None = None
     cpus: str | None = None
     kill_after: float = 60.0
+    #: What the target's fingerprint already found (``--tsc-hz``, ``--brief-env``): given to
+    #: the agent runs on the target itself, so none of them measures its nesting again
+    #: (3,000 CPUIDs, each a VM exit: most of a short run's exits at L2).
+    env_args: list[str] = field(default_factory=list)
 
     @classmethod
     def from_args(cls, args: Sequence[str], kill_after: float) -> Invocation:
         # ["run", NAME, "--runs", "1", "--iterations", N, "--duration", S, "--warmup", W,
         #  "--timeout", T, "--cpus", C, "--param", "k=v", ..., "--tsc-hz", HZ, "--brief-env"]
-        # as plan.Plan.invocation builds; the last two are the agent's and mean nothing here.
+        # as plan.Plan.invocation builds; the last two are the agent's (see ``env_args``).
         inv = cls(name=args[1], params={}, kill_after=kill_after)
         it = iter(args[2:])
         for opt in it:
             if opt == "--brief-env":  # the one flag without a value
+                inv.env_args.append(opt)
                 continue
             val = next(it, "")
-            if opt == "--iterations":
+            if opt == "--tsc-hz":
+                inv.env_args += [opt, val]
+            elif opt == "--iterations":
                 inv.iterations = int(val)
             elif opt == "--duration":
                 inv.duration = float(val)
@@ -257,6 +264,8 @@ class Context:
             args += ["--cpus", self.inv.cpus]
         for key, val in params.items():
             args += ["--param", f"{key}={_fmt(val)}"]
+        if on is None or on is self.target:
+            args += self.inv.env_args  # another machine (a client end) has its own TSC
         for line in (on or self.target).run_agent(args, self.left()):
             yield self.rename_header(line)
 

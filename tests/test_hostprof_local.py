@@ -5,6 +5,7 @@ records are in test_hostprof_testbed.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -168,3 +169,13 @@ def test_a_workloads_agent_runs_get_what_the_fingerprint_found():
     inv = Invocation.from_args(args, 60.0)
     assert inv.env_args == ["--tsc-hz", "2000000000.0", "--brief-env"]
     assert inv.iterations == 9 and inv.params == {"size": "44"}
+    # The real agent on this machine, run as a workload runs it: its header says the
+    # nesting was not measured again.
+    from vmtax.targets.local import LocalTarget
+    from vmtax.workloads import REGISTRY
+    from vmtax.workloads.base import Context
+
+    ctx = Context(workload=REGISTRY["http"], target=LocalTarget(AGENT), inv=inv, params={},
+                  env=lambda: None)  # fmt: skip
+    header = json.loads(next(iter(ctx.agent("syscall", {}))))
+    assert "--brief-env" in header["env"]["nesting"]["basis"], header["env"]["nesting"]

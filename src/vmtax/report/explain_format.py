@@ -49,6 +49,12 @@ def summary(rows: pd.DataFrame) -> list[str]:
         else:
             span = (f"{_share(frac)} [95% CI {_share(first['explained_low'])}, "
                     f"{_share(first['explained_high'])}]")  # fmt: skip
+        if first["explained_low"] > 1:
+            span += (
+                ": the counted exits cost more than the overhead, so some of their cost is not "
+                "on the operation's path (other vCPUs, work between operations) or the baseline "
+                "pays it too"
+            )
         groups = sub[sub["group"] != "residual"].head(2)
         top = ", ".join(
             f"{g.group} {_share(g.share)} ({g.top_reason})" for g in groups.itertuples()

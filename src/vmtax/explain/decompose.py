@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -94,7 +95,7 @@ def explain(probes: Sequence[ProbeRuns], source: ProbeRuns) -> pd.DataFrame:
     return pd.DataFrame([r for rows in out for r in rows], columns=COLUMNS)
 
 
-def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> list[dict]:
+def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> list[dict[str, Any]]:
     mine = p.per_run()
     overhead = float(p.times.mean() - p.base_times.mean())
     p_value = _overhead_p(p.times, p.base_times)
@@ -113,7 +114,7 @@ def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> l
         "explained_low": low, "explained_high": high, "runs": len(p.times),
         "baseline_runs": len(p.base_times),
     }  # fmt: skip
-    rows = []
+    rows: list[dict[str, Any]] = []
     explained_ns = 0.0
     for group, reasons in _groups(p).items():
         exits = float(reasons["exits_per_op"].sum())
@@ -132,7 +133,7 @@ def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> l
                 "cost_basis": _basis(reasons, source),
             }
         )  # fmt: skip
-    rows.sort(key=lambda r: -r["exits_per_op"] * r["cost_ns"])
+    rows.sort(key=lambda r: -float(r["exits_per_op"]) * float(r["cost_ns"]))
     residual_ns = overhead - explained_ns
     rows.append(
         {

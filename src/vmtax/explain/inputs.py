@@ -150,7 +150,7 @@ def _pick_config(
                 "no configuration in the selection has an exit profile; record them with "
                 "vmtax run --exits"
             )
-        return cands.loc[cands["level"].map(level_number).idxmax()]
+        return cands.iloc[int(np.argmax(cands["level"].map(level_number).to_numpy()))]
     row = _one_match(configs, "--config", selector)
     if row["config"] not in with_profile:
         raise UsageError(f"{row['config']} has no exit profile; record one with vmtax run --exits")

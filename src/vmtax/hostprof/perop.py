@@ -20,7 +20,8 @@ def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
     done = profiles[profiles["complete"].astype(bool) & (profiles["recorded_at"] == recorded_at)]
     done = done.dropna(subset=["reason"])
     rows = []
-    for run_id, run in done.groupby("run_id"):
+    for run_key, run in done.groupby("run_id"):
+        run_id = int(str(run_key))
         iterations = float(run["iterations"].max())
         if iterations <= 0:
             continue
@@ -41,6 +42,6 @@ def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
         for reason, group, n, cost, how in zip(
             run["reason"], run["group"], net, per_exit, basis, strict=True
         ):
-            rows.append([int(run_id), str(reason), str(group), n / iterations,
+            rows.append([run_id, str(reason), str(group), n / iterations,
                          n * cost / iterations, str(how)])  # fmt: skip
     return pd.DataFrame(rows, columns=REASON_COLUMNS)

@@ -21,8 +21,9 @@ predicted: ``κ = Σ D_j W_j / Σ W_j²`` with ``D_j = c_nested(j) − c_vm(j)``
 ``cpuid`` (calibrated on the null exit alone, the issue's first example) and ``others``
 (leave one probe out: every other probe with a nested level).
 
-The 95% prediction interval is the delta method over the independent samples of runs used
-(stats.delta) plus one future run's spread (the predicted probe's coefficient of variation
+The 95% prediction interval is the delta method, on the log of the prediction (so it stays
+positive), over the independent samples of runs used (stats.delta) plus one future run's
+spread (the predicted probe's coefficient of variation
 at the VM level, scaled to the prediction); tests/test_outofsample_coverage.py simulates it.
 """
 
@@ -76,19 +77,27 @@ def predict_one(
         pairs = [(means[1 + 2 * i], means[2 + 2 * i]) for i in range(len(calibration))]
         return float(means[0][0] + _kappa(pairs, col) * means[0][col])
 
+    def log_fn(means: Sequence[np.ndarray]) -> float:
+        value = fn(means)
+        return float(np.log(value)) if value > 0 else float("nan")
+
     groups: list[np.ndarray] = [target.vm]
     for c in calibration:
         groups += [c.vm, c.nested]
-    point = fn([np.atleast_1d(g.mean(axis=0)) for g in groups])
+    means = [np.atleast_1d(g.mean(axis=0)) for g in groups]
+    pairs = [(means[1 + 2 * i], means[2 + 2 * i]) for i in range(len(calibration))]
+    point, kappa = fn(means), _kappa(pairs, col)
+    if not point > 0:
+        return point, float("nan"), float("nan"), kappa
     times = target.vm[:, 0]
     extra = None
     if len(times) >= 2 and times.mean() > 0:
+        # One future run's own spread, lognormal with the runs' coefficient of variation.
         cv = float(times.std(ddof=1) / times.mean())
-        extra = ((cv * point) ** 2, float(len(times) - 1))
-    got = delta_interval(fn, groups, extra=extra)
-    means = [np.atleast_1d(g.mean(axis=0)) for g in groups]
-    pairs = [(means[1 + 2 * i], means[2 + 2 * i]) for i in range(len(calibration))]
-    return got.estimate, got.low, got.high, _kappa(pairs, col)
+        extra = (float(np.log1p(cv * cv)), float(len(times) - 1))
+    # On the log scale: a time's interval stays positive, and spreads are relative.
+    got = delta_interval(log_fn, groups, extra=extra)
+    return point, float(np.exp(got.low)), float(np.exp(got.high)), kappa
 
 
 def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") -> pd.DataFrame:
@@ -108,6 +117,8 @@ def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") 
                 if any(float(c.vm[:, col].mean()) <= 0 for c in cal):
                     continue
                 est, low, high, kappa = predict_one(target, cal, weights)
+                if not est > 0:
+                    continue  # not a time (the calibration probes got faster one level down)
                 real = float(target.nested.mean()) if len(target.nested) else None
                 rows.append(
                     {

@@ -17,6 +17,12 @@ from pathlib import Path
 
 import pytest
 
+# A test session started as a background job of a non-interactive shell inherits SIGINT
+# ignored, and so would every vmtax it starts: the Ctrl-C tests would then test nothing. A
+# handled SIGINT here is reset to the default in each child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 PG_USER = "vmtax"
 PG_PASSWORD = "pg-secret-7f3a"  # a real password, so redaction is tested against a real server
 

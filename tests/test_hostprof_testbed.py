@@ -76,16 +76,18 @@ def _per_iteration(cli, db: str) -> dict[str, float]:
         # Two x2APIC ICR writes (an IPI each way) per round trip, each to a halted vCPU. It
         # needs L2's second vCPU: on one, the two threads share a CPU and no IPI is sent.
         ("wakeup", {"msr": 1.5, "hlt": 0.5}, "kvm-testbed-smp"),
-        # virtio-blk kicks (MMIO: NPF); completion IRQs
-        ("io", {"npf": 0.5, "interrupt": 0.5}, "kvm-testbed"),
+        # virtio-blk kicks (MMIO: NPF); completion IRQs, injected at an interrupt window
+        # (vintr) or as an external interrupt
+        ("io", {"npf": 0.5, "interrupt+vintr": 0.5}, "kvm-testbed"),
     ],
 )
 def test_probes_show_the_exits_their_mechanism_implies(cli, tmp_path, probe, least, preset):
     db = f"sqlite:///{tmp_path / 'm.db'}"
     _run(cli, db, "L2", probe, 2, "--preset", preset)
     per = _per_iteration(cli, db)
-    for reason, at_least in least.items():
-        assert per.get(reason, 0) > at_least, (reason, per)
+    for reasons, at_least in least.items():
+        seen = sum(per.get(reason, 0) for reason in reasons.split("+"))
+        assert seen > at_least, (reasons, per)
 
 
 @slow

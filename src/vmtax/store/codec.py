@@ -11,6 +11,7 @@ older codecs (``zlib-shuffle8``, ``zlib``) still decode: the codec is stored wit
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 import numpy as np
@@ -20,13 +21,21 @@ CODEC = "zstd"
 DTYPE = "<f8"
 LEVEL = 3
 
-_compressor = zstandard.ZstdCompressor(level=LEVEL)
+# A ZstdCompressor must not be used by two threads at once (runs of several targets are
+# stored from their own threads): one per thread.
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    if not hasattr(_local, "compressor"):
+        _local.compressor = zstandard.ZstdCompressor(level=LEVEL)
+    return _local.compressor
 
 
 def encode(values: np.ndarray) -> tuple[str, str, int, bytes]:
     """(dtype, codec, count, data) for a 1-D array of float64 values."""
     arr = np.ascontiguousarray(np.asarray(values, dtype=DTYPE).ravel())
-    return DTYPE, CODEC, int(arr.size), _compressor.compress(arr.tobytes())
+    return DTYPE, CODEC, int(arr.size), _compressor().compress(arr.tobytes())
 
 
 def decode(dtype: str, codec: str, count: int, data: bytes | memoryview) -> np.ndarray:

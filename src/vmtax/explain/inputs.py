@@ -12,13 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vmtax.contract import TSC_UNIT
 from vmtax.errors import UsageError
 from vmtax.explain.decompose import ProbeRuns
 from vmtax.hostprof.perop import per_reason
 from vmtax.hostprof.table import matches
 from vmtax.model.mechanisms import MECHANISMS, NULL
-from vmtax.model.sources import TO_NS, level_number, tsc_rates
+from vmtax.model.sources import level_number, ns_per_op, tsc_rates
 
 
 @dataclass
@@ -30,27 +29,6 @@ class Selection:
     probes: list[ProbeRuns]
     source: ProbeRuns
     recorded_at: str
-
-
-def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
-    """Run means in ns per operation; a unit that is not a time per operation is bad input."""
-    unit = str(runs["unit"].iloc[0])
-    probe = runs["probe"].iloc[0]
-    if unit in TO_NS:
-        scale = TO_NS[unit]
-    elif unit == TSC_UNIT:
-        hz = tsc_hz.get(int(runs["configuration_id"].iloc[0]))
-        if not hz:
-            raise UsageError(
-                f"{probe} at {runs['level'].iloc[0]} is in cycles and its configuration "
-                "records no TSC rate: it cannot be put in ns beside its exits"
-            )
-        scale = 1e9 / hz
-    else:
-        raise UsageError(
-            f"{probe} measures {unit}, not a time per operation; explain needs one (ns, tsc_cycles)"
-        )
-    return runs["mean"].to_numpy(dtype=np.float64) * scale
 
 
 def select(

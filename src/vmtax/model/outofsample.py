@@ -143,7 +143,7 @@ def loads_from(
     hypervisor below it), and the VM level's round trip e (ns) from cpuid's profiled runs."""
     from vmtax.errors import UsageError
     from vmtax.hostprof.perop import per_reason
-    from vmtax.model.sources import level_number, ns_scale
+    from vmtax.model.sources import level_number, ns_per_op
 
     ok = runs[runs["status"] == "ok"]
     level = ok["level"].map(level_number)
@@ -161,15 +161,10 @@ def loads_from(
         deeper = g[level[g.index] == vm_level + 1]
         if at_vm.empty:
             continue
-        t = at_vm["mean"].to_numpy(np.float64) * ns_scale(str(at_vm["unit"].iloc[0]), at_vm, tsc_hz)
+        t = ns_per_op(at_vm, tsc_hz)
         load = per_run.loc[at_vm["run_id"]].to_numpy(np.float64)
         vm_rows[str(probe)] = np.column_stack([t, load[:, 0], load[:, 1]])
-        nested[str(probe)] = (
-            deeper["mean"].to_numpy(np.float64)
-            * ns_scale(str(deeper["unit"].iloc[0]), deeper, tsc_hz)
-            if len(deeper)
-            else np.zeros(0)
-        )
+        nested[str(probe)] = ns_per_op(deeper, tsc_hz) if len(deeper) else np.zeros(0)
     if "cpuid" not in vm_rows:
         raise UsageError(
             f"the round trip of an exit needs cpuid's profiled runs at L{vm_level}; run "

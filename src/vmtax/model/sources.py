@@ -271,6 +271,12 @@ def ns_scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
     raise UsageError(f"{runs['probe'].iloc[0]}: unit {unit!r} cannot be converted to ns")
 
 
+def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
+    """The run means of one probe and configuration in ns (per operation)."""
+    scale = ns_scale(str(runs["unit"].iloc[0]), runs, tsc_hz)
+    return runs["mean"].to_numpy(dtype=np.float64) * scale
+
+
 def tsc_rates(store: Any, runs: pd.DataFrame) -> dict[int, float]:  # noqa: ANN401
     """The TSC rate (Hz) of every configuration of ``runs`` whose fingerprint records one."""
     configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))

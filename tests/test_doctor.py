@@ -92,3 +92,15 @@ def test_a_workload_run_names_its_missing_servers_before_anything_starts(
     assert "apt-get install -y" in result.stderr and "lighttpd" in result.stderr
     assert "mariadb-server" in result.stderr
     assert result.stderr.count("\n") == 1
+    assert not db.exists()  # refused before the store was opened: no empty store is left
+
+
+def test_a_levels_run_names_the_missing_packages_before_it_opens_the_store(
+    bare_machine, cli, tmp_path
+):
+    db = tmp_path / "levels.db"
+    result = cli("run", "--levels", "L0,L1", "--runs", "2", "--db", str(db))
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.count("apt-get install -y") == 1
+    assert "qemu-system-x86" in result.stderr and "linux-image-amd64" in result.stderr
+    assert not db.exists()

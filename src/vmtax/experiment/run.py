@@ -50,7 +50,7 @@ def run(
     checked = request.validate()
     specs = request.target_specs(checked.levels)
     the_suite, source = load_suite(request.suite)
-    store = Store.open(request.db)
+    _require_level_packages(specs)
     local = _local_target()
     available = rn.list_probes(local)
     local_fp = rn.fingerprint(local)
@@ -86,6 +86,9 @@ def run(
     rn.check_probes(plan, available)
     _require_workload_packages(plan)
     bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
+    # Opened once the request and the machine are known to be able to run it: a run refused
+    # for a missing package leaves no empty store behind.
+    store = Store.open(request.db)
     built, limit = make_targets(
         specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
     )
@@ -188,6 +191,13 @@ def execute(
 
 #: Workloads whose servers and tools must be on this machine (guests get them from its image).
 _WORKLOADS_WITH_PACKAGES = ("oltp", "http", "memcached", "crypto", "hackbench")
+
+
+def _require_level_packages(specs: list[dict[str, Any]]) -> None:
+    guests = [s for s in specs if s["kind"] == "level" and s["level"] != "L0"]
+    if guests:
+        kvm_inside = any(s.get("inner_accel") == "kvm" for s in guests)
+        doctor.require("levels", "testbed" if kvm_inside else "levels", what="--levels")
 
 
 def _require_workload_packages(plan: Plan) -> None:

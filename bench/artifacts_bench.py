@@ -8,7 +8,11 @@ numpy FFT autocorrelation of the same matrix (zero-padded to 2n, every run): the
 how many such passes detect() costs, whatever the machine. The permutation tests used to
 cost about one such pass per resample (a ratio in the hundreds); the target is <= 50.
 
-Run: python bench/artifacts_bench.py [--iterations N] [--runs R] [--repeats K]
+With ``--family T`` it also times detect() as a report of T tests calls it (the resamples
+that family needs, 20,000 at most), once stopping at the early look and once drawing every
+resample, alternating the two: the ratio is what the look saves on a clear period.
+
+Run: python bench/artifacts_bench.py [--iterations N] [--runs R] [--repeats K] [--family T]
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=16_667)
     parser.add_argument("--period", type=int, default=25)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--family", type=int, default=0)
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -77,6 +82,26 @@ def main() -> None:
     print(
         f"peer one numpy FFT autocorrelation: {t_peer * 1e3:.1f} ms  "
         f"ratio {t_detect / t_peer:.0f}x (target <= 50x)"
+    )
+    if args.family:
+        family_look(matrix, baseline, args.family, args.repeats)
+
+
+def family_look(matrix: np.ndarray, baseline: np.ndarray, family: int, repeats: int) -> None:
+    """The early look against the full test, in alternating rounds (min/median/max)."""
+    resamples = artifacts.family_resamples(family)
+    look = artifacts.early_look(family, resamples)
+    with_look, full = [], []
+    for _ in range(repeats):
+        with_look.append(timed(lambda: artifacts.detect(matrix, baseline, family=family), 1)[0])
+        full.append(timed(lambda: artifacts.detect(matrix, baseline, resamples=resamples), 1)[0])
+    ratios = sorted(f / w for f, w in zip(full, with_look, strict=True))
+    print(f"family of {family}: {resamples:,} resamples, look at {look}")
+    print(f"  with the look: median {statistics.median(with_look):.2f} s")
+    print(f"  every resample: median {statistics.median(full):.2f} s")
+    print(
+        f"  full / look: min {ratios[0]:.1f}x  median {statistics.median(ratios):.1f}x  "
+        f"max {ratios[-1]:.1f}x"
     )
 
 

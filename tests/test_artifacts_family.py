@@ -4,6 +4,7 @@ call a rejected test an absence."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from vmtax.report.words import finding
@@ -82,3 +83,22 @@ def test_non_findings_say_not_detected_with_their_p():
     for line in words.clear:
         assert not line.startswith(("No ", "Same ")), line
     assert any("not detected (p = " in line for line in words.clear)
+
+
+def test_a_clear_period_stops_at_the_look_with_the_full_tests_verdict():
+    from vmtax.stats.artifacts import early_look
+
+    m = np.random.default_rng(3).lognormal(np.log(100), 0.05, (8, 2000))
+    m[:, 24::25] *= 2.0
+    family = 4 * 6  # a report of 6 (probe, config) pairs
+    resamples = family_resamples(family)
+    look = early_look(family, resamples)
+    assert look is not None and look <= resamples // 2
+    early = detect(m, family=family)  # the family is known: the tests may stop at the look
+    full = detect(m, resamples=resamples)  # it is not: every resample is drawn
+    assert early.periodic.p_value == pytest.approx(1 / (look + 1))
+    assert full.periodic.p_value == pytest.approx(1 / (resamples + 1))
+    others = _null_report(78)[: 6 - 1]
+    for planted in (early, full):
+        control_family([planted, *others])
+        assert planted.periodic.found and planted.periodic.period == 25

@@ -160,11 +160,18 @@ def artifacts_cmd(
     base = _matrices(base_runs, samples) if baseline else {}
     results = []
     # One family: every detector's test of every (probe, config) this command looks at.
-    resamples = max(resamples, family_resamples(DETECTORS * len(found)))
+    family = DETECTORS * len(found)
+    resamples = max(resamples, family_resamples(family))
     for (config, probe), matrix in found.items():
         ref = [m for (c, p), m in base.items() if p == probe and c != config]
         ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
-        results.append((config, probe, detect(matrix, ref_matrix, resamples=resamples, seed=seed)))
+        results.append(
+            (
+                config,
+                probe,
+                detect(matrix, ref_matrix, resamples=resamples, seed=seed, family=family),
+            )
+        )
     control_family([a for _, _, a in results])
     if fmt == "json":
         emit(

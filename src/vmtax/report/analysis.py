@@ -333,8 +333,12 @@ def _detect_all(
 
     cells = sum(m.size for m, _ in jobs.values())
     # One family: every detector's test of every (probe, config) in this report.
-    resamples = family_resamples(DETECTORS * len(jobs))
-    calls = [partial(detect, m, b, seed=seed, resamples=resamples) for m, b in jobs.values()]
+    family = DETECTORS * len(jobs)
+    resamples = family_resamples(family)
+    calls = [
+        partial(detect, m, b, seed=seed, resamples=resamples, family=family)
+        for m, b in jobs.values()
+    ]
     if workers_for(len(calls)) < 2 or cells < PARALLEL_CELLS:
         found = {key: call() for key, call in zip(jobs, calls, strict=True)}
     else:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -75,6 +75,7 @@ MAX_REPORTED_INDICES = 200
 PERIODIC_MAX_ITERATIONS = 65_536  # per run, for the period search (see periodic())
 TIE = 1e-9  # correlations this close to the observed one count as ties (as large)
 SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
+EARLY_LOOK_MARGIN = 2  # a test nothing matched stops at a p this many times below the threshold
 
 
 @dataclass
@@ -254,6 +255,54 @@ def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -
     return ac * (n / (n - np.arange(max_lag + 1)))
 
 
+def monte_carlo_p(
+    stat: float,
+    nulls: Callable[[int], np.ndarray],
+    *,
+    resamples: int,
+    chunk: int,
+    look: int | None = None,
+) -> float:
+    """A permutation test's p-value from ``nulls(b)``, b statistics drawn under the null.
+
+    It stops early both ways. Once SEQUENTIAL_EXCEED draws have matched the data, p is
+    Besag and Clifford's exceed / done, already far above ALPHA (most runs have no period,
+    and this is what made reports of long runs slow). And with ``look``, after ``look`` draws
+    none of which matched the data, p = 1 / (look + 1): the smallest p those draws can give,
+    chosen (see ``early_look``) below every threshold the family can set, so the verdict is
+    the full test's (a strong period in a 10^6-sample report no longer pays 20,000 draws). A
+    test that goes on past the look pays for it with 1 / (look + 1) added to its p: the two
+    ways to a small p are then a union bound, and p stays a valid p-value.
+    """
+    penalty = 1.0 / (look + 1) if look is not None else 0.0
+    exceed, done = 0, 0
+    while done < resamples:
+        b = min(chunk, resamples - done)
+        if look is not None and done < look:
+            b = min(b, look - done)  # the look falls on a fixed draw count
+        # FFT rounding must not break ties between equal arrangements in the data's favour.
+        matched = np.flatnonzero(nulls(b) >= stat - TIE)
+        if exceed + matched.size >= SEQUENTIAL_EXCEED:
+            # Besag and Clifford's p is h / L at the very draw L of the h-th match, not at
+            # the end of its batch (which made p too small about one time in ten).
+            drawn = done + int(matched[SEQUENTIAL_EXCEED - exceed - 1]) + 1
+            return min(1.0, SEQUENTIAL_EXCEED / drawn + penalty)
+        exceed += matched.size
+        done += b
+        if look is not None and done == look and exceed == 0:
+            return 1.0 / (look + 1)
+    return min(1.0, (exceed + 1) / (resamples + 1) + penalty)
+
+
+def early_look(tests: int, resamples: int) -> int | None:
+    """Where a family of ``tests`` may stop a permutation test that nothing matched: the draw
+    count whose smallest p is EARLY_LOOK_MARGIN times below the family's smallest
+    Benjamini-Hochberg threshold (ALPHA / tests); None when that is not well short of
+    ``resamples``."""
+    look = math.ceil(EARLY_LOOK_MARGIN * max(tests, 1) / ALPHA)
+    return look if look <= resamples // 2 else None
+
+
 def _first_peak(acf: np.ndarray, max_lag: int) -> tuple[int | None, float]:
     """The smallest lag >= 2 that is a local maximum with at least half the top peak."""
     seg = acf[: max_lag + 1]
@@ -306,7 +355,9 @@ def _onsets(slow: np.ndarray) -> np.ndarray:
     return starts
 
 
-def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Periodic:
+def periodic(
+    slow: np.ndarray, *, resamples: int = 199, seed: int = 0, look: int | None = None
+) -> Periodic:
     """Period of the spikes and the indices slow in every run (see module docstring)."""
     runs, n = slow.shape
     rate = float(slow.mean()) if slow.size else 0.0
@@ -336,27 +387,22 @@ def periodic(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Period
         return Periodic(False, None, peak if lag else None, None, indices, rate)
     stat = float(acf[2:].max())
     rng = np.random.default_rng(seed)
-    exceed, done = 0, 0
+
+    def nulls(b: int) -> np.ndarray:
+        return _acf(_shuffles(ind, b, rng), mean, weights, max_lag)[:, 2:].max(axis=-1)
+
     # About 16 MiB of FFT input per batch: enough to amortise the calls; bigger batches were
     # slower (memory traffic).
     chunk = max(1, int(2**21 // max(1, runs * (n + max_lag))))
-    while done < resamples and exceed < SEQUENTIAL_EXCEED:
-        b = min(chunk, resamples - done)
-        shuffled = _shuffles(ind, b, rng)
-        null = _acf(shuffled, mean, weights, max_lag)[:, 2:].max(axis=-1)
-        # FFT rounding must not break ties between equal arrangements in the data's favour.
-        exceed += int((null >= stat - TIE).sum())
-        done += b
-    # Besag & Clifford's sequential p-value: once SEQUENTIAL_EXCEED shuffles have matched the
-    # data, p = exceed / done is already far above ALPHA and the rest cannot change the verdict
-    # (most runs have no period, and this is what made reports of long runs slow).
-    p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
+    p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look)
     out = Periodic(False, None, peak if lag else None, p, indices, rate, p, int(lag))
     out.decide()
     return out
 
 
-def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> CrossRun:
+def cross_run(
+    slow: np.ndarray, *, resamples: int = 199, seed: int = 0, look: int | None = None
+) -> CrossRun:
     """Correlation of spike positions between consecutive runs, the lag it peaks at, a p.
 
     The correlation is circular (run b is read from index d on, wrapping around), the same
@@ -388,19 +434,17 @@ def cross_run(slow: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Cross
     near_top = np.flatnonzero(prof >= stat - 0.02 * abs(stat))
     best = int(near_top[np.argmin(np.abs(lags[near_top]))])
     rng = np.random.default_rng(seed)
-    exceed, done = 0, 0
-    # Small batches: each resample gathers pairs x lags values at random places in cc, and the
-    # sequential stop (as in periodic()) ends most tests after a batch or two.
-    chunk = max(1, min(resamples, int(2**20 // (pairs.size * lags.size))))
-    while done < resamples and exceed < SEQUENTIAL_EXCEED:
-        b = min(chunk, resamples - done)
+
+    def nulls(b: int) -> np.ndarray:
         shifts = rng.integers(0, n, size=(b, runs))
         moved = shifts[:, pairs + 1] - shifts[:, pairs]  # (b, pairs)
         idx = (lags[None, None, :] + moved[:, :, None]) % n
-        null = np.take_along_axis(cc[None], idx, axis=-1).mean(axis=1).max(axis=-1)
-        exceed += int((null >= stat - TIE).sum())
-        done += b
-    p = (exceed + 1) / (resamples + 1) if exceed < SEQUENTIAL_EXCEED else exceed / done
+        return np.take_along_axis(cc[None], idx, axis=-1).mean(axis=1).max(axis=-1)
+
+    # Small batches: each resample gathers pairs x lags values at random places in cc, and the
+    # sequential stop (as in periodic()) ends most tests after a batch or two.
+    chunk = max(1, min(resamples, int(2**20 // (pairs.size * lags.size))))
+    p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look)
     out = CrossRun(False, stat, best - max_lag, p, int(pairs.size), p)
     out.decide()
     return out
@@ -555,12 +599,19 @@ def detect(
     *,
     resamples: int | None = None,
     seed: int = 0,
+    family: int | None = None,
 ) -> Artifacts:
     """Run every detector on a runs x iterations matrix (and a baseline matrix for shape).
 
-    ``resamples``: permutations per test, by default what its own family of tests needs."""
-    if resamples is None:
-        resamples = family_resamples(DETECTORS)
+    ``family``: how many tests this one's p-values will be adjusted with (a command's or a
+    report's; by default its own four); ``resamples``: permutations per test, by default what
+    that family needs. The permutation tests stop early for a clear finding only when the
+    family is known (given, or this result's own with the default resamples)."""
+    look = None
+    if family is not None or resamples is None:
+        family = family or DETECTORS
+        resamples = resamples or family_resamples(family)
+        look = early_look(family, resamples)
     matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
     runs, n = matrix.shape
     quartiles = run_quartiles(matrix)
@@ -577,8 +628,8 @@ def detect(
     result = Artifacts(
         runs=runs,
         iterations=n,
-        periodic=periodic(spikes, resamples=resamples, seed=seed),
-        cross_run=cross_run(spikes, resamples=resamples, seed=seed),
+        periodic=periodic(spikes, resamples=resamples, seed=seed, look=look),
+        cross_run=cross_run(spikes, resamples=resamples, seed=seed, look=look),
         warmup=warmup(matrix),
         shape=shape(matrix, baseline, resamples=resamples, seed=seed),
         outliers=outliers,

@@ -49,8 +49,8 @@ def test_a_bare_machine_gets_one_install_line_with_every_package_once(bare_machi
     assert not state["levels"] and not state["oltp"] and not state["http"]
     assert not state["kvm"]
     apt = data["install"]["apt"]
-    assert apt.startswith("apt-get install -y ")
-    packages = apt.removeprefix("apt-get install -y ").split()
+    assert apt.startswith("apt-get update && apt-get install -y ")  # lists first
+    packages = apt.removeprefix("apt-get update && apt-get install -y ").split()
     assert len(packages) == len(set(packages))
     assert {"qemu-system-x86", "linux-image-amd64", "mariadb-server", "lighttpd"} <= set(packages)
     assert data["install"]["dnf"].startswith("dnf install -y ")
@@ -59,7 +59,8 @@ def test_a_bare_machine_gets_one_install_line_with_every_package_once(bare_machi
 def test_the_text_report_ends_with_the_install_line(bare_machine, cli):
     out = cli("doctor").stdout
     assert "✘" in out and "✔" in out
-    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("apt-get install")]
+    install = "apt-get update && apt-get install"
+    lines = [ln.strip() for ln in out.splitlines() if ln.strip().startswith(install)]
     assert len(lines) == 1
 
 

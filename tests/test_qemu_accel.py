@@ -83,3 +83,14 @@ def test_a_kvm_guest_that_hangs_after_real_mode_is_refused_at_the_timeout(fresh_
 def test_an_unknown_accelerator_is_a_usage_error():
     with pytest.raises(VmtaxError, match="unknown accelerator"):
         accel.choose_accel("hvf")
+
+
+def test_a_guest_qemu_refuses_is_refused_with_qemus_own_first_line(fresh_cache):
+    # A CPU model QEMU does not know makes it exit while starting, as KVM's refusal to set an
+    # MSR does on hosts like this one: the reason is QEMU's line, not the broken QMP session.
+    verdict = accel.test_guest_boots("tcg", timeout=30, cpu="no-such-cpu-model")
+    assert not verdict.kvm_ok
+    prefix = "QEMU could not start a guest under accel=tcg: "
+    assert verdict.reason.startswith(prefix + "qemu-system-x86_64: "), verdict.reason
+    assert "no-such-cpu-model" in verdict.reason
+    assert "EOFError" not in verdict.reason and "session" not in verdict.reason

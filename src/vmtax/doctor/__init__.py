@@ -107,7 +107,8 @@ def install_line(checks: list[Check], manager: str = "apt") -> str | None:
             packages += [p for p in names if p not in packages]
     if not packages:
         return None
-    tool = "apt-get install -y" if manager == "apt" else "dnf install -y"
+    # A fresh Debian or Ubuntu (a container, a cloud image) has no package lists yet.
+    tool = "apt-get update && apt-get install -y" if manager == "apt" else "dnf install -y"
     return f"{tool} {' '.join(packages)}"
 
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.targets.base import TargetError
+from vmtax.targets.base import QemuStartError, TargetError
 from vmtax.targets.images import build_accel_test, cache_dir, find_kernel
 from vmtax.targets.qemu import GuestSpec, QemuGuest
 
@@ -98,10 +98,12 @@ def test_guest_boots(accel: str, timeout: float, *, cpu: str | None = None) -> V
         guest.stop()
 
 
-def _short(exc: Exception) -> str:
-    # QEMU's first complaint is the informative one (e.g. "failed to set MSR 0x10a").
-    text = str(exc).split(": ", 1)[-1]
-    return text.split(" | ")[0][:160]
+def _short(exc: TargetError) -> str:
+    # QEMU's first complaint is the informative one ("error: failed to set MSR 0x10a ..."),
+    # not the QMP connection that broke because of it.
+    if isinstance(exc, QemuStartError) and exc.qemu_said != "(empty)":
+        return exc.qemu_said.split(" | ")[0][:160]
+    return str(exc)[:160]
 
 
 def kvm_verdict(*, refresh: bool = False) -> Verdict:

@@ -29,6 +29,14 @@ class TargetError(VmtaxError):
     """
 
 
+class QemuStartError(TargetError):
+    """QEMU died while starting a guest; ``qemu_said`` is its console and stderr tail."""
+
+    def __init__(self, message: str, qemu_said: str) -> None:
+        super().__init__(message)
+        self.qemu_said = qemu_said
+
+
 class AgentTimeout(TargetError):
     """The agent did not finish within its timeout and was killed."""
 

@@ -32,6 +32,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 from vmtax.targets.base import (
     AgentTimeout,
     Capabilities,
+    QemuStartError,
     Target,
     TargetError,
     find_agent,
@@ -311,8 +312,8 @@ class QemuGuest:
                     code = self.proc.wait(timeout=2)
             tail = self.console_tail(2)
             self.stop()
-            raise TargetError(
-                f"QEMU failed to start ({type(exc).__name__}: {exc}; exit {code}): {tail}"
+            raise QemuStartError(
+                f"QEMU failed to start ({type(exc).__name__}: {exc}; exit {code}): {tail}", tail
             ) from None
         except BaseException:
             self.stop()

@@ -447,3 +447,24 @@ def test_assumed_exits_per_exit_predict_the_nested_level(cli, store, sqlite_url)
     _one_line_usage(bad)
     bad = cli("model", "--dataset", "dvh2020_micro", "--exits-per-exit", "8.5")
     _one_line_usage(bad)
+
+
+def test_a_nested_level_under_tcg_is_refused_not_modelled(cli, store, sqlite_url, tmp_path):
+    # A TCG L1 over a KVM-guest L0 (this machine's worked example): emulation has no exits
+    # to multiply, so every "prediction" from it would be noise; the report leaves it out.
+    from vmtax.report import write_report
+
+    rng = np.random.default_rng(1)
+    _populate(
+        store,
+        {
+            "L0": {"cpuid": _noisy(rng, 10_000.0), "timer": _noisy(rng, 76_000.0)},
+            "L1": {"cpuid": _noisy(rng, 16.0), "timer": _noisy(rng, 133_000.0)},
+        },
+    )
+    res = cli("model", "exp=latest", "--db", sqlite_url)
+    _one_line_usage(res)
+    assert "needs the nested VM (L1) under KVM" in res.stderr
+    out = tmp_path / "report.md"
+    write_report(store, ["exp=latest"], out, fmt="markdown", resamples=200)
+    assert "vs measured" not in out.read_text()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,9 @@ from vmtax.errors import UsageError
 from vmtax.hostprof.perop import HALT_REASONS
 from vmtax.model.mechanisms import MECHANISMS, mechanism
 from vmtax.model.nested import Series
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 DATASET_COLUMNS = ("benchmark", "config", "cycles")
 VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
@@ -117,6 +120,20 @@ def default_vm_level(runs: pd.DataFrame) -> int:
     return min(level_number(lv) for lv in runs["level"])
 
 
+def _require_hardware_nesting(runs: pd.DataFrame, vm: int) -> None:
+    """The model multiplies VM exits: a nested level emulated by TCG has none to multiply
+    (its costs are translation's, not exits'), so calibrating on it gives numbers that mean
+    nothing. Refused, in one line."""
+    for lv, labels in zip(runs["level"], runs["labels"], strict=True):
+        accel = str((labels or {}).get("accel", "")).lower()
+        if level_number(lv) == vm + 1 and accel == "tcg":
+            raise UsageError(
+                f"the nested-cost model needs the nested VM (L{vm + 1}) under KVM: it ran "
+                "under TCG, whose emulation has no VM exits to multiply (measure the levels "
+                "with --inner-accel kvm, or on a host where KVM runs guests)"
+            )
+
+
 def exit_profiles_function() -> Any:  # noqa: ANN401
     """``vmtax.hostprof.store.exit_profiles`` when the exit-profile package is installed."""
     try:
@@ -146,7 +163,7 @@ def profile_per_run(profiles: pd.DataFrame, recorded_at: str | None = None) -> p
     if "timed" not in done.columns:
         done["timed"] = done["count"]
     rows = []
-    for run_id, run in done.groupby("run_id"):
+    for run_id, run in done.groupby(done["run_id"].astype(int)):
         keys = run["recorded_at"].map(lambda x: "" if x is None or x != x else str(x))
         where = {str(k): g for k, g in run.groupby(keys)}
         if recorded_at in where:
@@ -209,6 +226,7 @@ def from_runs(
             f"needs {', '.join(MECHANISMS)}"
         )
     vm = vm_level if vm_level is not None else default_vm_level(chosen)
+    _require_hardware_nesting(chosen, vm)
     per_run = None
     if profiles is not None and len(profiles):
         per_run = profile_per_run(profiles, f"L{vm - 1}")
@@ -217,7 +235,7 @@ def from_runs(
     notes: list[str] = []
     series = []
     for probe, group in chosen.groupby("probe", sort=True):
-        levels = {level_number(lv): g for lv, g in group.groupby("level")}
+        levels = {level_number(lv): g for lv, g in group.groupby(group["level"].astype(str))}
         if vm not in levels or vm + 1 not in levels:
             have = ", ".join(f"L{n}" for n in sorted(levels))
             notes.append(
@@ -277,18 +295,18 @@ def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
     return runs["mean"].to_numpy(dtype=np.float64) * scale
 
 
-def tsc_rates(store: Any, runs: pd.DataFrame) -> dict[int, float]:  # noqa: ANN401
+def tsc_rates(store: Store, runs: pd.DataFrame) -> dict[int, float]:
     """The TSC rate (Hz) of every configuration of ``runs`` whose fingerprint records one."""
     configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))
     return {
-        int(r.configuration_id): float(hz)
-        for r in configs.itertuples()
-        if (hz := ((r.fingerprint or {}).get("cpu") or {}).get("tsc_hz"))
+        int(cid): float(hz)
+        for cid, fp in zip(configs["configuration_id"], configs["fingerprint"], strict=True)
+        if (hz := ((fp or {}).get("cpu") or {}).get("tsc_hz"))
     }
 
 
 def from_store(
-    store: Any,  # noqa: ANN401
+    store: Store,
     selectors: Sequence[str],
     *,
     vm_level: int | None = None,

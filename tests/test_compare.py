@@ -294,3 +294,13 @@ def test_an_imprecise_probe_keeps_a_clear_verdict_and_loses_only_no_difference()
     by_level = {r.level: r for r in comp.rows.itertuples() if r.probe == "syscall"}
     assert by_level["L0"].verdict == "faster" and "imprecise" in by_level["L0"].warnings
     assert by_level["L2"].verdict == "imprecise"  # would be "~": no difference is no verdict
+
+
+def test_a_small_ratio_and_its_interval_keep_three_significant_digits():
+    from vmtax.report.compare_format import fmt_ci, fmt_ratio
+
+    # A TCG guest's CPUID against a KVM guest's: 0.0016x, CI 0.0014..0.0018. Three decimals
+    # printed "0.002 [0.001, 0.002]", an interval that did not contain its own estimate.
+    assert fmt_ratio(0.0016098) == "0.00161"
+    assert fmt_ci(0.0014131, 0.0018339) == "[0.00141, 0.00183]"
+    assert fmt_ratio(5.6978) == "5.698" and fmt_ratio(0.5) == "0.500"

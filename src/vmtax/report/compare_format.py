@@ -16,6 +16,8 @@ from rich.table import Table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vmtax.stats.compare import Comparison
+
 FORMATS = ("table", "markdown", "csv", "json")
 
 _DISPLAY = [
@@ -60,7 +62,10 @@ def fmt_ratio(x: Any) -> str:
     """An overhead ratio as every output shows it."""
     if x is None or not math.isfinite(float(x)):
         return ""
-    return f"{float(x):.3f}"
+    x = float(x)
+    # Three decimals say 0.002 for both ends of a CI of 0.0014..0.0018: below 0.1, three
+    # significant digits instead.
+    return f"{x:.3g}" if 0 < abs(x) < 0.1 else f"{x:.3f}"
 
 
 def fmt_ci(low: Any, high: Any) -> str:
@@ -98,7 +103,7 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
 
 
-def comparison_table(comp: Any) -> Table:
+def comparison_table(comp: Comparison) -> Table:
     """A rich table of a Comparison, warnings as a caption."""
     view = comparison_display(comp.rows)
     table = Table(
@@ -117,7 +122,7 @@ def comparison_table(comp: Any) -> Table:
     return table
 
 
-def _notes(comp: Any) -> list[str]:
+def _notes(comp: Comparison) -> list[str]:
     notes = list(comp.warnings)
     for rec in comp.rows.to_dict(orient="records"):
         if rec["warnings"] and rec["probe"] != "geomean":
@@ -147,7 +152,7 @@ def csv_text(df: pd.DataFrame) -> str:
     return buf.getvalue()
 
 
-def render_comparison(comp: Any, fmt: str) -> str | Table:
+def render_comparison(comp: Comparison, fmt: str) -> str | Table:
     """The Comparison in one of FORMATS (a rich Table for ``table``)."""
     if fmt == "table":
         return comparison_table(comp)

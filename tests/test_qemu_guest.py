@@ -220,3 +220,27 @@ def test_a_guest_that_hangs_at_every_boot_is_one_error_line(image, monkeypatch):
     assert message.startswith("qemu-L1: the guest kernel hung at each of 2 boots (boot 1: CPU#1")
     assert "\n" not in message and "stuck for 782s" in message
     assert len(guests) == 2 and not any(g.running() for g in guests) and target.guest is None
+
+
+def test_a_host_name_resolves_inside_the_busybox_guest(image):
+    # The agent connects to "localhost" (its resolver reads the image's /etc/hosts) and
+    # GETs that very file from busybox's httpd, started by the agent inside the guest.
+    assert b"localhost" in cpio_member(image, "etc/hosts")
+    target = QemuTarget("L1", replace(SMALL, vcpus=1), image=image, boot_timeout=150)
+    try:
+        args = ["run", "http", "--runs", "1", "--iterations", "20", "--param", "host=localhost"]
+        args += ["--param", "port=8089", "--param", "path=/hosts"]
+        args += ["--param", "server=/bin/busybox httpd -f -p 127.0.0.1:8089 -h /etc"]
+        stream = read_stream(target.run_agent(args, timeout=90))
+        assert stream.complete, (stream.problem, target.last_stderr)
+        assert stream.runs[0].summary.n == 20
+    finally:
+        target.close()
+
+
+def cpio_member(image, name: str) -> bytes:
+    out = subprocess.run(
+        ["cpio", "-i", "--to-stdout", name], input=image.initrd.read_bytes(),
+        capture_output=True, check=True,
+    )  # fmt: skip
+    return out.stdout

@@ -1,11 +1,24 @@
 //! CPU lists and pinning (sched_setaffinity).
 
+/// Why a CPU list could not be read or the thread could not be pinned.
+#[derive(Debug, thiserror::Error)]
+pub enum AffinityError {
+    #[error("invalid CPU list {0:?} (expected e.g. 0 or 0,2 or 0-3)")]
+    BadList(String),
+    #[error("invalid CPU list {0:?}")]
+    EmptyList(String),
+    #[error("CPU {0} out of range")]
+    OutOfRange(usize),
+    #[error("sched_setaffinity {cpus:?}: {source}")]
+    Pin { cpus: Vec<usize>, source: std::io::Error },
+}
+
 /// Parse a CPU list such as "0", "0,2", "0-3" or "0-1,4".
-pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
+pub fn parse_list(s: &str) -> Result<Vec<usize>, AffinityError> {
     let mut out = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
-        let bad = || format!("invalid CPU list {s:?} (expected e.g. 0 or 0,2 or 0-3)");
+        let bad = || AffinityError::BadList(s.to_string());
         if let Some((a, b)) = part.split_once('-') {
             let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
             if a > b {
@@ -19,7 +32,7 @@ pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
     let mut seen = std::collections::BTreeSet::new();
     out.retain(|c| seen.insert(*c));
     if out.is_empty() {
-        return Err(format!("invalid CPU list {s:?}"));
+        return Err(AffinityError::EmptyList(s.to_string()));
     }
     Ok(out)
 }
@@ -45,12 +58,12 @@ pub fn current() -> Option<usize> {
 }
 
 /// Pin the calling thread to the given CPUs.
-pub fn pin(cpus: &[usize]) -> Result<(), String> {
+pub fn pin(cpus: &[usize]) -> Result<(), AffinityError> {
     // SAFETY: cpu_set_t is plain old data.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
         if c >= libc::CPU_SETSIZE as usize {
-            return Err(format!("CPU {c} out of range"));
+            return Err(AffinityError::OutOfRange(c));
         }
         // SAFETY: c < CPU_SETSIZE, so CPU_SET writes inside the set.
         unsafe { libc::CPU_SET(c, &mut set) };
@@ -58,7 +71,7 @@ pub fn pin(cpus: &[usize]) -> Result<(), String> {
     // SAFETY: set is a valid cpu_set_t of the size passed; pid 0 means the calling thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
-        return Err(format!("sched_setaffinity {cpus:?}: {}", std::io::Error::last_os_error()));
+        return Err(AffinityError::Pin { cpus: cpus.to_vec(), source: std::io::Error::last_os_error() });
     }
     Ok(())
 }

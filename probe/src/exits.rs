@@ -257,8 +257,59 @@ pub struct StartOpts {
     pub timed: bool,
 }
 
-fn fail(msg: String) -> i32 {
-    eprintln!("vmtax-probe: error: exits: {msg}");
+/// Why `exits start` or `exits stop` failed (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ExitsError {
+    #[error("needs root (tracefs triggers are set up by root only)")]
+    NotRoot,
+    #[error("no tracefs at {} (no instances directory)", .0.display())]
+    NoInstances(PathBuf),
+    #[error("cannot mount tracefs on {target}: {source}")]
+    Mount { target: &'static str, source: std::io::Error },
+    #[error(
+        "tracefs is not mounted (looked at {}); mount it with: mount -t tracefs nodev {}",
+        TRACEFS_CANDIDATES.join(" and "),
+        TRACEFS_CANDIDATES[0]
+    )]
+    NotMounted,
+    #[error("no kvm:{event} event in {}: is the kvm module loaded?", .root.display())]
+    NoKvmEvent { event: &'static str, root: PathBuf },
+    #[error("this kernel has no synthetic events (CONFIG_SYNTH_EVENTS, CONFIG_HIST_TRIGGERS)")]
+    NoSynthEvents,
+    #[error("/proc: {0}")]
+    Proc(std::io::Error),
+    #[error("no qemu-system process is running (the guest ended before recording started?)")]
+    NoQemu,
+    #[error("{} qemu-system processes ({}); name one with --qemu PID", .0.len(), list(.0))]
+    ManyQemu(Vec<u32>),
+    #[error("--qemu takes auto or a PID, not {0:?}")]
+    BadQemu(String),
+    #[error("process {0} does not exist (the guest ended before recording started?)")]
+    NoProcess(u32),
+    #[error("process {pid} ({comm}) has no KVM vCPUs: is its guest running under accel=kvm?")]
+    NoVcpus { pid: u32, comm: String },
+    #[error("{}: {source}", .path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("writing {text:?} to {}: {source}", .path.display())]
+    Write { text: String, path: PathBuf, source: std::io::Error },
+    #[error("rmdir {}: {source}", .path.display())]
+    Rmdir { path: PathBuf, source: std::io::Error },
+    #[error("mkdir {}: {source}", .path.display())]
+    Mkdir { path: PathBuf, source: std::io::Error },
+    #[error("trace_clock: {0}")]
+    TraceClock(std::io::Error),
+    #[error("cannot remove an earlier recording: {0}")]
+    Stale(Box<ExitsError>),
+    #[error("no recording in progress (exits start was not run, or failed)")]
+    NotRecording,
+}
+
+fn list(pids: &[u32]) -> String {
+    pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+fn fail(e: ExitsError) -> i32 {
+    eprintln!("vmtax-probe: error: exits: {e}");
     1
 }
 
@@ -267,14 +318,10 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn tracefs(explicit: Option<&str>, mount: bool) -> Result<PathBuf, String> {
+fn tracefs(explicit: Option<&str>, mount: bool) -> Result<PathBuf, ExitsError> {
     if let Some(p) = explicit {
         let p = PathBuf::from(p);
-        return if p.join("instances").is_dir() {
-            Ok(p)
-        } else {
-            Err(format!("no tracefs at {} (no instances directory)", p.display()))
-        };
+        return if p.join("instances").is_dir() { Ok(p) } else { Err(ExitsError::NoInstances(p)) };
     }
     for c in TRACEFS_CANDIDATES {
         if Path::new(c).join("instances").is_dir() {
@@ -289,13 +336,9 @@ fn tracefs(explicit: Option<&str>, mount: bool) -> Result<PathBuf, String> {
         if rc == 0 && Path::new(target).join("instances").is_dir() {
             return Ok(PathBuf::from(target));
         }
-        return Err(format!("cannot mount tracefs on {target}: {}", std::io::Error::last_os_error()));
+        return Err(ExitsError::Mount { target, source: std::io::Error::last_os_error() });
     }
-    Err(format!(
-        "tracefs is not mounted (looked at {}); mount it with: mount -t tracefs nodev {}",
-        TRACEFS_CANDIDATES.join(" and "),
-        TRACEFS_CANDIDATES[0]
-    ))
+    Err(ExitsError::NotMounted)
 }
 
 /// svm or vmx: which vendor module drives KVM here (or, failing that, the CPU flags).
@@ -322,9 +365,9 @@ fn comm(path: &Path) -> String {
 }
 
 /// The pid of the only qemu-system process.
-fn auto_qemu() -> Result<u32, String> {
+fn auto_qemu() -> Result<u32, ExitsError> {
     let mut found = Vec::new();
-    for e in fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?.flatten() {
+    for e in fs::read_dir("/proc").map_err(ExitsError::Proc)?.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         if comm(&e.path()).starts_with("qemu-system") {
             found.push(pid);
@@ -333,12 +376,8 @@ fn auto_qemu() -> Result<u32, String> {
     found.sort_unstable();
     match found.as_slice() {
         [one] => Ok(*one),
-        [] => Err("no qemu-system process is running (the guest ended before recording started?)".into()),
-        many => Err(format!(
-            "{} qemu-system processes ({}); name one with --qemu PID",
-            many.len(),
-            many.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
-        )),
+        [] => Err(ExitsError::NoQemu),
+        many => Err(ExitsError::ManyQemu(many.to_vec())),
     }
 }
 
@@ -348,10 +387,9 @@ fn auto_qemu() -> Result<u32, String> {
 /// thread of the process is kept, which records the same exits (only a thread inside
 /// KVM_RUN, a vCPU thread, hits kvm_exit). Either way the process must hold KVM vCPUs
 /// (`anon_inode:kvm-vcpu:N` file descriptors).
-fn vcpu_threads(pid: u32) -> Result<Vec<u32>, String> {
+fn vcpu_threads(pid: u32) -> Result<Vec<u32>, ExitsError> {
     let dir = PathBuf::from(format!("/proc/{pid}/task"));
-    let rd = fs::read_dir(&dir)
-        .map_err(|_| format!("process {pid} does not exist (the guest ended before recording started?)"))?;
+    let rd = fs::read_dir(&dir).map_err(|_| ExitsError::NoProcess(pid))?;
     let tasks: Vec<(u32, String)> = rd
         .flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()).map(|t| (t, comm(&e.path()))))
@@ -366,10 +404,7 @@ fn vcpu_threads(pid: u32) -> Result<Vec<u32>, String> {
         })
         .unwrap_or(0);
     if vcpus == 0 {
-        return Err(format!(
-            "process {pid} ({}) has no KVM vCPUs: is its guest running under accel=kvm?",
-            comm(Path::new(&format!("/proc/{pid}")))
-        ));
+        return Err(ExitsError::NoVcpus { pid, comm: comm(Path::new(&format!("/proc/{pid}"))) });
     }
     let named: Vec<u32> = tasks.iter().filter(|(_, c)| is_vcpu_thread(c)).map(|(t, _)| *t).collect();
     let mut tids = if named.is_empty() { tasks.iter().map(|(t, _)| *t).collect() } else { named };
@@ -377,9 +412,16 @@ fn vcpu_threads(pid: u32) -> Result<Vec<u32>, String> {
     Ok(tids)
 }
 
-fn append(path: &Path, text: &str) -> Result<(), String> {
-    let mut f = fs::OpenOptions::new().append(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("writing {:?} to {}: {e}", text, path.display()))
+fn append(path: &Path, text: &str) -> Result<(), ExitsError> {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|source| ExitsError::Open { path: path.to_path_buf(), source })?;
+    f.write_all(text.as_bytes()).map_err(|source| ExitsError::Write {
+        text: text.to_string(),
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn state_file() -> PathBuf {
@@ -394,7 +436,7 @@ fn now_ns() -> u64 {
 }
 
 /// Remove every trigger of our instance, our synthetic event and the instance. Idempotent.
-fn teardown(root: &Path) -> Vec<String> {
+fn teardown(root: &Path) -> Vec<ExitsError> {
     let mut problems = Vec::new();
     let inst = root.join("instances").join(INSTANCE);
     if inst.is_dir() {
@@ -423,7 +465,7 @@ fn teardown(root: &Path) -> Vec<String> {
     }
     if inst.is_dir() {
         if let Err(e) = fs::remove_dir(&inst) {
-            problems.push(format!("rmdir {}: {e}", inst.display()));
+            problems.push(ExitsError::Rmdir { path: inst.clone(), source: e });
         }
     }
     let _ = fs::remove_file(state_file());
@@ -432,7 +474,7 @@ fn teardown(root: &Path) -> Vec<String> {
 
 pub fn start(o: &StartOpts) -> i32 {
     if !is_root() {
-        return fail("needs root (tracefs triggers are set up by root only)".into());
+        return fail(ExitsError::NotRoot);
     }
     let root = match tracefs(o.tracefs.as_deref(), o.mount) {
         Ok(r) => r,
@@ -440,11 +482,11 @@ pub fn start(o: &StartOpts) -> i32 {
     };
     for ev in ["kvm/kvm_exit", "kvm/kvm_entry"] {
         if !root.join("events").join(ev).is_dir() {
-            return fail(format!("no kvm:{} event in {}: is the kvm module loaded?", &ev[4..], root.display()));
+            return fail(ExitsError::NoKvmEvent { event: &ev[4..], root });
         }
     }
     if !root.join("synthetic_events").exists() {
-        return fail("this kernel has no synthetic events (CONFIG_SYNTH_EVENTS, CONFIG_HIST_TRIGGERS)".into());
+        return fail(ExitsError::NoSynthEvents);
     }
     let mut pids = o.pids.clone();
     let qemu = match o.qemu.as_deref() {
@@ -455,7 +497,7 @@ pub fn start(o: &StartOpts) -> i32 {
         },
         Some(s) => match s.parse::<u32>() {
             Ok(p) => Some(p),
-            Err(_) => return fail(format!("--qemu takes auto or a PID, not {s:?}")),
+            Err(_) => return fail(ExitsError::BadQemu(s.to_string())),
         },
     };
     if let Some(q) = qemu {
@@ -466,20 +508,19 @@ pub fn start(o: &StartOpts) -> i32 {
     }
     pids.sort_unstable();
     pids.dedup();
-    let stale = teardown(&root);
-    if !stale.is_empty() {
-        return fail(format!("cannot remove an earlier recording: {}", stale[0]));
+    if let Some(stale) = teardown(&root).into_iter().next() {
+        return fail(ExitsError::Stale(Box::new(stale)));
     }
     let inst = root.join("instances").join(INSTANCE);
-    let setup = || -> Result<(), String> {
-        fs::create_dir(&inst).map_err(|e| format!("mkdir {}: {e}", inst.display()))?;
+    let setup = || -> Result<(), ExitsError> {
+        fs::create_dir(&inst).map_err(|source| ExitsError::Mkdir { path: inst.clone(), source })?;
         // Events are only soft-enabled by the triggers; keep the unused ring buffer small.
         let _ = fs::write(inst.join("buffer_size_kb"), "4");
         // The handling time is entry - exit across the vCPU thread's migrations; the default
         // `local` clock is per CPU, and an entry on another CPU could read before its exit
         // (seen under TCG: a u64 wrapped to 1.8e19). `mono` is one clock for all CPUs.
         if o.timed && fs::write(inst.join("trace_clock"), "mono").is_err() {
-            fs::write(inst.join("trace_clock"), "global").map_err(|e| format!("trace_clock: {e}"))?;
+            fs::write(inst.join("trace_clock"), "global").map_err(ExitsError::TraceClock)?;
         }
         if o.timed {
             append(&root.join("synthetic_events"), &format!("{SYNTH} u32 reason; u64 lat"))?;
@@ -501,7 +542,7 @@ pub fn start(o: &StartOpts) -> i32 {
 
 pub fn stop(tracefs_path: Option<&str>) -> i32 {
     if !is_root() {
-        return fail("needs root (tracefs triggers are set up by root only)".into());
+        return fail(ExitsError::NotRoot);
     }
     let root = match tracefs(tracefs_path, false) {
         Ok(r) => r,
@@ -509,7 +550,7 @@ pub fn stop(tracefs_path: Option<&str>) -> i32 {
     };
     let inst = root.join("instances").join(INSTANCE);
     if !inst.is_dir() {
-        return fail("no recording in progress (exits start was not run, or failed)".into());
+        return fail(ExitsError::NotRecording);
     }
     let read = |ev: &str| fs::read_to_string(inst.join("events").join(ev).join("hist")).unwrap_or_default();
     // The count first: it is the window's end.
@@ -528,7 +569,7 @@ pub fn stop(tracefs_path: Option<&str>) -> i32 {
     }
     let problems = teardown(&root);
     if !problems.is_empty() {
-        p.problems.push(format!("cleanup: {}", problems.join("; ")));
+        p.problems.push(format!("cleanup: {}", problems.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")));
     }
     println!("{}", serde_json::to_string(&p).expect("serializable"));
     0

@@ -195,7 +195,7 @@ fn main() {
                 run::RunOpts { probe, runs, iterations, duration, warmup, cpus, params, timeout, tsc_hz, brief_env };
             match run::plan(&opts) {
                 Ok(p) => run::execute(p),
-                Err(e) => usage_error(&e),
+                Err(e) => usage_error(&e.to_string()),
             }
         }
         Cmd::Exits { action: ExitsCmd::Start { qemu, pids, tracefs, mount, size, no_time } } => {
@@ -216,7 +216,7 @@ fn main() {
                 1
             }
         },
-        Cmd::FreePort => match probes::net::listen_loopback().and_then(|l| l.local_addr().map_err(|e| e.to_string())) {
+        Cmd::FreePort => match probes::net::listen_loopback().and_then(|l| Ok(l.local_addr()?)) {
             Ok(addr) => {
                 println!("{}", addr.port());
                 0

@@ -3,6 +3,34 @@
 use crate::output::{ParamInfo, ParamKind, ParamValue};
 use std::collections::BTreeMap;
 
+/// A `--param` the probe cannot take: a usage error.
+#[derive(Debug, thiserror::Error)]
+pub enum ParamError {
+    #[error("invalid --param {0:?}: expected key=value")]
+    NotKeyValue(String),
+    #[error("unknown parameter {key:?} for probe {probe}: it takes no parameters")]
+    NoParams { key: String, probe: String },
+    #[error("unknown parameter {key:?} for probe {probe} (known: {known})")]
+    Unknown { key: String, probe: String, known: String },
+    #[error("invalid value {raw:?} for parameter {name}: {problem}")]
+    BadValue { raw: String, name: &'static str, problem: ValueProblem },
+}
+
+/// What is wrong with one parameter's value.
+#[derive(Debug, thiserror::Error)]
+pub enum ValueProblem {
+    #[error("expected an integer")]
+    NotInt,
+    #[error("expected a number")]
+    NotNumber,
+    #[error("must be in {min}..{max}")]
+    OutOfRange { min: String, max: String },
+    #[error("expected true or false")]
+    NotBool,
+    #[error("expected one of {0}")]
+    NotAChoice(String),
+}
+
 // Float and Bool are part of the contract's parameter kinds; today's probes use Int, Str
 // and Choice only.
 #[allow(dead_code)]
@@ -58,34 +86,38 @@ impl ParamSpec {
         ParamInfo { name: self.name.to_string(), default: self.default_value(), help, kind, choices }
     }
 
-    fn parse(&self, raw: &str) -> Result<ParamValue, String> {
-        let bad = |what: String| format!("invalid value {raw:?} for parameter {}: {what}", self.name);
+    fn parse(&self, raw: &str) -> Result<ParamValue, ParamError> {
+        let bad = |problem: ValueProblem| ParamError::BadValue { raw: raw.to_string(), name: self.name, problem };
+        let range = |min: &dyn std::fmt::Display, max: &dyn std::fmt::Display| ValueProblem::OutOfRange {
+            min: min.to_string(),
+            max: max.to_string(),
+        };
         match self.kind {
             Kind::Int { min, max } => {
-                let v: i64 = raw.parse().map_err(|_| bad("expected an integer".into()))?;
+                let v: i64 = raw.parse().map_err(|_| bad(ValueProblem::NotInt))?;
                 if v < min || v > max {
-                    return Err(bad(format!("must be in {min}..{max}")));
+                    return Err(bad(range(&min, &max)));
                 }
                 Ok(ParamValue::Int(v))
             }
             Kind::Float { min, max } => {
-                let v: f64 = raw.parse().map_err(|_| bad("expected a number".into()))?;
+                let v: f64 = raw.parse().map_err(|_| bad(ValueProblem::NotNumber))?;
                 if !v.is_finite() || v < min || v > max {
-                    return Err(bad(format!("must be in {min}..{max}")));
+                    return Err(bad(range(&min, &max)));
                 }
                 Ok(ParamValue::Float(v))
             }
             Kind::Bool => match raw {
                 "true" | "1" | "yes" | "on" => Ok(ParamValue::Bool(true)),
                 "false" | "0" | "no" | "off" => Ok(ParamValue::Bool(false)),
-                _ => Err(bad("expected true or false".into())),
+                _ => Err(bad(ValueProblem::NotBool)),
             },
             Kind::Str => Ok(ParamValue::Str(raw.to_string())),
             Kind::Choice(c) => {
                 if c.contains(&raw) {
                     Ok(ParamValue::Str(raw.to_string()))
                 } else {
-                    Err(bad(format!("expected one of {}", c.join(", "))))
+                    Err(bad(ValueProblem::NotAChoice(c.join(", "))))
                 }
             }
         }
@@ -129,16 +161,16 @@ impl Params {
 }
 
 /// Validate `key=value` pairs against the probe's parameters.
-pub fn resolve(probe: &str, specs: &[ParamSpec], given: &[String]) -> Result<Params, String> {
+pub fn resolve(probe: &str, specs: &[ParamSpec], given: &[String]) -> Result<Params, ParamError> {
     let mut out: BTreeMap<String, ParamValue> = specs.iter().map(|s| (s.name.to_string(), s.default_value())).collect();
     for kv in given {
-        let (k, v) = kv.split_once('=').ok_or_else(|| format!("invalid --param {kv:?}: expected key=value"))?;
+        let (k, v) = kv.split_once('=').ok_or_else(|| ParamError::NotKeyValue(kv.to_string()))?;
         let spec = specs.iter().find(|s| s.name == k).ok_or_else(|| {
             let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
             if names.is_empty() {
-                format!("unknown parameter {k:?} for probe {probe}: it takes no parameters")
+                ParamError::NoParams { key: k.to_string(), probe: probe.to_string() }
             } else {
-                format!("unknown parameter {k:?} for probe {probe} (known: {})", names.join(", "))
+                ParamError::Unknown { key: k.to_string(), probe: probe.to_string(), known: names.join(", ") }
             }
         })?;
         out.insert(k.to_string(), spec.parse(v)?);
@@ -168,9 +200,21 @@ mod tests {
     #[test]
     fn rejects_bad_input() {
         for bad in ["n=0", "n=11", "n=abc", "mode=c", "flag=maybe", "x=2", "x=nan", "zzz=1", "noequals"] {
-            let err = resolve("t", SPECS, &[bad.to_string()]).unwrap_err();
+            let err = resolve("t", SPECS, &[bad.to_string()]).unwrap_err().to_string();
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    #[test]
+    fn messages_name_the_value_and_the_rule() {
+        let msg = |kv: &str| resolve("t", SPECS, &[kv.to_string()]).unwrap_err().to_string();
+        assert_eq!(msg("n=0"), "invalid value \"0\" for parameter n: must be in 1..10");
+        assert_eq!(msg("x=2"), "invalid value \"2\" for parameter x: must be in 0..1");
+        assert_eq!(msg("n=abc"), "invalid value \"abc\" for parameter n: expected an integer");
+        assert_eq!(msg("mode=c"), "invalid value \"c\" for parameter mode: expected one of a, b");
+        assert_eq!(msg("flag=maybe"), "invalid value \"maybe\" for parameter flag: expected true or false");
+        assert_eq!(msg("noequals"), "invalid --param \"noequals\": expected key=value");
+        assert_eq!(msg("zzz=1"), "unknown parameter \"zzz\" for probe t (known: n, x, mode, flag)");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The `run` command: validate, print the header, run the runs, flush each as it completes.
 
 use crate::output::{emit, run_lines, End, Header, Record, RunSummary, Status, StoppedBy, AGENT_VERSION, SCHEMA};
-use crate::probes::{CpuPool, Ctl, Probe, RunErr, STOP};
+use crate::probes::{CpuPool, Ctl, Probe, ProbeError, RunErr, STOP};
 use crate::stats::Stats;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,6 +20,33 @@ pub struct RunOpts {
     pub brief_env: bool,
 }
 
+/// Why a `run` invocation was refused before measuring: a usage error (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown probe {name:?} (known: {known})")]
+    UnknownProbe { name: String, known: String },
+    #[error("invalid --runs {0}: must be in 1..1000000")]
+    Runs(u32),
+    #[error("invalid --iterations {0}: must be in 2..1000000000")]
+    Iterations(u64),
+    #[error("invalid --duration {0}: must be in (0, 86400] seconds")]
+    Duration(f64),
+    #[error("invalid --warmup {0}: must be at most 1000000000")]
+    Warmup(u64),
+    #[error("invalid --timeout {0}: must be a positive number of seconds")]
+    Timeout(f64),
+    #[error("invalid --tsc-hz {0}: must be a TSC rate between 1e6 and 1e11 Hz")]
+    TscHz(f64),
+    #[error(transparent)]
+    CpuList(#[from] crate::affinity::AffinityError),
+    #[error("invalid --cpus {list:?}: CPU {cpu} is not available (allowed: {allowed:?})")]
+    CpuNotAllowed { list: String, cpu: usize, allowed: Vec<usize> },
+    #[error(transparent)]
+    Param(#[from] crate::params::ParamError),
+    #[error("invalid parameters for probe {probe}: {source}")]
+    Invalid { probe: &'static str, source: ProbeError },
+}
+
 /// A validated invocation.
 pub struct Plan {
     pub probe: &'static dyn Probe,
@@ -35,38 +62,38 @@ pub struct Plan {
 }
 
 /// Check everything that can be checked before measuring; errors are usage errors (exit 2).
-pub fn plan(o: &RunOpts) -> Result<Plan, String> {
+pub fn plan(o: &RunOpts) -> Result<Plan, PlanError> {
     let probe = crate::probes::find(&o.probe).ok_or_else(|| {
         let names: Vec<&str> = crate::probes::all().iter().map(|p| p.spec().name).collect();
-        format!("unknown probe {:?} (known: {})", o.probe, names.join(", "))
+        PlanError::UnknownProbe { name: o.probe.clone(), known: names.join(", ") }
     })?;
     let spec = probe.spec();
     let d = spec.defaults;
     let runs = o.runs.unwrap_or(d.runs);
     if !(1..=1_000_000).contains(&runs) {
-        return Err(format!("invalid --runs {runs}: must be in 1..1000000"));
+        return Err(PlanError::Runs(runs));
     }
     let iterations = o.iterations.unwrap_or(d.iterations);
     if !(2..=1_000_000_000).contains(&iterations) {
-        return Err(format!("invalid --iterations {iterations}: must be in 2..1000000000"));
+        return Err(PlanError::Iterations(iterations));
     }
     let duration = o.duration.unwrap_or(d.duration_s);
     if !duration.is_finite() || duration <= 0.0 || duration > 86_400.0 {
-        return Err(format!("invalid --duration {duration}: must be in (0, 86400] seconds"));
+        return Err(PlanError::Duration(duration));
     }
     let warmup = o.warmup.unwrap_or(d.warmup);
     if warmup > 1_000_000_000 {
-        return Err(format!("invalid --warmup {warmup}: must be at most 1000000000"));
+        return Err(PlanError::Warmup(warmup));
     }
     if let Some(t) = o.timeout {
         if !t.is_finite() || t <= 0.0 {
-            return Err(format!("invalid --timeout {t}: must be a positive number of seconds"));
+            return Err(PlanError::Timeout(t));
         }
     }
     if let Some(hz) = o.tsc_hz {
         // 1 MHz..100 GHz: anything outside is a typo, not a clock.
         if !hz.is_finite() || !(1e6..=1e11).contains(&hz) {
-            return Err(format!("invalid --tsc-hz {hz}: must be a TSC rate between 1e6 and 1e11 Hz"));
+            return Err(PlanError::TscHz(hz));
         }
     }
     let allowed = crate::affinity::allowed();
@@ -74,7 +101,7 @@ pub fn plan(o: &RunOpts) -> Result<Plan, String> {
         Some(list) => {
             let cpus = crate::affinity::parse_list(list)?;
             if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-                return Err(format!("invalid --cpus {list:?}: CPU {bad} is not available (allowed: {allowed:?})"));
+                return Err(PlanError::CpuNotAllowed { list: list.clone(), cpu: *bad, allowed });
             }
             CpuPool { cpus, requested: true }
         }
@@ -91,7 +118,7 @@ pub fn plan(o: &RunOpts) -> Result<Plan, String> {
         }
     };
     let params = crate::params::resolve(spec.name, spec.params, &o.params)?;
-    probe.validate(&params).map_err(|e| format!("invalid parameters for probe {}: {e}", spec.name))?;
+    probe.validate(&params).map_err(|source| PlanError::Invalid { probe: spec.name, source })?;
     Ok(Plan {
         probe,
         params,
@@ -186,7 +213,7 @@ pub fn execute(p: Plan) -> i32 {
             2 => (Status::Timeout, Some(format!("--timeout {} s reached", p.timeout.unwrap_or(0.0)))),
             _ => (Status::Interrupted, Some("interrupted by a signal".into())),
         },
-        Err(RunErr::Fail(e)) => (Status::Error, Some(e)),
+        Err(e) => (Status::Error, Some(e.to_string())),
     };
     let _ = emit(&end_line(status, error), true);
     i32::from(status != Status::Ok)
@@ -194,17 +221,17 @@ pub fn execute(p: Plan) -> i32 {
 
 fn run_all(p: &Plan) -> Result<(), RunErr> {
     let spec = p.probe.spec();
-    let mut session = p.probe.setup(&p.params, &p.pool).map_err(|e| RunErr::Fail(format!("setup: {e}")))?;
+    let mut session = p.probe.setup(&p.params, &p.pool).map_err(RunErr::Setup)?;
     let cpus = session.cpus();
     for run in 0..p.runs {
         let steal0 = crate::env::steal_ticks(Some(&cpus));
         let mut ctl = Ctl::new(p.warmup, p.iterations, p.duration);
         session.run(&mut ctl).map_err(|e| match e {
-            RunErr::Fail(m) => RunErr::Fail(format!("run {run}: {m}")),
+            RunErr::Fail(source) => RunErr::InRun { run, source },
             a => a,
         })?;
         let steal1 = crate::env::steal_ticks(Some(&cpus));
-        let stats = Stats::of(&ctl.values).ok_or_else(|| RunErr::Fail(format!("run {run}: no measured iterations")))?;
+        let stats = Stats::of(&ctl.values).ok_or(RunErr::NoValues(run))?;
         let wall_s = ctl.wall_ns as f64 / 1e9;
         let ops = (wall_s > 0.0).then(|| stats.n as f64 / wall_s);
         let throughput = spec.throughput_unit.and_then(|_| session.throughput(stats.n, wall_s, &ctl.values));
@@ -236,7 +263,7 @@ fn run_all(p: &Plan) -> Result<(), RunErr> {
                 COMPLETED.fetch_add(1, Ordering::SeqCst);
             }
             Ok(false) => return Err(RunErr::Abort),
-            Err(e) => return Err(RunErr::Fail(format!("writing stdout: {e}"))),
+            Err(e) => return Err(RunErr::Stdout(e)),
         }
     }
     Ok(())

@@ -67,6 +67,19 @@ fn host_gone(f: &File) -> bool {
     n > 0 && p.revents & libc::POLLHUP != 0 && p.revents & libc::POLLIN == 0
 }
 
+/// Why serving a device stopped (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot open {path}: {source}")]
+    Open { path: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Device { path: String, source: std::io::Error },
+    #[error("wait: {0}")]
+    Wait(std::io::Error),
+    #[error("writing to the device: {0}")]
+    Write(std::io::Error),
+}
+
 /// The executable to run requests with.
 fn self_exe() -> std::path::PathBuf {
     if std::path::Path::new("/proc/self/exe").exists() {
@@ -79,23 +92,24 @@ fn self_exe() -> std::path::PathBuf {
 
 /// Serve requests on `path` until EOF (or forever on a virtio port when `reconnect`,
 /// since the host may attach later). Returns when asked to power off.
-pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
+pub fn serve(path: &str, reconnect: bool) -> Result<(), ServeError> {
+    let device = |source| ServeError::Device { path: path.to_string(), source };
     let dev = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags_noctty()
         .open(path)
-        .map_err(|e| format!("cannot open {path}: {e}"))?;
+        .map_err(|source| ServeError::Open { path: path.to_string(), source })?;
     make_raw(&dev);
-    let mut out = dev.try_clone().map_err(|e| format!("{path}: {e}"))?;
+    let mut out = dev.try_clone().map_err(device)?;
     loop {
         if reconnect {
             while host_gone(&dev) {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
         }
-        out.write_all(ready_frame().as_bytes()).map_err(|e| format!("{path}: {e}"))?;
-        let mut reader = BufReader::new(dev.try_clone().map_err(|e| format!("{path}: {e}"))?);
+        out.write_all(ready_frame().as_bytes()).map_err(device)?;
+        let mut reader = BufReader::new(dev.try_clone().map_err(device)?);
         let mut line = String::new();
         loop {
             line.clear();
@@ -103,7 +117,7 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("{path}: {e}")),
+                Err(e) => return Err(device(e)),
             }
             let req = line.trim();
             if req.is_empty() {
@@ -113,7 +127,7 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
                 Ok(a) => a,
                 Err(_) => {
                     let msg = "vmtax-probe: error: request is not a JSON array of strings";
-                    out.write_all(done_frame(2, msg).as_bytes()).map_err(|e| format!("{path}: {e}"))?;
+                    out.write_all(done_frame(2, msg).as_bytes()).map_err(device)?;
                     continue;
                 }
             };
@@ -123,7 +137,7 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
                 return Ok(());
             }
             let (code, tail) = run_request(&argv, &mut out)?;
-            out.write_all(done_frame(code, &tail).as_bytes()).map_err(|e| format!("{path}: {e}"))?;
+            out.write_all(done_frame(code, &tail).as_bytes()).map_err(device)?;
             crate::pid1::reap_zombies();
         }
         if !reconnect {
@@ -134,7 +148,7 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), String> {
 }
 
 /// Run one request as a child; stream its stdout to `out`; return (exit code, stderr tail).
-fn run_request(argv: &[String], out: &mut File) -> Result<(i32, String), String> {
+fn run_request(argv: &[String], out: &mut File) -> Result<(i32, String), ServeError> {
     let mut child = match Command::new(self_exe())
         .args(argv)
         .stdin(Stdio::null())
@@ -180,10 +194,10 @@ fn run_request(argv: &[String], out: &mut File) -> Result<(i32, String), String>
             }
         }
     }
-    let status = child.wait().map_err(|e| format!("wait: {e}"))?;
+    let status = child.wait().map_err(ServeError::Wait)?;
     let tail = tail.join().unwrap_or_default();
     if let Some(e) = write_err {
-        return Err(format!("writing to the device: {e}"));
+        return Err(ServeError::Write(e));
     }
     use std::os::unix::process::ExitStatusExt;
     let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));

@@ -2,7 +2,7 @@
 //! trial division up to sqrt(c), in 64-bit integers with a double square root, as
 //! sysbench's cpu_execute_event does, so events/s compares with `sysbench cpu`.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -95,7 +95,7 @@ impl Probe for CpuProbe {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         Ok(Box::new(CpuSession { max_prime: params.int("max_prime") as u64, cpu: pool.first() }))
     }
@@ -106,7 +106,7 @@ impl Session for CpuSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let t0 = mono_ns();
         std::hint::black_box(event(std::hint::black_box(self.max_prime)));
         Ok((mono_ns() - t0) as f64)

@@ -1,7 +1,7 @@
 //! `cpuid`: CPUID round trip in TSC cycles. In a hardware-assisted guest CPUID always exits
 //! to the hypervisor, so this is the cheapest measurable VM exit ("Hypercall" proxy).
 
-use super::{CpuPool, Defaults, Probe, Session, Spec};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec};
 use crate::clock::{overhead_ticks, ticks_start, ticks_stop, tsc_hz};
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -42,7 +42,7 @@ impl Probe for Cpuid {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         // The empty fenced rdtsc/rdtscp pair is measured once and subtracted from every
         // sample, so a sample is the CPUID alone.
@@ -56,7 +56,7 @@ impl Session for CpuidSession {
     }
 
     #[inline(never)]
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let a = ticks_start();
         std::hint::black_box(crate::cpuid::cpuid(self.leaf, 0));
         let b = ticks_stop();

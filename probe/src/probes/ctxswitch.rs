@@ -2,7 +2,7 @@
 //! round trip is two context switches between address spaces (CR3 writes, TLB work), which
 //! shadow paging and some nested setups make expensive.
 
-use super::{net_ns, CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{net_ns, CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::{ns_per_tick, overhead_ticks, ticks_start, ticks_stop};
 use crate::output::Better;
 use crate::params::Params;
@@ -33,11 +33,11 @@ struct CtxSession {
     ns_per_tick: f64,
 }
 
-fn pipe() -> Result<[i32; 2], String> {
+fn pipe() -> Result<[i32; 2], ProbeError> {
     let mut fds = [0i32; 2];
     // SAFETY: fds is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        return Err(ProbeError::os("pipe"));
     }
     Ok(fds)
 }
@@ -47,7 +47,7 @@ impl Probe for Ctxswitch {
         &SPEC
     }
 
-    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let cpu = pool.first();
         crate::affinity::pin(&[cpu])?;
         let down = pipe()?;
@@ -56,7 +56,7 @@ impl Probe for Ctxswitch {
         // and inherits the parent's pinning to the same CPU.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            return Err(format!("fork: {}", std::io::Error::last_os_error()));
+            return Err(ProbeError::os("fork"));
         }
         if pid == 0 {
             // SAFETY: drop the child's copies of the parent's ends, so that closing them in
@@ -101,7 +101,7 @@ impl Session for CtxSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let mut b = 1u8;
         let t0 = ticks_start();
         // SAFETY: one-byte write/read on our pipe ends.
@@ -111,7 +111,7 @@ impl Session for CtxSession {
         };
         let t1 = ticks_stop();
         if !ok {
-            return Err(format!("pipe ping-pong: {}", std::io::Error::last_os_error()));
+            return Err(ProbeError::os("pipe ping-pong"));
         }
         Ok(net_ns(t0, t1, self.overhead, self.ns_per_tick))
     }

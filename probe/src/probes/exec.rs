@@ -11,7 +11,7 @@
 //! the agent runs, guests included, when the image carries the program and its libraries.
 //! `cmd` is split on spaces into an argument list; no shell is involved.
 
-use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Ctl, Defaults, Probe, ProbeError, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -84,24 +84,24 @@ impl Probe for Exec {
         &SPEC
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         if params.str("cmd").split_whitespace().next().is_none() {
-            return Err("`cmd` names no program".into());
+            return Err(ProbeError::NoProgram);
         }
         let modes = ["time_line", "value_line", "values_prefix"].into_iter().filter(|m| !params.str(m).is_empty());
         if modes.count() > 1 {
-            return Err("give one of `time_line`, `value_line` and `values_prefix`, not both".into());
+            return Err(ProbeError::ExecModes);
         }
         if !params.str("rate_line").is_empty() && params.str("values_prefix").is_empty() {
-            return Err("`rate_line` goes with `values_prefix`".into());
+            return Err(ProbeError::RateLineAlone);
         }
         if let Some(bad) = params.str("env").split_whitespace().find(|kv| !kv.contains('=') || kv.starts_with('=')) {
-            return Err(format!("`env` takes NAME=VALUE pairs, not {bad:?}"));
+            return Err(ProbeError::BadEnv(bad.to_string()));
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         Ok(Box::new(ExecSession {
             argv: params.str("cmd").split_whitespace().map(String::from).collect(),
             time_line: params.str("time_line").to_string(),
@@ -135,45 +135,46 @@ struct ExecSession {
 
 impl ExecSession {
     /// Run the program to completion: its output and wall time (ns); a failure is one line.
-    fn execute(&self) -> Result<(Output, f64), String> {
+    fn execute(&self) -> Result<(Output, f64), ProbeError> {
         let t0 = mono_ns();
         let out = Command::new(&self.argv[0])
             .args(&self.argv[1..])
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("{}: {e}", self.argv[0]))?;
+            .map_err(|e| ProbeError::io(&self.argv[0], e))?;
         let wall = (mono_ns() - t0) as f64;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-            return Err(format!("{} exited with {}: {last}", self.argv[0], out.status));
+            return Err(ProbeError::Exited { prog: self.argv[0].clone(), status: out.status, last: last.to_string() });
         }
         Ok((out, wall))
     }
 
     /// `values_prefix` mode: one execution gives the whole run's values.
     fn run_once(&mut self, ctl: &mut Ctl) -> Result<(), RunErr> {
-        let (out, wall) = self.execute().map_err(RunErr::Fail)?;
+        let (out, wall) = self.execute()?;
         let text = String::from_utf8_lossy(&out.stdout);
         let last_field = |l: &str| l.split_whitespace().last().and_then(|v| v.parse::<f64>().ok());
         for line in text.lines().filter(|l| l.starts_with(self.values_prefix.as_str())) {
-            let v = last_field(line).ok_or_else(|| RunErr::Fail(format!("unreadable value line {line:?}")))?;
+            let v = last_field(line).ok_or_else(|| ProbeError::UnreadableLine(line.to_string()))?;
             ctl.values.push(v * self.scale);
         }
         if ctl.values.len() < 2 {
-            return Err(RunErr::Fail(format!(
-                "{} printed {} line(s) starting with {:?}; need at least 2",
-                self.argv[0],
-                ctl.values.len(),
-                self.values_prefix
-            )));
+            return Err(RunErr::Fail(ProbeError::TooFewValues {
+                prog: self.argv[0].clone(),
+                n: ctl.values.len(),
+                prefix: self.values_prefix.clone(),
+            }));
         }
         if !self.rate_line.is_empty() {
             let line = text.lines().find(|l| l.starts_with(self.rate_line.as_str()));
-            self.rate = Some(line.and_then(last_field).ok_or_else(|| {
-                RunErr::Fail(format!("{} printed no line starting with {:?}", self.argv[0], self.rate_line))
-            })?);
+            self.rate =
+                Some(line.and_then(last_field).ok_or_else(|| ProbeError::NoLine {
+                    prog: self.argv[0].clone(),
+                    prefix: self.rate_line.clone(),
+                })?);
         }
         ctl.wall_ns = wall as u64;
         ctl.stopped_by_duration = true; // the program's own limit ended the run
@@ -197,7 +198,7 @@ impl Session for ExecSession {
         self.rate.map(|r| BTreeMap::from([("rate".to_string(), r)])).unwrap_or_default()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let (out, wall) = self.execute()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !self.value_line.is_empty() {
@@ -207,7 +208,7 @@ impl Session for ExecSession {
                 .and_then(|l| l.rsplit(':').next())
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .map(|v| v * self.scale)
-                .ok_or_else(|| format!("{} printed no line starting with {:?}", self.argv[0], self.value_line));
+                .ok_or_else(|| ProbeError::NoLine { prog: self.argv[0].clone(), prefix: self.value_line.clone() });
         }
         if self.time_line.is_empty() {
             return Ok(wall);
@@ -216,7 +217,7 @@ impl Session for ExecSession {
             .find_map(|l| l.strip_prefix(self.time_line.as_str()))
             .and_then(|rest| rest.trim().parse::<f64>().ok())
             .map(|s| s * 1e9)
-            .ok_or_else(|| format!("{} printed no line starting with {:?}", self.argv[0], self.time_line))
+            .ok_or_else(|| ProbeError::NoLine { prog: self.argv[0].clone(), prefix: self.time_line.clone() })
     }
 }
 
@@ -253,13 +254,13 @@ mod tests {
         let both =
             crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "time_line=T".into(), "value_line=V".into()])
                 .unwrap();
-        assert!(EXEC.validate(&both).unwrap_err().contains("not both"));
+        assert!(EXEC.validate(&both).unwrap_err().to_string().contains("not both"));
         let lonely_rate = crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "rate_line=R".into()]).unwrap();
-        assert!(EXEC.validate(&lonely_rate).unwrap_err().contains("goes with"));
+        assert!(EXEC.validate(&lonely_rate).unwrap_err().to_string().contains("goes with"));
         let env = crate::params::resolve("exec", &PARAMS, &["cmd=true".into(), "env=NOEQUALS".into()]).unwrap();
-        assert!(EXEC.validate(&env).unwrap_err().contains("NAME=VALUE"));
+        assert!(EXEC.validate(&env).unwrap_err().to_string().contains("NAME=VALUE"));
         let bad = crate::params::resolve("exec", &PARAMS, &["cmd=false".into()]).unwrap();
-        assert!(EXEC.setup(&bad, &pool).unwrap().iterate().unwrap_err().contains("exited"));
+        assert!(EXEC.setup(&bad, &pool).unwrap().iterate().unwrap_err().to_string().contains("exited"));
     }
 
     #[test]
@@ -288,6 +289,6 @@ mod tests {
             crate::params::resolve("exec", &PARAMS, &["cmd=echo tx 1".into(), "values_prefix=tx".into()]).unwrap();
         let mut s = EXEC.setup(&few, &pool).unwrap();
         let err = s.run(&mut Ctl::new(0, 10, None)).unwrap_err();
-        assert!(matches!(err, RunErr::Fail(m) if m.contains("need at least 2")));
+        assert!(matches!(err, RunErr::Fail(m) if m.to_string().contains("need at least 2")));
     }
 }

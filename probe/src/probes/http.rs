@@ -5,7 +5,7 @@
 //! has the agent start it for the session and stop it after.
 
 use super::net::{connect, drive_parallel};
-use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Ctl, Defaults, Probe, ProbeError, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -61,40 +61,43 @@ impl Conn {
     }
 
     /// One GET; reconnects once when the server closed a kept-alive connection.
-    pub fn get(&mut self) -> Result<(), String> {
+    pub fn get(&mut self) -> Result<(), ProbeError> {
         match self.try_get() {
             Ok(()) => Ok(()),
             Err(_) if self.reader.is_none() => self.try_get().map_err(|e| {
-                format!("GET {}: {e}", String::from_utf8_lossy(&self.request[4..]).split(' ').next().unwrap_or(""))
+                e.context(format!(
+                    "GET {}",
+                    String::from_utf8_lossy(&self.request[4..]).split(' ').next().unwrap_or("")
+                ))
             }),
             Err(e) => Err(e),
         }
     }
 
-    fn try_get(&mut self) -> Result<(), String> {
+    fn try_get(&mut self) -> Result<(), ProbeError> {
         if self.reader.is_none() {
             self.reader = Some(BufReader::with_capacity(1 << 16, connect(&self.addr)?));
         }
         let r = self.reader.as_mut().expect("connected");
         if r.get_mut().write_all(&self.request).is_err() {
             self.reader = None;
-            return Err("connection closed".into());
+            return Err(ProbeError::Closed);
         }
         self.line.clear();
-        if r.read_line(&mut self.line).map_err(|e| e.to_string())? == 0 {
+        if r.read_line(&mut self.line)? == 0 {
             self.reader = None;
-            return Err("connection closed".into());
+            return Err(ProbeError::Closed);
         }
         let status = self.line.split(' ').nth(1).unwrap_or("").to_string();
         if status != "200" {
-            return Err(format!("HTTP status {:?}", self.line.trim_end()));
+            return Err(ProbeError::HttpStatus(self.line.trim_end().to_string()));
         }
         let mut length: Option<usize> = None;
         let mut close = false;
         loop {
             self.line.clear();
-            if r.read_line(&mut self.line).map_err(|e| e.to_string())? == 0 {
-                return Err("connection closed in the headers".into());
+            if r.read_line(&mut self.line)? == 0 {
+                return Err(ProbeError::ClosedInHeaders);
             }
             let l = self.line.trim_end();
             if l.is_empty() {
@@ -109,9 +112,9 @@ impl Conn {
                 }
             }
         }
-        let n = length.ok_or("response without Content-Length")?;
+        let n = length.ok_or(ProbeError::NoContentLength)?;
         self.body.resize(n, 0);
-        r.read_exact(&mut self.body).map_err(|e| e.to_string())?;
+        r.read_exact(&mut self.body)?;
         if close {
             self.reader = None;
         }
@@ -124,7 +127,7 @@ impl Probe for Http {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let host = params.str("host");
         let addr = format!("{host}:{}", params.int("port"));
         let server = match params.str("server") {
@@ -152,7 +155,7 @@ impl Session for HttpSession {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let t0 = mono_ns();
         self.conns[0].get()?;
         Ok((mono_ns() - t0) as f64)

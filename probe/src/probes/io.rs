@@ -2,7 +2,7 @@
 //! of a temporary file. Bypassing the page cache makes every operation a device request:
 //! in a guest, a virtqueue notification (an exit) and a completion interrupt.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -65,18 +65,18 @@ impl Probe for Io {
         &SPEC
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         let block = params.int("block_size");
         if block % 512 != 0 {
-            return Err(format!("block_size must be a multiple of 512, got {block}"));
+            return Err(ProbeError::BlockSize(block));
         }
         if params.int("file_mb") * 1024 * 1024 < block {
-            return Err("file_mb is smaller than one block".into());
+            return Err(ProbeError::FileTooSmall);
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         let block = params.int("block_size") as usize;
         let size = params.int("file_mb") as usize * 1024 * 1024;
@@ -93,7 +93,7 @@ impl Probe for Io {
             .write(true)
             .create_new(true)
             .open(&path)
-            .map_err(|e| format!("cannot create a file in {dir}: {e}"))?;
+            .map_err(|e| ProbeError::io(format!("cannot create a file in {dir}"), e))?;
         let _ = std::fs::remove_file(&path);
         {
             use std::io::Write;
@@ -102,7 +102,7 @@ impl Probe for Io {
             let mut left = size;
             while left > 0 {
                 let n = left.min(chunk.len());
-                f.write_all(&chunk[..n]).map_err(|e| format!("writing {path}: {e}"))?;
+                f.write_all(&chunk[..n]).map_err(|e| ProbeError::io(format!("writing {path}"), e))?;
                 left -= n;
             }
             let _ = f.sync_all();
@@ -116,16 +116,16 @@ impl Probe for Io {
         if !set {
             let err = std::io::Error::last_os_error();
             return Err(if err.raw_os_error() == Some(libc::EINVAL) {
-                format!("O_DIRECT is not supported in {dir} (tmpfs?): pass --param dir=DIR on a disk filesystem")
+                ProbeError::NoDirectIo(dir.to_string())
             } else {
-                format!("set O_DIRECT on {path}: {err}")
+                ProbeError::io(format!("set O_DIRECT on {path}"), err)
             });
         }
-        let layout = std::alloc::Layout::from_size_align(block, 4096).map_err(|e| e.to_string())?;
+        let layout = std::alloc::Layout::from_size_align(block, 4096)?;
         // SAFETY: layout has non-zero size; the pointer is checked and freed in Drop.
         let buf = unsafe { std::alloc::alloc_zeroed(layout) };
         if buf.is_null() {
-            return Err("out of memory for the I/O buffer".into());
+            return Err(ProbeError::NoIoBuffer);
         }
         Ok(Box::new(IoSession {
             fd,
@@ -145,7 +145,7 @@ impl Session for IoSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
@@ -167,11 +167,7 @@ impl Session for IoSession {
         };
         let t1 = mono_ns();
         if n != self.block as isize {
-            return Err(format!(
-                "O_DIRECT {}: {}",
-                if self.write { "write" } else { "read" },
-                std::io::Error::last_os_error()
-            ));
+            return Err(ProbeError::os(if self.write { "O_DIRECT write" } else { "O_DIRECT read" }));
         }
         Ok((t1 - t0) as f64)
     }

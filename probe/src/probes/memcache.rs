@@ -4,7 +4,7 @@
 //! passes its port.
 
 use super::net::{connect, drive_parallel};
-use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Ctl, Defaults, Probe, ProbeError, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -86,20 +86,20 @@ impl Conn {
         self.state % self.keys
     }
 
-    fn set(&mut self, key: u64) -> Result<(), String> {
+    fn set(&mut self, key: u64) -> Result<(), ProbeError> {
         let mut req = format!("set k{key} 0 0 {}\r\n", self.value.len()).into_bytes();
         req.extend_from_slice(&self.value);
         req.extend_from_slice(b"\r\n");
-        self.r.get_mut().write_all(&req).map_err(|e| format!("set: {e}"))?;
+        self.r.get_mut().write_all(&req).map_err(|e| ProbeError::io("set", e))?;
         self.read_line()?;
         if self.line != "STORED\r\n" {
-            return Err(format!("set: unexpected reply {:?}", self.line.trim_end()));
+            return Err(ProbeError::UnexpectedReply { what: "set", line: self.line.trim_end().to_string() });
         }
         Ok(())
     }
 
-    fn get(&mut self, key: u64) -> Result<(), String> {
-        self.r.get_mut().write_all(format!("get k{key}\r\n").as_bytes()).map_err(|e| format!("get: {e}"))?;
+    fn get(&mut self, key: u64) -> Result<(), ProbeError> {
+        self.r.get_mut().write_all(format!("get k{key}\r\n").as_bytes()).map_err(|e| ProbeError::io("get", e))?;
         loop {
             self.read_line()?;
             if self.line == "END\r\n" {
@@ -107,26 +107,28 @@ impl Conn {
             }
             let len: usize = match self.line.strip_prefix("VALUE ") {
                 Some(rest) => {
-                    rest.split_whitespace().nth(2).and_then(|x| x.parse().ok()).ok_or("get: bad VALUE line")?
+                    rest.split_whitespace().nth(2).and_then(|x| x.parse().ok()).ok_or(ProbeError::BadValueLine)?
                 }
-                None => return Err(format!("get: unexpected reply {:?}", self.line.trim_end())),
+                None => {
+                    return Err(ProbeError::UnexpectedReply { what: "get", line: self.line.trim_end().to_string() })
+                }
             };
             let mut data = vec![0u8; len + 2];
-            self.r.read_exact(&mut data).map_err(|e| format!("get: {e}"))?;
+            self.r.read_exact(&mut data).map_err(|e| ProbeError::io("get", e))?;
         }
     }
 
-    fn read_line(&mut self) -> Result<(), String> {
+    fn read_line(&mut self) -> Result<(), ProbeError> {
         self.line.clear();
         match self.r.read_line(&mut self.line) {
-            Ok(0) => Err("memcached closed the connection".into()),
+            Ok(0) => Err(ProbeError::MemcachedClosed),
             Ok(_) => Ok(()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.into()),
         }
     }
 
     /// One request of the mix: a set every `ratio + 1` requests, gets otherwise.
-    fn request(&mut self) -> Result<(), String> {
+    fn request(&mut self) -> Result<(), ProbeError> {
         self.seq += 1;
         let key = self.key();
         if self.seq.is_multiple_of(self.ratio + 1) {
@@ -142,7 +144,7 @@ impl Probe for Memcache {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let addr = format!("{}:{}", params.str("host"), params.int("port"));
         let server = match params.str("server") {
             "" => None,
@@ -162,7 +164,7 @@ impl Probe for Memcache {
         }
         // Fill the key space so that gets hit, as memtier's --key-pattern runs do after a load.
         for key in 0..params.int("keys") as u64 {
-            conns[0].set(key).map_err(|e| format!("{addr}: {e}"))?;
+            conns[0].set(key).map_err(|e| e.context(&addr))?;
         }
         Ok(Box::new(McSession { conns, cpus: pool.cpus.clone(), _server: server }))
     }
@@ -180,7 +182,7 @@ impl Session for McSession {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let t0 = mono_ns();
         self.conns[0].request()?;
         Ok((mono_ns() - t0) as f64)

@@ -8,7 +8,7 @@
 //! ck_pr_load_64/ck_pr_store_64 (an asm move with a "memory" clobber), so the compiler
 //! neither drops nor batches accesses differently from sysbench.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -62,13 +62,13 @@ struct Buffer {
 }
 
 impl Buffer {
-    fn new(bytes: usize) -> Result<Buffer, String> {
+    fn new(bytes: usize) -> Result<Buffer, ProbeError> {
         // SAFETY: sysconf has no memory effects.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let layout = Layout::from_size_align(bytes, page).map_err(|e| format!("buffer of {bytes} bytes: {e}"))?;
+        let layout = Layout::from_size_align(bytes, page).map_err(|source| ProbeError::Layout { bytes, source })?;
         // SAFETY: the layout has a non-zero size (block_kb >= 1).
         let raw = unsafe { std::alloc::alloc(layout) }.cast::<usize>();
-        let ptr = NonNull::new(raw).ok_or_else(|| format!("cannot allocate {bytes} bytes"))?;
+        let ptr = NonNull::new(raw).ok_or(ProbeError::Alloc(bytes))?;
         for i in 0..bytes / std::mem::size_of::<usize>() {
             // SAFETY: i is a word index inside the allocation; volatile so that the
             // compiler can neither drop these stores nor turn them into a zeroed
@@ -101,15 +101,15 @@ impl Probe for Memory {
         &SPEC
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         let kb = params.int("block_kb");
         if !(kb as u64).is_power_of_two() {
-            return Err(format!("block_kb must be a power of two, got {kb}"));
+            return Err(ProbeError::BlockKb(kb));
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let kb = params.int("block_kb") as usize;
         crate::affinity::pin(&[pool.first()])?;
         let block = kb * 1024;
@@ -130,7 +130,7 @@ impl Session for MemSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let words = self.words;
         let p = self.buf.ptr.as_ptr();
         let t0 = mono_ns();

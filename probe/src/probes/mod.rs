@@ -87,18 +87,135 @@ impl CpuPool {
     }
 }
 
-/// Why a run stopped early.
-#[derive(Debug)]
-pub enum RunErr {
-    /// A signal or the --timeout asked every run to stop.
-    Abort,
-    Fail(String),
+/// What went wrong in a probe: a parameter rule it checks itself (a usage error), or a
+/// failure while setting up or measuring (the end record's `error`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// A system call or an I/O operation failed; `what` names it, or the file, address or
+    /// program it was done to.
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    /// An I/O error with nothing to add.
+    #[error(transparent)]
+    Bare(#[from] std::io::Error),
+    #[error(transparent)]
+    Affinity(#[from] crate::affinity::AffinityError),
+    /// Another error, with what it happened to in front.
+    #[error("{what}: {source}")]
+    Context { what: String, source: Box<ProbeError> },
+
+    // Parameter rules, checked before anything runs.
+    #[error("`cmd` names no program")]
+    NoProgram,
+    #[error("`server` names no program")]
+    NoServerProgram,
+    #[error("give one of `time_line`, `value_line` and `values_prefix`, not both")]
+    ExecModes,
+    #[error("`rate_line` goes with `values_prefix`")]
+    RateLineAlone,
+    #[error("`env` takes NAME=VALUE pairs, not {0:?}")]
+    BadEnv(String),
+    #[error("block_size must be a multiple of 512, got {0}")]
+    BlockSize(i64),
+    #[error("file_mb is smaller than one block")]
+    FileTooSmall,
+    #[error("buffer ({cap}) must be at least len ({len})")]
+    BufferTooSmall { cap: i64, len: i64 },
+    #[error("`away` needs {need} addresses for {relays} relays (places 1, 3, ...)")]
+    AwayCount { need: usize, relays: usize },
+    #[error("`listen` needs {0} addresses (the master and this agent's forwarders)")]
+    ListenCount(usize),
+    #[error("block_kb must be a power of two, got {0}")]
+    BlockKb(i64),
+    #[error("`host` needs a `port`")]
+    HostWithoutPort,
+    #[error("pingpong needs two CPUs (both sides spin): give --cpus with two CPUs")]
+    NeedsTwoCpus,
+
+    // Failures while setting up or measuring.
+    #[error("{prog} exited with {status}: {last}")]
+    Exited { prog: String, status: std::process::ExitStatus, last: String },
+    #[error("{prog} printed no line starting with {prefix:?}")]
+    NoLine { prog: String, prefix: String },
+    #[error("{prog} printed {n} line(s) starting with {prefix:?}; need at least 2")]
+    TooFewValues { prog: String, n: usize, prefix: String },
+    #[error("unreadable value line {0:?}")]
+    UnreadableLine(String),
+    #[error("idle=poll needs write access to {path} (root): {source}")]
+    NoPmQos { path: &'static str, source: std::io::Error },
+    #[error("O_DIRECT is not supported in {0} (tmpfs?): pass --param dir=DIR on a disk filesystem")]
+    NoDirectIo(String),
+    #[error("out of memory for the I/O buffer")]
+    NoIoBuffer,
+    #[error("cannot allocate {0} bytes")]
+    Alloc(usize),
+    #[error(transparent)]
+    BadLayout(#[from] std::alloc::LayoutError),
+    #[error("buffer of {bytes} bytes: {source}")]
+    Layout { bytes: usize, source: std::alloc::LayoutError },
+    #[error("{what}: unexpected reply {line:?}")]
+    UnexpectedReply { what: &'static str, line: String },
+    #[error("get: bad VALUE line")]
+    BadValueLine,
+    #[error("memcached closed the connection")]
+    MemcachedClosed,
+    #[error("connection closed")]
+    Closed,
+    #[error("connection closed in the headers")]
+    ClosedInHeaders,
+    #[error("HTTP status {0:?}")]
+    HttpStatus(String),
+    #[error("response without Content-Length")]
+    NoContentLength,
+    #[error("unknown test")]
+    UnknownTest,
+    #[error("relay ring returned message {got} for {sent}")]
+    RingOrder { got: u32, sent: u32 },
+    #[error("{prog} did not start ({status}): {last}")]
+    ServerDied { prog: String, status: std::process::ExitStatus, last: String },
+    #[error("{prog} did not accept on {addr} within 20 s")]
+    ServerSilent { prog: String, addr: String },
+    #[error("{0} panicked")]
+    Panicked(&'static str),
+    #[error("partner thread died")]
+    PartnerDied,
+    #[error("threads runs whole phases, not single iterations")]
+    WholePhases,
 }
 
-impl From<String> for RunErr {
-    fn from(s: String) -> Self {
-        RunErr::Fail(s)
+impl ProbeError {
+    /// An I/O error and what it happened to.
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        ProbeError::Io { what: what.into(), source }
     }
+
+    /// The calling thread's last OS error (errno), after the call `what` failed.
+    pub fn os(what: impl Into<String>) -> Self {
+        Self::io(what, std::io::Error::last_os_error())
+    }
+
+    /// This error with what it happened to in front.
+    pub fn context(self, what: impl Into<String>) -> Self {
+        ProbeError::Context { what: what.into(), source: Box::new(self) }
+    }
+}
+
+/// Why a run stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RunErr {
+    /// A signal or the --timeout asked every run to stop.
+    #[error("stopped by a signal or --timeout")]
+    Abort,
+    #[error(transparent)]
+    Fail(#[from] ProbeError),
+    #[error("setup: {0}")]
+    Setup(ProbeError),
+    #[error("run {run}: {source}")]
+    InRun { run: u32, source: ProbeError },
+    #[error("run {0}: no measured iterations")]
+    NoValues(u32),
+    #[error("writing stdout: {0}")]
+    Stdout(std::io::Error),
 }
 
 /// 0 = running, 1 = interrupted by a signal, 2 = --timeout reached.
@@ -113,7 +230,7 @@ pub trait Session {
     /// CPUs the session actually uses.
     fn cpus(&self) -> Vec<usize>;
     /// Measure one iteration, in the probe's unit.
-    fn iterate(&mut self) -> Result<f64, String>;
+    fn iterate(&mut self) -> Result<f64, ProbeError>;
     /// Run one run; the default drives `iterate`.
     fn run(&mut self, ctl: &mut Ctl) -> Result<(), RunErr> {
         ctl.drive(|| self.iterate())
@@ -133,10 +250,10 @@ pub trait Probe: Sync {
     fn spec(&self) -> &'static Spec;
     /// Rules that one parameter's range cannot say (a power of two, one parameter against
     /// another), checked before anything runs so that a bad value is a usage error.
-    fn validate(&self, _params: &Params) -> Result<(), String> {
+    fn validate(&self, _params: &Params) -> Result<(), ProbeError> {
         Ok(())
     }
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String>;
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError>;
 }
 
 /// Iteration control of one run.
@@ -167,7 +284,7 @@ impl Ctl {
     /// `duration` has elapsed (after at least two measured values, so a run always has a
     /// standard deviation). The clock is read at a stride that doubles while checks come
     /// less than 1 ms apart, so cheap iterations pay almost nothing for the check.
-    pub fn drive(&mut self, mut f: impl FnMut() -> Result<f64, String>) -> Result<(), RunErr> {
+    pub fn drive(&mut self, mut f: impl FnMut() -> Result<f64, ProbeError>) -> Result<(), RunErr> {
         let t0 = mono_ns();
         let warm_deadline = self.duration_ns.map(|d| t0 + d);
         let mut stride = Stride::default();
@@ -289,6 +406,47 @@ mod tests {
         .unwrap();
         assert!(ctl.stopped_by_duration);
         assert!(ctl.values.len() >= 2 && ctl.values.len() < 1000);
+    }
+
+    #[test]
+    fn errors_read_as_the_messages_the_controller_knows() {
+        let pin = crate::affinity::AffinityError::Pin {
+            cpus: vec![9999],
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        };
+        let cases: Vec<(String, &str)> = vec![
+            (RunErr::Setup(pin.into()).to_string(), "setup: sched_setaffinity [9999]: Invalid argument (os error 22)"),
+            (
+                RunErr::InRun {
+                    run: 3,
+                    source: ProbeError::io("pipe", std::io::Error::from_raw_os_error(libc::EPIPE)),
+                }
+                .to_string(),
+                "run 3: pipe: Broken pipe (os error 32)",
+            ),
+            (RunErr::NoValues(0).to_string(), "run 0: no measured iterations"),
+            (ProbeError::Closed.context("GET /x").to_string(), "GET /x: connection closed"),
+            (
+                ProbeError::NoLine { prog: "ab".into(), prefix: "T:".into() }.to_string(),
+                "ab printed no line starting with \"T:\"",
+            ),
+            (
+                ProbeError::AwayCount { need: 2, relays: 3 }.to_string(),
+                "`away` needs 2 addresses for 3 relays (places 1, 3, ...)",
+            ),
+            (ProbeError::RingOrder { got: 7, sent: 8 }.to_string(), "relay ring returned message 7 for 8"),
+            (
+                crate::params::resolve("t", &[], &["k=v".into()]).unwrap_err().to_string(),
+                "unknown parameter \"k\" for probe t: it takes no parameters",
+            ),
+            (
+                crate::affinity::parse_list("1-0").unwrap_err().to_string(),
+                "invalid CPU list \"1-0\" (expected e.g. 0 or 0,2 or 0-3)",
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

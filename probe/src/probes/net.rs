@@ -12,7 +12,7 @@
 //! The helpers at the bottom (loopback bring-up, connect, the parallel driver) are shared by
 //! the `http`, `memcache` and `relay` clients.
 
-use super::{stop_requested, CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
+use super::{stop_requested, CpuPool, Ctl, Defaults, Probe, ProbeError, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -129,14 +129,14 @@ impl Probe for Net {
         }
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         if !params.str("host").is_empty() && params.int("port") == 0 {
-            return Err("`host` needs a `port`".into());
+            return Err(ProbeError::HostWithoutPort);
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let size = params.int("size") as usize;
         // Like netperf, pin nothing unless asked: on a busy machine a pinned pair waits for
         // its two CPUs at every turn. With --cpus the client takes the first, the server the
@@ -145,7 +145,7 @@ impl Probe for Net {
         let pinned = pool.requested;
         let addr = if params.str("host").is_empty() {
             let listener = listen_loopback()?;
-            let addr = listener.local_addr().map_err(|e| e.to_string())?;
+            let addr = listener.local_addr()?;
             std::thread::spawn(move || {
                 if let Ok((s, _)) = listener.accept() {
                     let _ = serve_conn(s, pinned.then_some(server_cpu));
@@ -170,7 +170,7 @@ impl Probe for Net {
         let mut hello = [0u8; 5];
         hello[0] = self.0.code();
         hello[1..].copy_from_slice(&(size as u32).to_le_bytes());
-        stream.write_all(&hello).map_err(|e| format!("{}: {addr}: {e}", self.0.name()))?;
+        stream.write_all(&hello).map_err(|e| ProbeError::io(format!("{}: {addr}", self.0.name()), e))?;
         let cpus = if pinned { vec![cpu] } else { pool.cpus.clone() };
         Ok(Box::new(NetSession { test: self.0, stream, buf: vec![0x5a; size], cpus }))
     }
@@ -188,7 +188,7 @@ impl Session for NetSession {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let t0 = mono_ns();
         let r = match self.test {
             Test::Rr => self.stream.write_all(&self.buf).and_then(|_| self.stream.read_exact(&mut self.buf)),
@@ -196,7 +196,7 @@ impl Session for NetSession {
             Test::Maerts => self.stream.read_exact(&mut self.buf),
         };
         let t1 = mono_ns();
-        r.map_err(|e| format!("{}: {e}", self.test.name()))?;
+        r.map_err(|e| ProbeError::io(self.test.name(), e))?;
         Ok((t1 - t0) as f64)
     }
 
@@ -219,14 +219,14 @@ impl Drop for NetSession {
 
 /// Serve one connection of a `tcp_*` client: read its 5-byte hello, then echo (RR),
 /// discard (STREAM) or send (MAERTS) until the client goes away.
-fn serve_conn(mut s: TcpStream, pinned: Option<usize>) -> Result<(), String> {
+fn serve_conn(mut s: TcpStream, pinned: Option<usize>) -> Result<(), ProbeError> {
     if let Some(cpu) = pinned {
         crate::affinity::pin(&[cpu])?;
     }
-    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    s.set_nodelay(true)?;
     let mut hello = [0u8; 5];
-    s.read_exact(&mut hello).map_err(|e| e.to_string())?;
-    let test = Test::from_code(hello[0]).ok_or("unknown test")?;
+    s.read_exact(&mut hello)?;
+    let test = Test::from_code(hello[0]).ok_or(ProbeError::UnknownTest)?;
     let size = u32::from_le_bytes([hello[1], hello[2], hello[3], hello[4]]) as usize;
     let mut buf = vec![0xa5u8; size.clamp(1, 1 << 20)];
     match test {
@@ -248,12 +248,12 @@ fn serve_conn(mut s: TcpStream, pinned: Option<usize>) -> Result<(), String> {
 
 /// `vmtax-probe netserver`: accept `tcp_*` clients of other agents, one thread each, until
 /// killed. Prints the bound address on stdout first.
-pub fn netserver(bind: &str, clients: u64) -> Result<(), String> {
+pub fn netserver(bind: &str, clients: u64) -> Result<(), ProbeError> {
     ensure_loopback();
-    let listener = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
+    let listener = TcpListener::bind(bind).map_err(|e| ProbeError::io(format!("bind {bind}"), e))?;
     // The bound address on stdout tells whoever started it (the controller, through a
     // guest's agent) that clients may connect now.
-    println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    println!("{}", listener.local_addr()?);
     let mut served = Vec::new();
     for conn in listener.incoming().flatten() {
         let handle = std::thread::spawn(move || serve_conn(conn, None));
@@ -284,9 +284,10 @@ pub fn ensure_loopback() {
         let mut ifr: libc::ifreq = std::mem::zeroed();
         ifr.ifr_name[0] = b'l' as libc::c_char;
         ifr.ifr_name[1] = b'o' as libc::c_char;
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr) == 0 && ifr.ifr_ifru.ifru_flags & libc::IFF_UP as i16 == 0 {
+        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut ifr) == 0 && ifr.ifr_ifru.ifru_flags & libc::IFF_UP as i16 == 0
+        {
             ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as i16;
-            libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
+            libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &ifr);
         }
         libc::close(fd);
     }
@@ -305,17 +306,17 @@ impl Drop for Child {
 
 /// Start `cmd` (split on spaces, no shell) and wait until it accepts on `addr`; an error
 /// quotes the last line it wrote on stderr.
-pub fn spawn_server(cmd: &str, addr: &str) -> Result<Child, String> {
+pub fn spawn_server(cmd: &str, addr: &str) -> Result<Child, ProbeError> {
     ensure_loopback();
     let argv: Vec<&str> = cmd.split_whitespace().collect();
-    let prog = *argv.first().ok_or("`server` names no program")?;
+    let prog = *argv.first().ok_or(ProbeError::NoServerProgram)?;
     let child = std::process::Command::new(prog)
         .args(&argv[1..])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {prog}: {e}"))?;
+        .map_err(|e| ProbeError::io(format!("cannot start {prog}"), e))?;
     let mut child = Child(child);
     let deadline = mono_ns() + 20_000_000_000;
     while mono_ns() < deadline {
@@ -328,26 +329,26 @@ pub fn spawn_server(cmd: &str, addr: &str) -> Result<Child, String> {
                 let _ = e.read_to_string(&mut err);
             }
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)");
-            return Err(format!("{prog} did not start ({status}): {}", last.trim()));
+            return Err(ProbeError::ServerDied { prog: prog.to_string(), status, last: last.trim().to_string() });
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    Err(format!("{prog} did not accept on {addr} within 20 s"))
+    Err(ProbeError::ServerSilent { prog: prog.to_string(), addr: addr.to_string() })
 }
 
 /// A listener on a free loopback port.
-pub fn listen_loopback() -> Result<TcpListener, String> {
+pub fn listen_loopback() -> Result<TcpListener, ProbeError> {
     ensure_loopback();
-    TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))
+    TcpListener::bind("127.0.0.1:0").map_err(|e| ProbeError::io("bind 127.0.0.1:0", e))
 }
 
 /// Connect with Nagle off.
-pub fn connect(addr: &str) -> Result<TcpStream, String> {
+pub fn connect(addr: &str) -> Result<TcpStream, ProbeError> {
     if addr.starts_with("127.") || addr.starts_with("localhost") {
         ensure_loopback();
     }
-    let s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-    s.set_nodelay(true).map_err(|e| format!("{addr}: {e}"))?;
+    let s = TcpStream::connect(addr).map_err(|e| ProbeError::io(format!("connect {addr}"), e))?;
+    s.set_nodelay(true).map_err(|e| ProbeError::io(addr, e))?;
     Ok(s)
 }
 
@@ -360,7 +361,7 @@ type ThreadResult = Result<(Vec<f64>, Vec<(u64, f64)>), RunErr>;
 pub fn drive_parallel<C: Send>(
     ctl: &mut Ctl,
     conns: &mut [C],
-    op: impl Fn(&mut C) -> Result<(), String> + Sync,
+    op: impl Fn(&mut C) -> Result<(), ProbeError> + Sync,
 ) -> Result<(), RunErr> {
     let n = conns.len().max(1) as u64;
     let warmup = ctl.warmup;
@@ -425,7 +426,7 @@ pub fn drive_parallel<C: Send>(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(RunErr::Fail("client thread panicked".into()))))
+            .map(|h| h.join().unwrap_or(Err(RunErr::Fail(ProbeError::Panicked("client thread")))))
             .collect()
     });
     let mut all = Vec::new();

@@ -2,7 +2,7 @@
 //! page faults; with THP on one fault maps 2 MiB. In a guest each new guest-physical page
 //! may also take an EPT/NPT violation on the host side.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -51,7 +51,7 @@ impl Probe for Pagefault {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         let kb = params.int("size_kb") as usize;
         let size = (kb * 1024).div_ceil(HUGE) * HUGE;
@@ -66,7 +66,7 @@ impl Session for PfSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let len = self.size + HUGE;
         // SAFETY: anonymous private mapping; checked for MAP_FAILED below.
         let p = unsafe {
@@ -80,7 +80,7 @@ impl Session for PfSession {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+            return Err(ProbeError::os("mmap"));
         }
         // Align to 2 MiB so THP can map whole huge pages.
         let base = (p as usize).div_ceil(HUGE) * HUGE;

@@ -2,7 +2,7 @@
 //! CPU idles: the cost of cache-line transfer between (v)CPUs without any IPI.
 
 use super::roundtrip::{RoundTrip, Wait};
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::output::Better;
 use crate::params::Params;
 
@@ -27,10 +27,10 @@ impl Probe for Pingpong {
         &SPEC
     }
 
-    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let (a, b) = pool.two();
         if a == b {
-            return Err("pingpong needs two CPUs (both sides spin): give --cpus with two CPUs".into());
+            return Err(ProbeError::NeedsTwoCpus);
         }
         Ok(Box::new(RoundTrip::start(a, b, Wait::Spin)?))
     }

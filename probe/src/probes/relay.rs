@@ -11,7 +11,7 @@
 //! forwarders know where to send: in a guest, ports its user network forwards.
 
 use super::net::{connect, ensure_loopback, listen_loopback};
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -75,21 +75,21 @@ impl Probe for Relay {
         &SPEC
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         let n = params.int("relays") as usize;
         let away = list(params, "away");
         let here = (0..=n).filter(|i| !is_away(*i, !away.is_empty())).count();
         if !away.is_empty() && away.len() != n.div_ceil(2) {
-            return Err(format!("`away` needs {} addresses for {n} relays (places 1, 3, ...)", n.div_ceil(2)));
+            return Err(ProbeError::AwayCount { need: n.div_ceil(2), relays: n });
         }
         let listen = list(params, "listen");
         if !listen.is_empty() && listen.len() != here {
-            return Err(format!("`listen` needs {here} addresses (the master and this agent's forwarders)"));
+            return Err(ProbeError::ListenCount(here));
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let n = params.int("relays") as usize;
         let away = list(params, "away");
         let spread = !away.is_empty();
@@ -106,11 +106,11 @@ impl Probe for Relay {
             let l = match binds.next() {
                 Some(b) => {
                     ensure_loopback();
-                    TcpListener::bind(&b).map_err(|e| format!("bind {b}: {e}"))?
+                    TcpListener::bind(&b).map_err(|e| ProbeError::io(format!("bind {b}"), e))?
                 }
                 None => listen_loopback()?,
             };
-            let mut addr = l.local_addr().map_err(|e| e.to_string())?;
+            let mut addr = l.local_addr()?;
             if addr.ip().is_unspecified() {
                 addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
@@ -131,8 +131,8 @@ impl Probe for Relay {
             });
         }
         let out = connect(&addrs[1])?;
-        let (back, _) = master_in.accept().map_err(|e| format!("relay ring: {e}"))?;
-        back.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (back, _) = master_in.accept().map_err(|e| ProbeError::io("relay ring", e))?;
+        back.set_nodelay(true)?;
         Ok(Box::new(RelaySession {
             out,
             back,
@@ -157,10 +157,10 @@ fn pump(mut up: TcpStream, mut down: TcpStream) {
 
 /// `vmtax-probe relay-forward`: one forwarder of a ring that spans machines, for as many
 /// rings (runs) as come, until killed. Prints its bound address when it listens.
-pub fn forward(bind: &str, next: &str) -> Result<(), String> {
+pub fn forward(bind: &str, next: &str) -> Result<(), ProbeError> {
     ensure_loopback();
-    let listener = TcpListener::bind(bind).map_err(|e| format!("bind {bind}: {e}"))?;
-    println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let listener = TcpListener::bind(bind).map_err(|e| ProbeError::io(format!("bind {bind}"), e))?;
+    println!("{}", listener.local_addr()?);
     for up in listener.incoming().flatten() {
         let next = next.to_string();
         std::thread::spawn(move || {
@@ -187,7 +187,7 @@ impl Session for RelaySession {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         if self.interval_ns > 0 {
             let now = mono_ns();
             if self.next_send > now {
@@ -198,11 +198,11 @@ impl Session for RelaySession {
         self.seq = self.seq.wrapping_add(1);
         let mut msg = self.seq.to_le_bytes();
         let t0 = mono_ns();
-        self.out.write_all(&msg).map_err(|e| format!("relay send: {e}"))?;
-        self.back.read_exact(&mut msg).map_err(|e| format!("relay receive: {e}"))?;
+        self.out.write_all(&msg).map_err(|e| ProbeError::io("relay send", e))?;
+        self.back.read_exact(&mut msg).map_err(|e| ProbeError::io("relay receive", e))?;
         let t1 = mono_ns();
         if u32::from_le_bytes(msg) != self.seq {
-            return Err(format!("relay ring returned message {} for {}", u32::from_le_bytes(msg), self.seq));
+            return Err(ProbeError::RingOrder { got: u32::from_le_bytes(msg), sent: self.seq });
         }
         Ok((t1 - t0) as f64)
     }
@@ -270,9 +270,9 @@ mod tests {
         s.run(&mut ctl).unwrap();
         assert_eq!(ctl.values.len(), 100);
         let short = crate::params::resolve("relay", &PARAMS, &["relays=3".into(), "away=127.0.0.1:1".into()]).unwrap();
-        assert!(RELAY.validate(&short).unwrap_err().contains("needs 2 addresses"));
+        assert!(RELAY.validate(&short).unwrap_err().to_string().contains("needs 2 addresses"));
         let listen =
             crate::params::resolve("relay", &PARAMS, &["relays=2".into(), "listen=127.0.0.1:1".into()]).unwrap();
-        assert!(RELAY.validate(&listen).unwrap_err().contains("needs 3 addresses"));
+        assert!(RELAY.validate(&listen).unwrap_err().to_string().contains("needs 3 addresses"));
     }
 }

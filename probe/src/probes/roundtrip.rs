@@ -3,7 +3,7 @@
 //! side waits: in a futex (so the waiting CPU idles and every wake-up is an IPI) or spinning
 //! (no idle, no IPI: only cache-line transfer).
 
-use super::{net_ns, Session};
+use super::{net_ns, ProbeError, Session};
 use crate::clock::{ns_per_tick, overhead_ticks, ticks_start, ticks_stop};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -72,7 +72,7 @@ pub struct RoundTrip {
 
 impl RoundTrip {
     /// Pin this thread on `a`, start the partner pinned on `b`, and wait until it runs.
-    pub fn start(a: usize, b: usize, wait: Wait) -> Result<Self, String> {
+    pub fn start(a: usize, b: usize, wait: Wait) -> Result<Self, ProbeError> {
         crate::affinity::pin(&[a])?;
         let pair = Arc::new(Pair::default());
         let p = pair.clone();
@@ -94,7 +94,7 @@ impl RoundTrip {
                 wait.notify(&p.pong);
             }
         });
-        rx.recv().map_err(|_| "partner thread died".to_string())??;
+        rx.recv().map_err(|_| ProbeError::PartnerDied)??;
         let cpus = if a == b { vec![a] } else { vec![a, b] };
         Ok(RoundTrip {
             pair,
@@ -113,7 +113,7 @@ impl Session for RoundTrip {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let prev = self.seq;
         self.seq = self.seq.wrapping_add(1);
         let t0 = ticks_start();

@@ -1,7 +1,7 @@
 //! `syscall`: the null system call (getppid): one user/kernel round trip, no VM exit
 //! under hardware virtualization, but binary translation and shadow paging make it costly.
 
-use super::{net_ns, CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{net_ns, CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::{ns_per_tick, overhead_ticks, ticks_start, ticks_stop};
 use crate::output::Better;
 use crate::params::Params;
@@ -33,7 +33,7 @@ impl Probe for Syscall {
         &SPEC
     }
 
-    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         Ok(Box::new(SyscallSession { overhead: overhead_ticks(), ns_per_tick: ns_per_tick(), cpu: pool.first() }))
     }
@@ -44,7 +44,7 @@ impl Session for SyscallSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let a = ticks_start();
         // SAFETY: getppid has no arguments and cannot fail; the raw syscall avoids any libc cache.
         let r = unsafe { libc::syscall(libc::SYS_getppid) };

@@ -3,7 +3,7 @@
 //! (lock, sched_yield, unlock), as sysbench's threads_execute_event does. Scheduler,
 //! futex and (in a guest) vCPU preemption costs.
 
-use super::{CpuPool, Ctl, Defaults, Probe, RunErr, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Ctl, Defaults, Probe, ProbeError, RunErr, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -58,7 +58,7 @@ impl Probe for Threads {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let threads = params.int("threads") as usize;
         let (pin, cpus) = if pool.requested {
             let used: Vec<usize> = (0..threads.min(pool.cpus.len())).map(|i| pool.cpus[i]).collect();
@@ -89,7 +89,7 @@ impl ThreadsSession {
             let handles: Vec<_> = (0..self.threads)
                 .map(|t| {
                     let (next, stopped) = (&next, &stopped);
-                    s.spawn(move || -> Result<Vec<(u64, f64)>, String> {
+                    s.spawn(move || -> Result<Vec<(u64, f64)>, ProbeError> {
                         if let Some(p) = &self.pin {
                             crate::affinity::pin(&[p[t % p.len()]])?;
                         }
@@ -120,7 +120,7 @@ impl ThreadsSession {
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("worker panicked".into()))).collect::<Vec<_>>()
+            handles.into_iter().map(|h| h.join().unwrap_or(Err(ProbeError::Panicked("worker")))).collect::<Vec<_>>()
         });
         let wall = mono_ns() - start;
         if super::stop_requested() {
@@ -139,8 +139,8 @@ impl Session for ThreadsSession {
         self.cpus.clone()
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
-        Err("threads runs whole phases, not single iterations".into())
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
+        Err(ProbeError::WholePhases)
     }
 
     fn run(&mut self, ctl: &mut Ctl) -> Result<(), RunErr> {

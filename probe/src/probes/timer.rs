@@ -8,7 +8,7 @@
 //! of 0 us on /dev/cpu_dma_latency for the run, which keeps idle CPUs polling; cyclictest
 //! makes the same request unless run with `--laptop`, so compare like with like.
 
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -59,14 +59,14 @@ struct TimerSession {
 }
 
 /// Ask the kernel for 0 us wake-up latency (PM QoS), which keeps idle CPUs out of halt.
-fn hold_zero_dma_latency() -> Result<std::fs::File, String> {
+fn hold_zero_dma_latency() -> Result<std::fs::File, ProbeError> {
     use std::io::Write;
     const PATH: &str = "/dev/cpu_dma_latency";
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .open(PATH)
-        .map_err(|e| format!("idle=poll needs write access to {PATH} (root): {e}"))?;
-    f.write_all(&0i32.to_ne_bytes()).map_err(|e| format!("idle=poll: writing {PATH}: {e}"))?;
+        .map_err(|source| ProbeError::NoPmQos { path: PATH, source })?;
+    f.write_all(&0i32.to_ne_bytes()).map_err(|e| ProbeError::io(format!("idle=poll: writing {PATH}"), e))?;
     Ok(f)
 }
 
@@ -75,13 +75,13 @@ impl Probe for Timer {
         &SPEC
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         let tfd = if params.str("variant") == "timerfd" {
             // SAFETY: plain syscall; the returned fd is checked and then owned.
             let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
             if fd < 0 {
-                return Err(format!("timerfd_create: {}", std::io::Error::last_os_error()));
+                return Err(ProbeError::os("timerfd_create"));
             }
             // SAFETY: fd is a fresh descriptor nobody else owns.
             Some(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -102,7 +102,7 @@ impl Probe for Timer {
 }
 
 fn ts(ns: u64) -> libc::timespec {
-    libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
+    libc::timespec { tv_sec: (ns / 1_000_000_000) as _, tv_nsec: (ns % 1_000_000_000) as libc::c_long }
 }
 
 impl Session for TimerSession {
@@ -110,7 +110,7 @@ impl Session for TimerSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let target = mono_ns() + self.delay_ns;
         match &self.tfd {
             None => loop {
@@ -122,7 +122,7 @@ impl Session for TimerSession {
                 match rc {
                     0 => break,
                     libc::EINTR => continue,
-                    e => return Err(format!("clock_nanosleep: {}", std::io::Error::from_raw_os_error(e))),
+                    e => return Err(ProbeError::io("clock_nanosleep", std::io::Error::from_raw_os_error(e))),
                 }
             },
             Some(fd) => {
@@ -132,7 +132,7 @@ impl Session for TimerSession {
                     libc::timerfd_settime(fd.as_raw_fd(), libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut())
                 };
                 if rc != 0 {
-                    return Err(format!("timerfd_settime: {}", std::io::Error::last_os_error()));
+                    return Err(ProbeError::os("timerfd_settime"));
                 }
                 let mut expirations = 0u64;
                 loop {
@@ -143,7 +143,7 @@ impl Session for TimerSession {
                     }
                     let err = std::io::Error::last_os_error();
                     if err.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(format!("timerfd read: {err}"));
+                        return Err(ProbeError::io("timerfd read", err));
                     }
                 }
             }

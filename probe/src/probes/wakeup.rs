@@ -4,7 +4,7 @@
 //! target must be scheduled and have the interrupt injected.
 
 use super::roundtrip::{RoundTrip, Wait};
-use super::{CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::output::Better;
 use crate::params::Params;
 
@@ -29,7 +29,7 @@ impl Probe for Wakeup {
         &SPEC
     }
 
-    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, _params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         let (a, b) = pool.two();
         Ok(Box::new(RoundTrip::start(a, b, Wait::Futex)?))
     }

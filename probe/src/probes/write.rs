@@ -3,7 +3,7 @@
 //! ("buffered", like stdio's puts): then every buffer/len-th iteration carries the syscall,
 //! a periodic pattern the artifact detector must find.
 
-use super::{net_ns, CpuPool, Defaults, Probe, Session, Spec, ALL_ARCHES};
+use super::{net_ns, CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::{ns_per_tick, overhead_ticks, ticks_start, ticks_stop};
 use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
@@ -70,15 +70,15 @@ impl Probe for WriteProbe {
         &SPEC
     }
 
-    fn validate(&self, params: &Params) -> Result<(), String> {
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
         let (len, cap) = (params.int("len"), params.int("buffer"));
         if params.str("mode") == "buffered" && cap < len {
-            return Err(format!("buffer ({cap}) must be at least len ({len})"));
+            return Err(ProbeError::BufferTooSmall { cap, len });
         }
         Ok(())
     }
 
-    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, String> {
+    fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
         let len = params.int("len") as usize;
         let cap = params.int("buffer") as usize;
@@ -87,7 +87,7 @@ impl Probe for WriteProbe {
             let mut fds = [0i32; 2];
             // SAFETY: fds is a valid array of two ints for pipe2 to fill.
             if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-                return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+                return Err(ProbeError::os("pipe"));
             }
             // SAFETY: both fds were just created and are owned by nobody else.
             let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -98,7 +98,13 @@ impl Probe for WriteProbe {
             });
             (File::from(w), Some(h))
         } else {
-            (std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?, None)
+            (
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/null")
+                    .map_err(|e| ProbeError::io("/dev/null", e))?,
+                None,
+            )
         };
         let mut line = vec![b'x'; len];
         line[len - 1] = b'\n';
@@ -121,16 +127,16 @@ impl Session for WriteSession {
         vec![self.cpu]
     }
 
-    fn iterate(&mut self) -> Result<f64, String> {
+    fn iterate(&mut self) -> Result<f64, ProbeError> {
         let a = ticks_start();
         if self.buffered {
             if self.buf.len() + self.line.len() > self.cap {
-                self.out.write_all(&self.buf).map_err(|e| format!("write: {e}"))?;
+                self.out.write_all(&self.buf).map_err(|e| ProbeError::io("write", e))?;
                 self.buf.clear();
             }
             self.buf.extend_from_slice(&self.line);
         } else {
-            self.out.write_all(&self.line).map_err(|e| format!("write: {e}"))?;
+            self.out.write_all(&self.line).map_err(|e| ProbeError::io("write", e))?;
         }
         let b = ticks_stop();
         Ok(net_ns(a, b, self.overhead, self.ns_per_tick))

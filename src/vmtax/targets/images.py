@@ -173,6 +173,9 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+GUEST_HOSTS = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+
 def _base_entries(init: bytes, busybox: bytes) -> list[cpio.Entry]:
     entries = [cpio.directory(d) for d in ("bin", "dev", "etc", "proc", "sys", "tmp", "root")]
     entries += [
@@ -181,6 +184,9 @@ def _base_entries(init: bytes, busybox: bytes) -> list[cpio.Entry]:
         cpio.regular("bin/busybox", busybox, 0o755),
         cpio.symlink("bin/sh", "busybox"),
         cpio.regular("init", init, 0o755),
+        # The agent's resolver (static glibc's or musl's) reads names from here: without it
+        # not even "localhost" resolves in a busybox guest.
+        cpio.regular("etc/hosts", GUEST_HOSTS),
     ]
     return entries
 

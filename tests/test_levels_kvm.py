@@ -166,15 +166,15 @@ def test_l3_runs_under_l2s_kvm_and_both_host_sides_answer(tmp_path, monkeypatch)
 
 
 @slow
-def test_run_levels_l1_l2_inner_kvm_stores_honest_configurations(tmp_path, monkeypatch, cli):
-    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path / "cache"))
+def test_run_levels_l1_l2_inner_kvm_stores_honest_configurations(kvm_l1_l2_store, cli):
+    # `vmtax run --levels L1,L2 --inner-accel kvm` (with cpuid, see conftest.py): the run
+    # the exit-profile tests read too, made once.
     from vmtax.store import Store
 
-    db = f"sqlite:///{tmp_path / 'kvm.db'}"
-    args = ["--levels", "L1,L2", "--inner-accel", "kvm", "--probe", "cpuid", "--runs", "3"]
-    done = cli("run", *args, "--db", db)
-    assert done.returncode == 0, done.stderr[-2000:]
-    runs = Store.open(db).runs()
+    db, _ = kvm_l1_l2_store
+    with Store.open(db) as store:
+        runs = store.runs()
+    assert len(runs) == 12  # cpuid and timer, three runs each at L1 and L2
     assert (runs["status"] == "ok").all()
     accel = {r.level: r.labels["accel"] for r in runs.itertuples()}
     assert accel == {"L1": "tcg", "L2": "kvm"}

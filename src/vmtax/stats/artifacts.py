@@ -248,8 +248,8 @@ def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -
     f = sfft.rfft(x, axis=-1, overwrite_x=True)
     parts = f.view(np.float64)  # re, im interleaved: square in place, no temporaries
     np.square(parts, out=parts)
-    parts *= weights[:, None]
-    power = parts.sum(axis=-2)
+    # The weighted sum over runs is one matrix product (one pass, no weighted copy).
+    power = np.matmul(weights, parts)
     power = power.reshape(*power.shape[:-1], -1, 2).sum(axis=-1)
     ac = sfft.irfft(power, n=size, axis=-1)[..., : max_lag + 1]
     return ac * (n / (n - np.arange(max_lag + 1)))

@@ -12,24 +12,33 @@ Start an experiment the way `vmtax run` does (same validation, plan, store and r
 
     exp = vmtax.run(db="sqlite:///results.db", probes=["cpuid", "syscall"], runs=3)
     vmtax.open("sqlite:///results.db").runs(f"exp={exp}")
+
+Start an overcommitment sweep the way `vmtax sweep` does (same checks, grid, seeded replicate
+order and store)::
+
+    from vmtax import api
+    exp = api.sweep(db="sqlite:///results.db", level="L0", steps="0.5,1", replicates=2)
+    s = api.sweep_summary(exp, db="sqlite:///results.db")
+    print(s.knee, s.order_seed, [(f.ratio, f.throughput) for f in s.steps])
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from vmtax.errors import VmtaxError
 from vmtax.store import Store
 
-LABEL_PREFIX = "label_"
-SAMPLE_COLUMNS = [
-    "experiment_id", "config", "level", "probe", "run_id", "plan_index", "run_index",
-    "iteration", "warmup", "value", "unit",
-]  # fmt: skip
+# The tidy shapes live with the store (exports use them too); re-exported for notebooks.
+from vmtax.store.tidy import LABEL_PREFIX as LABEL_PREFIX
+from vmtax.store.tidy import SAMPLE_COLUMNS as SAMPLE_COLUMNS
+from vmtax.store.tidy import tidy_runs, tidy_samples
+
+if TYPE_CHECKING:
+    from vmtax.sweep.summary import SweepSummary
 
 
 class Results:
@@ -99,73 +108,28 @@ def run(db: str | None = None, **options: Any) -> int:
     return done.experiment_id
 
 
-def tidy_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """A runs frame with the ``labels`` dicts spread into ``label_<key>`` columns."""
-    keys = sorted({k for labels in runs["labels"] for k in labels})
-    out = runs.drop(columns=["labels"])
-    for key in keys:
-        out[LABEL_PREFIX + key] = [labels.get(key) for labels in runs["labels"]]
-    return out
+def sweep(db: str | None = None, **options: Any) -> int:
+    """Run an overcommitment sweep as `vmtax sweep` does and return its experiment id.
+
+    ``options`` are :class:`vmtax.experiment.SweepRequest`'s fields (``axis``, ``steps``,
+    ``replicates``, ``order_seed``, ``level``, ``warmup``, ``window``, ``interval``, ...).
+    Bad input raises UsageError before anything starts; a step that fails raises SweepError
+    after the units before it are stored.
+    """
+    # The sweep boots guests through the targets: load them only when a sweep is asked for.
+    from vmtax import experiment
+
+    request = experiment.SweepRequest(db=db, argv=["(vmtax.api.sweep)"], **options)
+    with experiment.run_sweep(request) as done:
+        return done.experiment_id
 
 
-def tidy_samples(store: Store, runs: pd.DataFrame, *, warmup: bool = False) -> pd.DataFrame:
-    """Long frame of every sample of ``runs`` (columns ``SAMPLE_COLUMNS``)."""
-    run_ids = runs["run_id"].to_numpy()
-    measured = store.samples(run_ids)
-    warm = store.samples(run_ids, warmup=True) if warmup else {}
-    # One block per (run, kind): per-block values are repeated over the block's samples, so
-    # building 10^7 rows costs a few vectorised passes and no per-row Python.
-    rows: list[int] = []
-    arrays: list[np.ndarray] = []
-    warm_flags: list[bool] = []
-    for pos, run_id in enumerate(run_ids):
-        if warmup and len(warm.get(int(run_id), ())):
-            rows.append(pos)
-            arrays.append(warm[int(run_id)])
-            warm_flags.append(True)
-        rows.append(pos)
-        arrays.append(measured.get(int(run_id), np.empty(0)))
-        warm_flags.append(False)
-    block_row = np.asarray(rows, dtype=np.int64)
-    sizes = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    is_warm = np.asarray(warm_flags, dtype=bool)
+def sweep_summary(experiment: int | str = "latest", db: str | None = None) -> SweepSummary:
+    """A stored sweep's per step figures and analysis (knee, response-time rise, SLO)."""
+    # The knee's statistics pull in scipy: loaded only when a sweep is asked for.
+    from vmtax.experiment import stored_sweep
 
-    def per_block(column: str, dtype: type) -> np.ndarray:
-        return np.repeat(runs[column].to_numpy(dtype=dtype)[block_row], sizes)
-
-    # Measured iterations count 0..n-1; warm-up ones -w..-1, so sorting gives run order.
-    iteration = (
-        np.concatenate(
-            [np.arange(-n if w else 0, 0 if w else n, dtype=np.int32)
-             for n, w in zip(sizes, is_warm, strict=True)]
-        )
-        if len(arrays)
-        else np.empty(0, dtype=np.int32)
-    )  # fmt: skip
-    values = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.float64)
-    frame = {
-        "experiment_id": per_block("experiment_id", np.int64),
-        "config": _categorical(runs["config"], block_row, sizes),
-        "level": _categorical(runs["level"], block_row, sizes),
-        "probe": _categorical(runs["probe"], block_row, sizes),
-        "run_id": per_block("run_id", np.int64),
-        "plan_index": per_block("plan_index", np.int32),
-        "run_index": per_block("run_index", np.int32),
-        "iteration": iteration,
-        "warmup": np.repeat(is_warm, sizes),
-        "value": values.astype(np.float64, copy=False),
-        "unit": _categorical(runs["unit"], block_row, sizes),
-    }
-    # copy=False: no consolidation of same-typed columns into one 2-D block (a full copy).
-    return pd.DataFrame(frame, columns=SAMPLE_COLUMNS, copy=False)
-
-
-def _categorical(column: pd.Series, block_row: np.ndarray, sizes: np.ndarray) -> pd.Categorical:
-    # Categories keep 10^7-row frames small and fast to build: one small code per row.
-    codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    small = np.int8 if len(uniques) < 127 else np.int16 if len(uniques) < 32767 else np.int32
-    per_row = np.repeat(codes.astype(small)[block_row], sizes)
-    return pd.Categorical.from_codes(per_row, categories=pd.Index(list(uniques)), validate=False)
+    return stored_sweep(str(experiment), db=db)
 
 
 def _flatten(selectors: Sequence[str]) -> list[str]:

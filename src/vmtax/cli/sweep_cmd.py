@@ -1,17 +1,27 @@
-"""`vmtax sweep`: an overcommitment sweep (study B); `vmtax sweep show EXP`: its figures."""
+"""`vmtax sweep`: an overcommitment sweep (study B); `vmtax sweep show EXP`: its figures.
+
+The sweep itself is ``vmtax.experiment.sweep``'s; this module parses options and renders."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 
 from vmtax import outfile
-from vmtax.errors import UsageError, VmtaxError
-from vmtax.experiment.request import command_line as _command_line
+from vmtax.cli.signals import sigterm_as_interrupt
+from vmtax.errors import UsageError
+from vmtax.experiment.sweep import (
+    SweepRequest,
+    UnitDone,
+    resume_sweep,
+    run_sweep,
+    stored_sweep,
+)
 from vmtax.sweep.spec import (
     DEFAULT_REPLICATES,
     MAX_EVENTS,
@@ -25,6 +35,9 @@ from vmtax.sweep.spec import (
     QEMU_OVERHEAD_MB,
 )
 from vmtax.sweep.tiers import TRIPLET_EVENTS
+
+if TYPE_CHECKING:
+    from vmtax.sweep.summary import SweepSummary
 
 SHOW_FORMATS = ("table", "markdown", "json", "html")
 
@@ -43,15 +56,6 @@ sweep_app = typer.Typer(
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     app.add_typer(sweep_app, name="sweep")
-
-
-def _ratios(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise UsageError(
-            f"--steps must be ratios like 0.5,1,1.5,2 or a preset, got {text!r}"
-        ) from None
 
 
 @sweep_app.callback()
@@ -179,193 +183,53 @@ def sweep(
     """
     if ctx.invoked_subcommand is not None:
         return
-    import secrets
-    from dataclasses import replace
-
-    from vmtax.runner import controller_identity
-    from vmtax.store import Store
-    from vmtax.sweep.run import SweepRunner, spec_for_resume
-    from vmtax.sweep.spec import SweepSpec, Timing, apply_presets
-    from vmtax.targets.levels import host_resources
-
-    if level not in ("L0", "L1"):
-        raise UsageError(f"--level must be L0 or L1, got {level!r}")
-    if workload == "triplet" and (guest_vcpus or guest_memory):
-        raise UsageError(
-            "--guest-vcpus and --guest-memory size plain guests; the triplet's tiers are "
-            "sized by --tiers (small or study-b)"
-        )
-    if workload == "triplet" and resume is None:
-        _triplet_can_run(level)
-    if not (0 < boot_timeout <= 3600):
-        raise UsageError(f"--boot-timeout must be above 0 and at most 3600 s, got {boot_timeout}")
-    spec = None
-    if resume is None:
-        cpus, host_mb = host_resources()
-        spec = SweepSpec(
-            axis=axis,
-            workload="threads" if axis == "vcpus" and workload == "cpu" else workload,
-            think_time_s=think_time,
-            events=events or (TRIPLET_EVENTS if workload == "triplet" else 200),
-            max_prime=max_prime,
-            host_cpus=cpus,
-            guest_vcpus=guest_vcpus or 1,
-            guest_memory_mb=guest_memory or 160,
-            guests=guests,
-            cap_mb=cap_mb,
-            accel="none",
-            slo_s=slo,
-            tiers=tiers,
-            clients_per_triplet=clients,
-            replicates=replicates,
-            intervals=intervals,
-            order_seed=secrets.randbits(32) if order_seed is None else order_seed,
-            host_memory_mb=host_mb,
-        )
-        if not 0 <= spec.order_seed < 2**63:
-            raise UsageError(f"--order-seed must be 0 to 2^63-1, got {spec.order_seed}")
-        preset = steps if steps in ("default", "study-b") else "default"
-        custom = _ratios(steps) if preset == "default" and steps != "default" else None
-        if custom is not None:  # bounds first: a preset must not size absurd steps
-            replace(spec, ratios=custom)._check_bounds()
-        spec = apply_presets(spec, steps=preset, timing=timing)
-        if custom is not None:
-            spec = replace(spec, ratios=custom, steps_preset="custom")
-        t = spec.timing
-        spec = replace(
-            spec,
-            timing=Timing(
-                t.warmup_s if warmup is None else warmup,
-                t.window_s if window is None else window,
-                t.interval_s if interval is None else interval,
-            ),
-        )
-        spec.check()
-    store = Store.open(db)
-    try:
-        if resume is not None:
-            exp = store.experiment(resume)
-            spec = spec_for_resume(exp.get("plan") or {})
-            level = (exp.get("plan") or {}).get("level", "L1")
-            store.reopen_experiment(resume, controller_identity())
-            experiment_id = resume
-        else:
-            assert spec is not None
-            if level == "L1":
-                from vmtax.targets.accel import choose_accel
-
-                # After the checks: probing KVM can take seconds, a usage error should not.
-                spec = replace(spec, accel=choose_accel(accel))
-            experiment_id = store.create_experiment(
-                command=_command_line(sys.argv[1:], store.url_display),
-                suite="sweep",
-                seed=spec.order_seed,
-                plan={
-                    "sweep": spec.as_plan(),
-                    "level": level,
-                    "controller": controller_identity(),
-                },  # fmt: skip
-                vmtax_version=_version(),
-                agent_version=None,
+    request = SweepRequest(
+        axis=axis, steps=steps, replicates=replicates, intervals=intervals,
+        order_seed=order_seed, timing=timing, warmup=warmup, window=window, interval=interval,
+        workload=workload, think_time=think_time, events=events, max_prime=max_prime,
+        guest_vcpus=guest_vcpus, guest_memory=guest_memory, guests=guests, tiers=tiers,
+        clients=clients, cap_mb=cap_mb, level=level, accel=accel, slo=slo,
+        boot_timeout=boot_timeout, db=db, argv=sys.argv[1:],
+    )  # fmt: skip
+    # SIGTERM stops like Ctrl-C: guests killed, committed steps kept, experiment marked
+    # interrupted (resume with --resume).
+    if resume is not None:
+        request.check(resuming=True)
+        with sigterm_as_interrupt():
+            done = resume_sweep(
+                resume, db=db, boot_timeout=boot_timeout, progress=_unit_line, notice=_to_stderr
             )
-        factory = _factory(spec, level, boot_timeout)
-        total = len(spec.ratios)
-        units = total * spec.replicates
-        done = [0]
-
-        def on_step(o: object) -> None:
-            from vmtax.sweep.run import StepOutcome, throughput_unit
-
-            assert isinstance(o, StepOutcome)
-            window = [s for s in o.samples if s["phase"] == "window"]
-            tput = [s["throughput"] for s in window if s["throughput"] is not None]
-            util = [s["host_util"] for s in window if s["host_util"] is not None]
-            mean = sum(tput) / len(tput) if tput else float("nan")
-            cpu = 100 * sum(util) / len(util) if util else float("nan")
-            p95 = o.detail.get("resp_p95_s") or float("nan")
-            done[0] += 1
-            typer.echo(
-                f"[{done[0]}/{units}] replicate {o.replicate + 1}/{spec.replicates} "
-                f"step {o.index + 1}/{total} {o.ratio:g}:1 {o.status}: {mean:,.0f} "
-                f"{throughput_unit(spec)}, p95 {p95:.3g} s, "
-                f"host CPU {cpu:.0f}%",
-                err=True,
-            )
-
-        typer.echo(
-            f"vmtax: sweep experiment {experiment_id}: {total} steps x {spec.replicates} "
-            f"replicates, order seed {spec.order_seed}",
-            err=True,
-        )
-        runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
-        from vmtax.cli.signals import sigterm_as_interrupt as _sigterm_as_interrupt
-
-        # SIGTERM stops like Ctrl-C: guests killed, committed steps kept, experiment
-        # marked interrupted (resume with --resume).
-        with _sigterm_as_interrupt():
-            runner.execute(experiment_id)
-        _show(store, experiment_id, "table")
-    finally:
-        store.close()
+    else:
+        with sigterm_as_interrupt():  # bad input is refused before anything starts
+            done = run_sweep(request, progress=_unit_line, notice=_to_stderr)
+    with done:
+        _show(done.summary(), "table")
 
 
-def _triplet_can_run(level: str) -> None:
-    """The triplet's servers run in QEMU guests from an image with PHP: say so in one line
-    before an experiment is made."""
-    from vmtax.workloads import webapp
-
-    if level != "L1":
-        raise UsageError("the triplet workload runs its tiers in QEMU guests: use --level L1")
-    webapp.extension_dir(webapp.php_cgi())
+def _to_stderr(line: str) -> None:
+    typer.echo(line, err=True)
 
 
-def _factory(spec: object, level: str, boot_timeout: float) -> object:
-    from vmtax.sweep.guests import local_factory, qemu_factory
-
-    if level == "L0":
-        return local_factory(spec)  # type: ignore[arg-type]
-    return qemu_factory(spec, boot_timeout=boot_timeout)  # type: ignore[arg-type]
-
-
-def _version() -> str:
-    from vmtax import __version__
-
-    return __version__
+def _unit_line(u: UnitDone) -> None:
+    o = u.outcome
+    typer.echo(
+        f"[{u.done}/{u.units}] replicate {o.replicate + 1}/{u.replicates} "
+        f"step {o.index + 1}/{u.steps} {o.ratio:g}:1 {o.status}: {u.throughput:,.0f} "
+        f"{u.throughput_unit}, p95 {u.p95_s:.3g} s, host CPU {u.host_cpu_pct:.0f}%",
+        err=True,
+    )
 
 
-def _experiment_id(store: object, which: str) -> int:
-    if which == "latest":
-        from sqlalchemy import select
-
-        from vmtax.store.models import Experiment
-
-        t = Experiment.__table__
-        with store.engine.connect() as c:  # type: ignore[attr-defined]
-            found = c.execute(
-                select(t.c.id).where(t.c.suite == "sweep").order_by(t.c.id.desc()).limit(1)
-            ).scalar()
-        if found is None:
-            raise VmtaxError("no sweep in the store yet (run `vmtax sweep`)")
-        return int(found)
-    try:
-        return int(which)
-    except ValueError:
-        raise UsageError(f"EXP must be an experiment id or latest, got {which!r}") from None
-
-
-def _show(store: object, experiment_id: int, fmt: str, output: Path | None = None) -> None:
-    from rich.console import Console
-
+def _show(summary: SweepSummary, fmt: str, output: Path | None = None) -> None:
+    # The report draws with matplotlib (most of a second to load): only when shown.
     from vmtax.report import sweep as sweep_report
-    from vmtax.sweep.summary import summarise
 
-    summary = summarise(store, experiment_id)  # type: ignore[arg-type]
     if fmt == "json":
         text = json.dumps(summary.as_json(), indent=2)
     elif fmt == "markdown":
         text = sweep_report.markdown(summary)
     elif fmt == "html":
-        part = sweep_report.Section(experiment_id, sweep_report.html_section(summary), "")
+        part = sweep_report.Section(summary.experiment_id, sweep_report.html_section(summary), "")
         text = sweep_report.standalone([part], "html")
     else:
         if output is None:
@@ -395,14 +259,8 @@ def show(
 
     Example: vmtax sweep show latest --format json
     """
-    from vmtax.store import Store
-
     if fmt not in SHOW_FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(SHOW_FORMATS)})")
     if output is not None:
         outfile.destination(output)  # a FIFO, device or directory is refused before any work
-    store = Store.open(db, read_only=True)
-    try:
-        _show(store, _experiment_id(store, experiment), fmt, output)
-    finally:
-        store.close()
+    _show(stored_sweep(experiment, db=db), fmt, output)

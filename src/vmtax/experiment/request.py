@@ -15,6 +15,8 @@ from typing import Any
 from vmtax.errors import UsageError
 from vmtax.plan import bounds
 from vmtax.plan.params import parse_params
+from vmtax.plan.suite import parse_percent, parse_seconds
+from vmtax.plan.targets import fleet_size
 
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
 _LEVEL = re.compile(r"^L[0-3]$")
@@ -117,8 +119,6 @@ def sampling_options(
     precision: str | None, budget: str | None, min_runs: int | None, runs: int | None
 ) -> dict[str, Any]:
     """--precision / --budget / --min-runs as build_plan arguments; UsageError when bad."""
-    from vmtax.plan.suite import parse_percent, parse_seconds
-
     if precision is not None and runs is not None:
         raise UsageError("give --runs (a fixed number) or --precision (adaptive), not both")
     if min_runs is not None and min_runs < 2:
@@ -200,8 +200,6 @@ def target_specs(
     if fleet:
         if not Path(fleet).is_file():
             raise UsageError(f"fleet file not found: {fleet}")
-        from vmtax.plan.targets import fleet_size
-
         count, _ = fleet_size(fleet)
         specs += [
             {"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i} for i in range(count)

@@ -18,12 +18,15 @@ from vmtax import runner as rn
 from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.request import RunRequest, command_line
+from vmtax.hostprof.recorder import Recorder
 from vmtax.plan import bounds
 from vmtax.plan.params import apply_params
 from vmtax.plan.plan import Plan, build_plan
 from vmtax.plan.suite import load_suite
 from vmtax.plan.targets import make_targets
 from vmtax.store import Store
+from vmtax.targets.local import LocalTarget
+from vmtax.version import __version__
 from vmtax.workloads import image_contents
 
 Notice = Callable[[str], None]
@@ -78,6 +81,7 @@ def run(
             f"{plan.sampling['raised_for']} comparisons can reach p < 0.05 after Holm"
         )
     if plan.sampling:
+        # Adaptive sampling's statistics pull in scipy (over a second): only when asked for.
         from vmtax.sampling.runlength import apply
 
         fixed = request.duration is not None
@@ -98,7 +102,7 @@ def run(
         suite=plan.suite,
         seed=plan.seed,
         plan=plan.to_dict() | {"controller": rn.controller_identity(), "options": options},
-        vmtax_version=_version(),
+        vmtax_version=__version__,
         agent_version=local_fp.agent_version,
     )
     # The local fingerprint is reused for the local target instead of measuring it twice.
@@ -210,28 +214,19 @@ def _require_workload_packages(plan: Plan) -> None:
 def _exit_recorders(store: Store, exits: bool) -> list[Any]:
     if not exits:
         return []
-    from vmtax.hostprof.recorder import Recorder
-
     return [Recorder(store)]
 
 
 def _adaptive(store: Store, plan: Plan, exp_id: int, started: float | None) -> Any:
     if not plan.sampling:
         return None
+    # scipy again (see above): loaded only for an adaptive plan.
     from vmtax.sampling.adaptive import AdaptiveSampler
 
     return AdaptiveSampler(store, plan, exp_id, started=started)
 
 
 def _local_target() -> Any:
-    from vmtax.targets.local import LocalTarget
-
     target = LocalTarget()
     target.prepare()
     return target
-
-
-def _version() -> str:
-    from vmtax import __version__
-
-    return __version__

@@ -12,7 +12,7 @@ replicate means.
 - ``host``: host-side sampling (CPU utilisation, vCPU run-queue wait, memory, paging);
 - ``cgroup``: the memory cap around the guests' QEMU processes;
 - ``run``: the step loop, the closed-loop clients, resume and failure handling;
-- ``guests``: QEMU guests (L1) or agent processes (L0) for the steps;
+- ``guests``: the guests of the steps: QEMU guests (L1, ``qemu``) or agent processes (L0);
 - ``tiers``, ``triplet``: study B's web, app and db guests (``--workload triplet``), their
   sizes, and the clients on this machine that drive them;
 - ``gueststeal``: a guest's own steal, read inside it, when its clients run elsewhere;

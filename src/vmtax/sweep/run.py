@@ -330,9 +330,9 @@ class SweepRunner:
         ends = [t0] + [t0 + s["t_s"] for s in samples]
         for sample, a, b in zip(samples, ends, ends[1:], strict=False):
             for row in sample["per_guest"]:
-                rec = recorders.get(row["guest"] - 1)
-                if rec is not None:
-                    row["steal"] = rec.steal(a, b)
+                reader = recorders.get(row["guest"] - 1)
+                if reader is not None:
+                    row["steal"] = reader.steal(a, b)
             steals = [r["steal"] for r in sample["per_guest"] if r.get("steal") is not None]
             sample["steal"] = float(np.mean(steals)) if steals else None
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from vmtax.errors import UsageError
+from vmtax.refs.datasets import load
 from vmtax.sweep.tiers import DEFAULT_TRIPLETS, TIER_NAMES, TRIPLET_SIZES, TripletSizes
 
 AXES = ("guests", "vcpus", "memory")
@@ -311,8 +312,6 @@ class SweepSpec:
 
 def study_b_steps(platform: str = "z/VM") -> tuple[tuple[float, ...], float | None]:
     """Study B's CPU overcommit ratios and its largest memory overcommit, from the dataset."""
-    from vmtax.refs.datasets import load
-
     df = load("zvm_xen2009_overcommit")
     rows = df[df["platform"] == platform]
     if rows.empty:

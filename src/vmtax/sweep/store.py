@@ -65,7 +65,9 @@ def add_step(
     }
     with store._guard(), store.engine.begin() as connection:
         result = connection.execute(SweepStep.__table__.insert().values(**values))
-        step_id = int(result.inserted_primary_key[0])
+        key = result.inserted_primary_key
+        assert key is not None  # an insert of one row has its key
+        step_id = int(key[0])
         rows = [
             {"step_id": step_id, "seq": i, **{k: s.get(k) for k in SAMPLE_FIELDS}}
             for i, s in enumerate(samples)

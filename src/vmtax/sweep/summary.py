@@ -64,7 +64,7 @@ class SweepSummary:
     spec: dict[str, Any]
     throughput_unit: str
     steps: list[StepFigures]
-    knee: dict[str, float] | None
+    knee: dict[str, float | None] | None  # low and high are None without intervals
     knee_shape: str
     knee_reason: str
     flat: dict[str, Any] | None
@@ -218,10 +218,10 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
         if spec.intervals
         else None
     )
-    ok = [f for f in figures if f.status == "ok"]
+    measured = [f for f in figures if f.status == "ok"]
     slo = slo_check(
-        [f.ratio for f in ok],
-        [f.resp_p95_s if f.resp_p95_s is not None else math.nan for f in ok],
+        [f.ratio for f in measured],
+        [f.resp_p95_s if f.resp_p95_s is not None else math.nan for f in measured],
         spec.slo_s,
     )
     return SweepSummary(

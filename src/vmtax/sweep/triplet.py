@@ -19,14 +19,15 @@ import json
 import secrets
 from typing import Any
 
-from vmtax.sweep.guests import QemuGuests
+from vmtax.sweep.qemu import QemuGuests
 from vmtax.sweep.run import Client, Guest, Transaction
 from vmtax.sweep.spec import StepSize, SweepSpec
 from vmtax.sweep.tiers import TIER_NAMES
-from vmtax.targets.base import Target, TargetError
-from vmtax.targets.images import Image
+from vmtax.targets.base import Target, TargetError, find_agent
+from vmtax.targets.images import Image, build_minimal
+from vmtax.targets.local import LocalTarget
 from vmtax.targets.qemu import QemuTarget
-from vmtax.workloads import webapp
+from vmtax.workloads import image_contents, webapp
 from vmtax.workloads.reach import HOST_FROM_GUEST
 
 #: The db tier's scratch disk (its data directory; sparse, so it costs what it holds).
@@ -37,10 +38,6 @@ TIER_START_TIMEOUT = 240.0
 
 def triplet_image() -> Image:
     """The minimal image with the workloads' servers and PHP (this image only)."""
-    from vmtax.targets.base import find_agent
-    from vmtax.targets.images import build_minimal
-    from vmtax.workloads import image_contents
-
     extras = image_contents().plus(webapp.guest_binaries(), webapp.guest_files())
     return build_minimal(find_agent(), contents=extras)
 
@@ -87,7 +84,7 @@ class TripletGuests(QemuGuests):
 
     def clients(self, guests: list[Guest], end: float, out: list[Transaction]) -> list[Client]:
         """The closed-loop clients of every triplet, each on this machine."""
-        found = []
+        found: list[Client] = []
         for web in range(len(TIER_NAMES) - 1, len(guests), len(TIER_NAMES)):
             port = int(guests[web].detail["port"])
             for n in range(self.spec.clients):
@@ -134,8 +131,6 @@ class WebClient(Client):
         number: int,
     ) -> None:
         super().__init__(index, guest, spec, end, out)
-        from vmtax.targets.local import LocalTarget
-
         self.port = port
         triplet = index // len(TIER_NAMES) + 1
         self.label = f"triplet {triplet} client {number + 1}"

@@ -8,8 +8,7 @@ from scipy import stats
 
 from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import load_suite
-from vmtax.sampling.design import significance_floor
-from vmtax.stats.significance import adjust
+from vmtax.stats.significance import adjust, significance_floor
 
 
 def _best_adjusted_p(n: int, family: int) -> float:

@@ -151,7 +151,7 @@ class End(_Model):
 
 
 Record = Annotated[Header | Samples | RunSummary | End, Field(discriminator="type")]
-_RECORD = TypeAdapter(Record)
+_RECORD: TypeAdapter[Header | Samples | RunSummary | End] = TypeAdapter(Record)
 
 
 def parse_record(line: str) -> Header | Samples | RunSummary | End:

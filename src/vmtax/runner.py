@@ -22,23 +22,26 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from pydantic import ValidationError
 
 from vmtax.contract import Fingerprint, ProbeInfo, read_stream, startup_args
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.plan.plan import Plan, Step
 from vmtax.store.runtimes import RunTimes
+from vmtax.targets.agent import ENV_TIMEOUT_S, fingerprint
+from vmtax.targets.agent import list_probes as list_probes  # re-exported
 from vmtax.targets.base import AgentTimeout, Target, TargetError
 from vmtax.turns import Turns
 from vmtax.workloads import infos as workload_infos
 from vmtax.workloads import run_lines
 
+if TYPE_CHECKING:
+    from vmtax.store import Store
+
 #: A target whose runs are lost this many times in a row is given up (it is probably gone).
 MAX_CONSECUTIVE_LOST = 3
-ENV_TIMEOUT_S = 120.0
 _EMPTY = np.empty(0, dtype=np.float64)
 
 
@@ -145,31 +148,6 @@ def run_overhead(target: Target, fp: Fingerprint, timeout: float = ENV_TIMEOUT_S
     return time.monotonic() - started
 
 
-def fingerprint(target: Target, timeout: float = ENV_TIMEOUT_S) -> Fingerprint:
-    """Ask the agent on ``target`` for its environment fingerprint."""
-    text = "".join(target.run_agent(["env", "--format", "json"], timeout)).strip()
-    try:
-        return Fingerprint.model_validate_json(text)
-    except ValidationError as exc:
-        tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
-        reason = "no output" if not text else exc.errors()[0]["msg"]
-        raise TargetError(
-            f"{target.name}: bad fingerprint from the agent ({reason}){tail}"
-        ) from None
-
-
-def list_probes(target: Target, timeout: float = 60.0) -> list[ProbeInfo]:
-    """The probes the agent on ``target`` offers."""
-    text = "".join(target.run_agent(["list", "--format", "json"], timeout)).strip()
-    try:
-        from pydantic import TypeAdapter
-
-        return TypeAdapter(list[ProbeInfo]).validate_json(text)
-    except ValidationError:
-        tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
-        raise TargetError(f"{target.name}: the agent's probe list is unreadable{tail}") from None
-
-
 def check_probes(plan: Plan, available: Iterable[ProbeInfo]) -> None:
     """Every probe and parameter of the plan must exist in the agent; UsageError otherwise.
 
@@ -220,7 +198,7 @@ class Runner:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         plan: Plan,
         targets: list[Target],
         *,

@@ -4,6 +4,7 @@ into the packages below (plan, targets, store, stats, report)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import select
 import signal
@@ -76,10 +77,9 @@ _register_commands()
 def _click_exceptions() -> ModuleType:
     # Newer typer releases vendor click as typer._click; older ones use click itself.
     try:
-        from typer._click import exceptions
+        return importlib.import_module("typer._click.exceptions")
     except ImportError:
-        from click import exceptions
-    return exceptions
+        return importlib.import_module("click.exceptions")
 
 
 def main() -> None:

@@ -4,16 +4,17 @@ their evidence (indices, period, p-values)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
+import numpy as np
+import pandas as pd
 import typer
 
+from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError
 from vmtax.report import compare_format as fmt_mod
-
-if TYPE_CHECKING:
-    import numpy as np
-    import pandas as pd
+from vmtax.store import Store
+from vmtax.store.select import resolve
 
 COLUMNS = ["config", "probe", "artifact", "found", "evidence"]
 
@@ -85,8 +86,7 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
 
 
 def _matrices(runs: pd.DataFrame, samples: dict[int, np.ndarray]) -> dict[tuple[str, str], Any]:
-    import numpy as np
-
+    # heavy: scipy and statsmodels, only for this command
     from vmtax.stats.artifacts import as_matrix
 
     out = {}
@@ -124,9 +124,7 @@ def artifacts_cmd(
 
     Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
     """
-    import pandas as pd
-
-    from vmtax.cli.compare_cmd import emit
+    # heavy: scipy and statsmodels, only for this command
     from vmtax.stats.artifacts import (
         DETECTORS,
         as_matrix,
@@ -134,8 +132,6 @@ def artifacts_cmd(
         detect,
         family_resamples,
     )
-    from vmtax.store import Store
-    from vmtax.store.select import resolve
 
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")

@@ -7,15 +7,18 @@ import json
 import sys
 from typing import TYPE_CHECKING, Annotated
 
+import pandas as pd
 import typer
 from rich.console import Console
 
 from vmtax.errors import UsageError
+from vmtax.refs import beside, datasets, recompute
 from vmtax.report import compare_format as fmt_mod
+from vmtax.sampling.outcome import imprecise as imprecise_of
+from vmtax.store import Store
+from vmtax.store.select import resolve
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vmtax.stats.compare import Comparison
 
 
@@ -127,8 +130,6 @@ def compare_cmd(
         selectors, baseline, metric or ["auto"], test, adjust, noise, resamples, seed, db
     )
     if dataset:
-        from vmtax.refs import beside
-
         frame = beside.beside(comp.rows, dataset, _where(ref_where))
         if fmt == "json":
             emit(
@@ -166,10 +167,8 @@ def measured(
     db: str | None,
 ) -> Comparison:
     """Load runs (selectors OR baseline) and samples from the store and compare them."""
-    from vmtax.sampling.outcome import imprecise as imprecise_of
+    # heavy: scipy and statsmodels, only when measured runs are compared
     from vmtax.stats.compare import compare
-    from vmtax.store import Store
-    from vmtax.store.select import resolve
 
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
@@ -183,9 +182,11 @@ def measured(
     # latest experiment's L0 (the same resolver serves report and artifacts).
     resolved = resolve(store, selectors, baseline)
     runs = resolved.runs
+    # No mask only for an empty --baseline: compare() then reports the selector itself.
+    base = resolved.baseline_mask if resolved.baseline_mask is not None else baseline
     return compare(
         runs,
-        resolved.baseline_mask,
+        base,
         label=baseline,
         imprecise=imprecise_of(store, runs),
         metric=metric,
@@ -199,10 +200,6 @@ def measured(
 
 def reference_report(dataset: str, fmt: str) -> object:
     """The recomputed reference table in the requested format."""
-    import pandas as pd
-
-    from vmtax.refs import datasets, recompute
-
     df = datasets.load_studya(dataset)
     wide = recompute.side_by_side(df)
     if fmt in ("csv", "json"):

@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vmtax.store import Store, migrate
+
 db_app = typer.Typer(
     help="The results store: location, schema version, counts.\n\nExample: vmtax db info",
     no_args_is_help=True,
@@ -34,8 +36,6 @@ def info(
 
     Example: vmtax db info --db postgresql://vmtax@localhost/vmtax
     """
-    from vmtax.store import Store
-
     with Store.open(db, upgrade=False, read_only=True, check_schema=False) as store:
         data = store.info()
     if as_json:
@@ -62,8 +62,6 @@ def upgrade(db: DbOption = None) -> None:
 
     Example: vmtax db upgrade --db ~/results/vmtax.db
     """
-    from vmtax.store import Store, migrate
-
     with Store.open(db) as store:
         typer.echo(f"{store.url_display}: schema version {migrate.head()}")
 

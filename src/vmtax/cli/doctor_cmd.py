@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from typing import Annotated, Any
@@ -11,7 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from vmtax import doctor as checks
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.targets.accel import kvm_verdict
+from vmtax.targets.base import find_agent
 
 #: What each capability gives a user, in the order shown.
 ENABLES = {
@@ -54,8 +58,6 @@ def doctor(
 
     Example: vmtax doctor --format json | jq '.install.apt'
     """
-    from vmtax import doctor as checks
-
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
     found = checks.check_all()
@@ -92,8 +94,6 @@ def _need(need: str) -> str:
 
 
 def _agent_row() -> dict[str, Any]:
-    from vmtax.targets.base import find_agent
-
     try:
         return {"capability": "agent", "ok": True, "detail": str(find_agent()), "apt": []}
     except VmtaxError as exc:
@@ -107,8 +107,6 @@ def _kvm_row(levels_ok: bool) -> dict[str, Any]:
     elif not levels_ok:
         row["detail"] = "not checked: needs the levels' packages first"
     else:
-        from vmtax.targets.accel import kvm_verdict
-
         verdict = kvm_verdict()
         row["ok"] = verdict.kvm_ok
         row["detail"] = verdict.reason if verdict.kvm_ok else f"{verdict.reason}; guests use TCG"
@@ -116,8 +114,6 @@ def _kvm_row(levels_ok: bool) -> dict[str, Any]:
 
 
 def _driver_row() -> dict[str, Any]:
-    import importlib.util
-
     ok = importlib.util.find_spec("psycopg") is not None
     detail = "psycopg" if ok else "no psycopg: pip install 'psycopg[binary]'"
     return {"capability": "postgres-store", "ok": ok, "detail": detail, "apt": []}

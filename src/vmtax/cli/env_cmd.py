@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
+from vmtax.targets.agent import fingerprint, list_probes
+from vmtax.targets.local import LocalTarget
 
 FormatOption = Annotated[str, typer.Option("--format", help="text | json")]
 
@@ -25,9 +27,6 @@ def env(fmt: FormatOption = "text") -> None:
 
     Example: vmtax env --format json
     """
-    from vmtax.runner import fingerprint
-    from vmtax.targets.local import LocalTarget
-
     _check_format(fmt)
     fp = fingerprint(LocalTarget())
     if fmt == "json":
@@ -70,9 +69,6 @@ def probes(fmt: FormatOption = "text") -> None:
 
     Example: vmtax probes
     """
-    from vmtax.runner import list_probes
-    from vmtax.targets.local import LocalTarget
-
     _check_format(fmt)
     infos = list_probes(LocalTarget())
     if fmt == "json":

@@ -5,11 +5,19 @@ columns configurations), from profiles recorded by `vmtax run --exits`, or a pub
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vmtax.cli.results_cmd import experiment_id, out_console
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.hostprof.store import exit_profiles
+from vmtax.hostprof.table import published, table2
+from vmtax.report import exits_format
+from vmtax.store import Store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def register(app: typer.Typer) -> None:
@@ -17,9 +25,7 @@ def register(app: typer.Typer) -> None:
     app.command("exits")(exits_cmd)
 
 
-def _experiment(store: Any, ref: str) -> int:
-    from vmtax.cli.results_cmd import experiment_id
-
+def _experiment(store: Store, ref: str) -> int:
     ref = ref.strip()
     for prefix in ("exp=", "experiment="):
         if ref.lower().startswith(prefix):
@@ -59,8 +65,6 @@ def exits_cmd(
 
     Example: vmtax exits --dataset virtage_table2
     """
-    from vmtax.report import exits_format
-
     if fmt not in exits_format.FORMATS:
         raise UsageError(f"--format must be one of {', '.join(exits_format.FORMATS)}, got {fmt!r}")
     if by not in {"reason", "group"}:
@@ -72,9 +76,6 @@ def exits_cmd(
         return
     if experiment is None:
         raise UsageError("name an experiment (e.g. exp=latest) or --dataset NAME")
-    from vmtax.hostprof.store import exit_profiles
-    from vmtax.hostprof.table import table2
-    from vmtax.store import Store
 
     store = Store.open(db, read_only=True)
     try:
@@ -92,7 +93,7 @@ def exits_cmd(
     _emit(exits_format.render(frame, fmt, title=title, notes=notes), fmt, notes)
 
 
-def _notes(profiles: Any, frame: Any) -> list[str]:
+def _notes(profiles: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     base = frame.attrs.get("baseline")
     out = [f"baseline: {base}"] if base else []
     bad = profiles.drop_duplicates(["run_id", "recorded_at"])
@@ -105,9 +106,6 @@ def _notes(profiles: Any, frame: Any) -> list[str]:
 
 
 def _published(name: str, fmt: str) -> None:
-    from vmtax.hostprof.table import published
-    from vmtax.report import exits_format
-
     frame = published(name)
     totals = frame[frame["row"] == "total"]["share"].tolist()
     notes = []
@@ -119,7 +117,6 @@ def _published(name: str, fmt: str) -> None:
 
 
 def _emit(rendered: Any, fmt: str, notes: list[str]) -> None:  # noqa: ANN401
-    from vmtax.cli.results_cmd import out_console
 
     if isinstance(rendered, str):
         sys.stdout.write(rendered)

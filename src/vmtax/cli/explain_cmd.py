@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
+from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.report import explain_format
+from vmtax.store import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -59,11 +62,9 @@ def explain_cmd(
 
     Example: vmtax explain exp=12 --config level=L2 --baseline level=L1 --probe http --format json
     """
-    from vmtax.cli.compare_cmd import emit
+    # heavy: scipy, only for this command
     from vmtax.explain import explain
     from vmtax.explain.inputs import from_store
-    from vmtax.report import explain_format
-    from vmtax.store import Store
 
     if fmt not in explain_format.FORMATS:
         raise UsageError(

@@ -10,6 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
+from vmtax.targets.base import find_agent
+from vmtax.targets.images import build_nested, cache_dir, list_images
+from vmtax.workloads import image_contents
 
 image_app = typer.Typer(
     help="Build and list guest images for QEMU levels.\n\n"
@@ -41,10 +44,6 @@ def build(
 
     Example: vmtax image build --mode minimal
     """
-    from vmtax.targets.base import find_agent
-    from vmtax.targets.images import build_nested
-    from vmtax.workloads import image_contents
-
     if mode not in ("minimal", "full"):
         raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
     if mode == "full" and depth not in (2, 3):
@@ -69,8 +68,6 @@ def list_cmd() -> None:
 
     Example: vmtax image list
     """
-    from vmtax.targets.images import cache_dir, list_images
-
     images = list_images()
     console = Console()
     if not images:

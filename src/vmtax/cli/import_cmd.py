@@ -3,12 +3,21 @@ experiment, validated record by record as a live run's stream is, keeping every 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
+from vmtax.cli.results_cmd import out_console, print_table
+from vmtax.contract import read_stream
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.experiment.request import parse_labels
+from vmtax.runner import detected_labels
+from vmtax.store import Store
+from vmtax.version import __version__
 
 
 def register(app: typer.Typer) -> None:
@@ -46,11 +55,6 @@ def import_cmd(
 
     Example: vmtax-probe run cpuid --runs 5 > cpuid.jsonl && vmtax import cpuid.jsonl
     """
-    from vmtax.cli.results_cmd import out_console, print_table
-    from vmtax.contract import read_stream
-    from vmtax.experiment.request import parse_labels
-    from vmtax.store import Store
-
     if level not in ("L0", "L1", "L2", "L3"):
         raise UsageError(f"--level must be L0, L1, L2 or L3, got {level!r}")
     labels = parse_labels(label or [])
@@ -87,7 +91,7 @@ def import_cmd(
 
 
 def _store_stream(
-    store: Any,  # noqa: ANN401
+    store: Store,
     stream: Any,  # noqa: ANN401
     file: Path,
     level: str,
@@ -95,9 +99,6 @@ def _store_stream(
     digest: str,
 ) -> tuple[int, int]:
     """One experiment, one configuration, one row per run (whole runs ok, unfinished lost)."""
-    from vmtax import __version__
-    from vmtax.runner import detected_labels
-
     header = stream.header
     dumped = header.model_dump(mode="json", by_alias=True)
     if level == "L0":
@@ -145,9 +146,6 @@ def _store_stream(
 
 def stream_digest(stream: Any) -> str:  # noqa: ANN401
     """SHA-256 of a stream's header and every run's samples: what makes two imports the same."""
-    import hashlib
-    import json
-
     h = hashlib.sha256()
     h.update(
         json.dumps(stream.header.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
@@ -159,7 +157,7 @@ def stream_digest(stream: Any) -> str:  # noqa: ANN401
     return h.hexdigest()
 
 
-def _holding(store: Any, digest: str) -> int | None:  # noqa: ANN401
+def _holding(store: Store, digest: str) -> int | None:
     """The experiment an earlier import of the same stream made, if any."""
     found = store.experiments()
     for exp_id in found.loc[found["suite"] == "import", "experiment_id"]:
@@ -170,6 +168,4 @@ def _holding(store: Any, digest: str) -> int | None:  # noqa: ANN401
 
 
 def _empty() -> Any:  # noqa: ANN401
-    import numpy as np
-
     return np.empty(0, dtype=np.float64)

@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated
 
+import pandas as pd
 import typer
 
+from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError
+from vmtax.hostprof.store import exit_profiles
 from vmtax.report import compare_format as fmt_mod
+from vmtax.store import Store
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vmtax.model import Fit
 
 JSON_KEYS = ("benchmark", "level", "dvh", "predicted", "low", "high", "unit")
@@ -88,7 +90,6 @@ def model_cmd(
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
-    from vmtax.cli.compare_cmd import emit
 
     if exits_per_exit is not None and exits_per_exit < 1:
         raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
@@ -101,6 +102,7 @@ def model_cmd(
             raise UsageError("give either --dataset or selectors of measured runs, not both")
         emit(dataset_output(dataset, fmt, resamples=resamples, seed=seed))
         return
+    # deferred: the model package (tens of ms to import), only for this command
     from vmtax.model.sources import level_number
 
     vm = level_number(vm_level) if vm_level else None
@@ -149,8 +151,7 @@ def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
 
 def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
     """The dataset case: predicted L3/L4 (+DVH) and nested+DVH beside the published column."""
-    import pandas as pd
-
+    # deferred: the model package (tens of ms to import), only for this command
     from vmtax.model import fit, from_dataset
     from vmtax.model.sources import published_dvh
 
@@ -205,9 +206,9 @@ def measured_output(
 ) -> object:
     """The measured case: calibrate on the VM level and the one above it, predict the rest and
     put each prediction beside the measured level where there is one."""
+    # deferred: the model package (tens of ms to import), only for this command
     from vmtax.model import fit
     from vmtax.model.sources import from_store
-    from vmtax.store import Store
 
     store = Store.open(db)
     try:
@@ -249,7 +250,6 @@ def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> o
 def _joined(table: object, text: str, fmt: str) -> object:
     if isinstance(table, str):
         return table + text
-    from vmtax.cli.compare_cmd import emit
 
     emit(table)
     return text.lstrip("\n")
@@ -259,13 +259,9 @@ def out_of_sample_output(
     selectors: list[str], fmt: str, *, db: str | None, vm_level: int | None
 ) -> object:
     """Each probe's nested level predicted without its own nested runs, beside the measured."""
-    import pandas as pd
-
-    from vmtax.errors import UsageError
-    from vmtax.hostprof.store import exit_profiles
+    # heavy: scipy, only for --out-of-sample
     from vmtax.model.outofsample import loads_from, predict
     from vmtax.model.sources import default_vm_level, tsc_rates
-    from vmtax.store import Store
 
     with Store.open(db, read_only=True) as store:
         runs = store.runs(selectors)

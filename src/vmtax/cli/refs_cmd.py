@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import pandas as pd
 import typer
 
+from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError
+from vmtax.refs import datasets
 from vmtax.report import compare_format as fmt_mod
 
 refs_app = typer.Typer(
@@ -35,11 +38,7 @@ def list_cmd(
 
     Example: vmtax refs list --format markdown
     """
-    from vmtax.cli.compare_cmd import emit
-    from vmtax.refs import datasets
-
     _check_format(fmt)
-    import pandas as pd
 
     frame = pd.DataFrame(
         [vars(d) for d in datasets.datasets()],
@@ -57,9 +56,6 @@ def show_cmd(
 
     Example: vmtax refs show dvh2020_micro --format csv
     """
-    from vmtax.cli.compare_cmd import emit
-    from vmtax.refs import datasets
-
     _check_format(fmt)
     emit(fmt_mod.render_frame(datasets.load(name), fmt, name))
 
@@ -76,7 +72,5 @@ def import_cmd(
 
     Example: vmtax refs import mylab.csv --name mylab2025
     """
-    from vmtax.refs import datasets
-
     ds = datasets.import_dataset(path, name, replace=replace)
     typer.echo(f"imported {ds.rows} rows as {ds.name} ({ds.path})")

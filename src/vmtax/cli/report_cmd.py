@@ -10,13 +10,20 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from sqlalchemy.engine import make_url
 
 from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line as _command_line
+from vmtax.report import write_report
+from vmtax.store import Store
+
+if TYPE_CHECKING:
+    from vmtax.report import Written
 
 FORMATS = ("html", "markdown")
 
@@ -65,9 +72,6 @@ def report(
 
     Example: vmtax report exp=latest --baseline level=L0 -o report.html
     """
-    from vmtax.report import write_report
-    from vmtax.store import Store
-
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
@@ -94,7 +98,7 @@ def report(
     typer.echo(_wrote(result))
 
 
-def _wrote(result: Any) -> str:  # noqa: ANN401
+def _wrote(result: Written) -> str:
     return (
         f"wrote {result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
         + (f", PNGs in {result.extra}" if result.extra else "")
@@ -106,8 +110,6 @@ def _wrote(result: Any) -> str:  # noqa: ANN401
 def _progress() -> Iterator[Callable[[str], None]]:
     """The report's steps on stderr, with the time taken so far (a spinner on a terminal;
     nothing when stderr is not one)."""
-    from rich.console import Console
-
     err = Console(stderr=True)
     start = time.monotonic()
     if not err.is_terminal:
@@ -132,8 +134,6 @@ def store_tag(url_display: str) -> str:
     """A short, file-name-safe name of a store: the SQLite file's stem (or the database's
     name) and 6 hex digits of its URL, e.g. ``lab-3f2a1c``: two stores never share one,
     two files both called lab.db included."""
-    from sqlalchemy.engine import make_url
-
     try:
         database = make_url(url_display).database or "store"
     except Exception:  # noqa: BLE001 - any unparsable URL still gets its hash
@@ -142,11 +142,9 @@ def store_tag(url_display: str) -> str:
     return f"{stem}-{hashlib.sha256(url_display.encode()).hexdigest()[:6]}"
 
 
-def after_run(store: Any, exp_id: int) -> None:  # noqa: ANN401
+def after_run(store: Store, exp_id: int) -> None:
     """The report of a finished `vmtax run`, written beside its table: where it went, or one
     line saying why it was not written (the runs are stored either way)."""
-    from vmtax.report import write_report
-
     where = os.environ.get(RUN_REPORT_ENV, RUN_REPORT_DEFAULT).strip()
     if where.lower() in ("", "none", "0", "off"):
         return

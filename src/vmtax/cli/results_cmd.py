@@ -5,15 +5,20 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
+import pandas as pd
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from vmtax import outfile
 from vmtax.errors import UsageError
 from vmtax.experiment.lookup import experiment_id, reconcile
+from vmtax.report.terminal import studya_table
+from vmtax.store import Store
+from vmtax.store import export as exporter
 
 results_app = typer.Typer(
     help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
@@ -45,17 +50,20 @@ def list_cmd(db: DbOption = None) -> None:
     table = Table(header_style="bold")
     for col in ("ID", "Started (UTC)", "Suite", "Status", "Runs ok", "Configs", "Host", "Agent"):
         table.add_column(col, justify="right" if col in ("ID", "Runs ok", "Configs") else "left")
-    for row in df.itertuples(index=False):
-        started = row.started_at.strftime("%Y-%m-%d %H:%M:%S") if row.started_at else "-"
+    for exp_id, started_at, suite, status, n_ok, n_runs, n_configs, host, agent in zip(
+        df["experiment_id"], df["started_at"], df["suite"], df["status"], df["n_ok"],
+        df["n_runs"], df["n_configurations"], df["host"], df["agent_version"], strict=True,
+    ):  # fmt: skip
+        started = started_at.strftime("%Y-%m-%d %H:%M:%S") if started_at else "-"
         table.add_row(
-            str(row.experiment_id),
+            str(exp_id),
             started,
-            str(row.suite),
-            str(row.status),
-            f"{row.n_ok}/{row.n_runs}",
-            str(row.n_configurations),
-            str(row.host or "-"),
-            str(row.agent_version or "-"),
+            str(suite),
+            str(status),
+            f"{n_ok}/{n_runs}",
+            str(n_configs),
+            str(host or "-"),
+            str(agent or "-"),
         )
     out_console().print(table)
     if df.empty:
@@ -119,7 +127,6 @@ def export_cmd(
     """
     if fmt not in ("csv", "json", "parquet"):
         raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
-    from vmtax.store import export as exporter
 
     if str(output) != "-":
         outfile.destination(output)  # a FIFO, device or directory is refused before any work
@@ -158,7 +165,6 @@ def _export_progress(err: Console) -> Iterator[Callable[[int, int], None] | None
     if not err.is_terminal:
         yield None
         return
-    from rich.progress import Progress
 
     with Progress(console=err, transient=True) as bar:
         task = bar.add_task("samples", total=None)
@@ -169,9 +175,9 @@ def _export_progress(err: Console) -> Iterator[Callable[[int, int], None] | None
         yield update
 
 
-def print_table(console: Console, store: Any, exp_id: int) -> None:
+def print_table(console: Console, store: Store, exp_id: int) -> None:
     """The study-A table of one experiment, computed from the store."""
-    from vmtax.report.terminal import studya_table
+    # heavy: scipy, only when a table is printed
     from vmtax.stats.describe import describe
 
     runs = store.runs([f"exp={exp_id}"])
@@ -187,24 +193,23 @@ def print_table(console: Console, store: Any, exp_id: int) -> None:
     console.print(studya_table(described, title=title))
 
 
-def print_executed_order(console: Console, runs: Any) -> None:
+def print_executed_order(console: Console, runs: pd.DataFrame) -> None:
     """One row per run in the order the runs started: when, how long, where, what."""
-    import pandas as pd  # heavy; only this listing needs it here
-
     table = Table(title="runs in executed order", title_justify="left")
     for name in ("#", "started (UTC)", "ms", "level", "target", "probe", "run", "plan", "status"):
         table.add_column(name, justify="right" if name in ("#", "ms", "run", "plan") else "left")
-    for pos, row in enumerate(runs.itertuples(index=False), start=1):
-        timed = not pd.isna(row.started_ns)
-        started = row.started_at.strftime("%H:%M:%S.%f")[:-3] if timed else "not recorded"
-        took = (
-            ""
-            if not timed or pd.isna(row.ended_ns)
-            else f"{(row.ended_ns - row.started_ns) / 1e6:,.0f}"
-        )
+    rows = zip(
+        runs["started_ns"], runs["ended_ns"], runs["started_at"], runs["level"], runs["target"],
+        runs["probe"], runs["run_index"], runs["plan_index"], runs["status"], strict=True,
+    )  # fmt: skip
+    for pos, row in enumerate(rows, start=1):
+        started_ns, ended_ns, started_at, level, target, probe, run_index, plan_index, status = row
+        timed = not pd.isna(started_ns)
+        started = started_at.strftime("%H:%M:%S.%f")[:-3] if timed else "not recorded"
+        took = "" if not timed or pd.isna(ended_ns) else f"{(ended_ns - started_ns) / 1e6:,.0f}"
         table.add_row(
-            str(pos), started, took, row.level, row.target or "", row.probe,
-            str(row.run_index), str(row.plan_index), row.status,
+            str(pos), started, took, level, target or "", probe,
+            str(run_index), str(plan_index), status,
         )  # fmt: skip
     console.print(table)
 
@@ -217,8 +222,6 @@ def out_console() -> Console:
     return console
 
 
-def _open(db: str | None) -> Any:
-    from vmtax.store import Store
-
+def _open(db: str | None) -> Store:
     # Reading never creates a store: a mistyped --db says "no such file" and leaves none.
     return Store.open(db, read_only=True)

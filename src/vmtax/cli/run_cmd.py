@@ -4,15 +4,22 @@ run, and print the study-A table."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from vmtax import experiment
+from vmtax.cli.report_cmd import after_run
+from vmtax.cli.results_cmd import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import VmtaxError
+from vmtax.sampling.outcome import lines as precision_lines
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -149,8 +156,6 @@ def run(
 
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
     """
-    from vmtax import experiment
-
     request = experiment.RunRequest(
         suite=suite, probes=probe or [], runs=runs, params=param or [], level=level,
         labels=label or [], db=db, timeout=timeout, duration=duration, seed=seed,
@@ -180,12 +185,8 @@ def _progress() -> RichProgress:
     return RichProgress(Console(stderr=True))
 
 
-def _show(store: Any, exp_id: int) -> None:
+def _show(store: Store, exp_id: int) -> None:
     """The study-A table, who missed the precision target, and the report beside them."""
-    from vmtax.cli.report_cmd import after_run
-    from vmtax.cli.results_cmd import out_console, print_table
-    from vmtax.sampling.outcome import lines as precision_lines
-
     print_table(out_console(), store, exp_id)
     for line in precision_lines(store, exp_id):  # adaptive sampling: who missed the target
         typer.echo(line)

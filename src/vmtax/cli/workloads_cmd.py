@@ -7,8 +7,12 @@ import shutil
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from vmtax.errors import UsageError
+from vmtax.workloads import REGISTRY
+from vmtax.workloads.oltp import pg_bin
 
 
 def register(app: typer.Typer) -> None:
@@ -27,11 +31,6 @@ def workloads(
 
     Example: vmtax workloads --format json
     """
-    from rich.console import Console
-    from rich.table import Table
-
-    from vmtax.workloads import REGISTRY
-
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
     rows = []
@@ -73,6 +72,4 @@ def workloads(
 
 
 def _pg(name: str) -> bool:
-    from vmtax.workloads.oltp import pg_bin
-
     return pg_bin(name) != name

@@ -9,10 +9,13 @@ more, are checked by the CLI command on top of this.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from vmtax.errors import VmtaxError
 
 PACKAGES = Path(__file__).with_name("packages.txt")
 
@@ -83,8 +86,6 @@ def _present(need: str) -> bool:
         pattern = f"**/{arg}.ko*"
         return found is not None and any(found[1].glob(pattern))
     if kind == "py":
-        import importlib.util
-
         return importlib.util.find_spec(arg) is not None
     raise ValueError(f"unknown need {need!r} in {PACKAGES.name}")
 
@@ -114,8 +115,6 @@ def install_line(checks: list[Check], manager: str = "apt") -> str | None:
 
 def require(*names: str, what: str) -> None:
     """Raise one VmtaxError naming every missing package of ``names`` at once."""
-    from vmtax.errors import VmtaxError
-
     failed = [c for c in (check(n) for n in dict.fromkeys(names)) if not c.ok]
     if failed:
         needs = dict.fromkeys(m.partition(":")[2] or m for c in failed for m in c.missing)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -15,9 +15,13 @@ import pandas as pd
 from vmtax.errors import UsageError
 from vmtax.explain.decompose import ProbeRuns
 from vmtax.hostprof.perop import per_reason
+from vmtax.hostprof.store import COLUMNS, exit_profiles
 from vmtax.hostprof.table import matches
 from vmtax.model.mechanisms import MECHANISMS, NULL
 from vmtax.model.sources import level_number, ns_per_op, tsc_rates
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 
 @dataclass
@@ -154,13 +158,11 @@ def _pick_baseline(configs: pd.DataFrame, level: int, selector: str | None) -> s
 
 
 def from_store(
-    store: Any,  # noqa: ANN401
+    store: Store,
     selectors: Sequence[str],
     **options: Any,  # noqa: ANN401
 ) -> Selection:
     """``select`` on the runs the selectors pick and their experiments' exit profiles."""
-    from vmtax.hostprof.store import COLUMNS, exit_profiles
-
     runs = store.runs(list(selectors) or ["exp=latest"])
     if runs.empty:
         raise UsageError(f"no runs match {' '.join(selectors) or 'exp=latest'}")

@@ -14,12 +14,18 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof.store import save_profile
+from vmtax.targets.local import LocalTarget
 from vmtax.workloads import run_lines
+
+if TYPE_CHECKING:
+    from vmtax.plan.plan import Step
+    from vmtax.store import Store
+    from vmtax.targets.base import Target
 
 #: Seconds an ``exits start`` or ``exits stop`` request may take (TCG levels are slow).
 REQUEST_TIMEOUT_S = 120.0
@@ -28,7 +34,7 @@ REQUEST_TIMEOUT_S = 120.0
 CALIBRATION_TRIES = 3
 
 
-def host_sides(target: Any) -> dict[str, Any]:
+def host_sides(target: Target) -> dict[str, Target]:
     """The host sides of ``target`` (level -> Target), or {} when it offers none."""
     sides = getattr(target, "host_sides", None)
     if sides is None:
@@ -39,18 +45,16 @@ def host_sides(target: Any) -> dict[str, Any]:
         return {}
 
 
-def _qemu_arg(target: Any, side: Any) -> list[str]:
+def _qemu_arg(target: Target, side: Target) -> list[str]:
     """Which qemu-system process a side records: this machine records the target's own QEMU
     (other guests may run beside it); inside a vmtax guest it is the only one there."""
-    from vmtax.targets.local import LocalTarget
-
     if isinstance(side, LocalTarget):
         proc = getattr(getattr(target, "guest", None), "proc", None)
         return ["--qemu", str(proc.pid)] if proc is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
 
 
-def _tsc_hz(target: Any) -> float | None:
+def _tsc_hz(target: Target) -> float | None:
     """The target's TSC rate from its fingerprint, as the runner passes it to every run."""
     try:
         text = "".join(target.run_agent(["env", "--format", "json"], REQUEST_TIMEOUT_S))
@@ -59,7 +63,7 @@ def _tsc_hz(target: Any) -> float | None:
         return None
 
 
-def _request(side: Any, args: list[str]) -> tuple[dict[str, Any] | None, str]:
+def _request(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]:
     """Run ``vmtax-probe ARGS`` on ``side``: (its JSON object, "") or (None, the error)."""
     try:
         text = "".join(side.run_agent(args, REQUEST_TIMEOUT_S)).strip()
@@ -77,7 +81,7 @@ def _request(side: Any, args: list[str]) -> tuple[dict[str, Any] | None, str]:
     return None, msg.removeprefix("vmtax-probe: error: ")
 
 
-def _start(target: Any, side: Any) -> str:
+def _start(target: Target, side: Target) -> str:
     """``exits start`` for ``target``'s guest on ``side``: "" or the error. Only inside a
     vmtax guest may the agent mount tracefs itself."""
     mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
@@ -90,10 +94,10 @@ class Recorder:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         *,
         note: Callable[[str], None] | None = None,
-        sides: Callable[[Any], dict[str, Any]] | None = None,
+        sides: Callable[[Target], dict[str, Target]] | None = None,
     ) -> None:
         self.store = store
         self._note = note or (lambda line: print(f"vmtax: {line}", file=sys.stderr))
@@ -101,7 +105,7 @@ class Recorder:
         self._lock = threading.Lock()
         self._noted: set[str] = set()
         #: target name -> level -> (side, error of its start or "")
-        self._started: dict[str, dict[str, tuple[Any, str]]] = {}
+        self._started: dict[str, dict[str, tuple[Target, str]]] = {}
         self.saved: list[int] = []
         #: (target name, plan entry) -> level -> exit code -> exits of one start-up of that
         #: entry's runs (``_calibrate``)
@@ -115,7 +119,7 @@ class Recorder:
         self._note(line)
 
     def _calibrate(
-        self, target: Any, sides: dict[str, Any], key: tuple[str, str], args: list[str]
+        self, target: Target, sides: dict[str, Target], key: tuple[str, str], args: list[str]
     ) -> None:
         """Once per target and plan entry, before its first run: the exits of one invocation
         of the entry's own arguments that is all start-up (two iterations, no warm-up: the
@@ -138,7 +142,7 @@ class Recorder:
             self._startup[key] = startup
 
     @staticmethod
-    def _record(target: Any, side: Any, args: list[str]) -> tuple[dict[int, int] | None, str]:
+    def _record(target: Target, side: Target, args: list[str]) -> tuple[dict[int, int] | None, str]:
         """One agent invocation of ``args`` on ``target``, recorded on ``side``: (its exits by
         code, "") when the profile is complete, else (None, why not)."""
         err = _start(target, side)
@@ -158,7 +162,7 @@ class Recorder:
             return None, "; ".join(map(str, got.get("problems") or ["incomplete"]))
         return {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, ""
 
-    def before_run(self, target: Any, step: Any, args: list[str] | None = None) -> None:
+    def before_run(self, target: Target, step: Step, args: list[str] | None = None) -> None:
         key = (str(target.name), str(getattr(step, "entry", "")))
         try:
             sides = (self._sides or host_sides)(target)
@@ -173,7 +177,7 @@ class Recorder:
         if sides and key not in self._startup:
             cut = probe_startup_args(args) if args else startup_args(_tsc_hz(target))
             self._calibrate(target, sides, key, cut)
-        started: dict[str, tuple[Any, str]] = {}
+        started: dict[str, tuple[Target, str]] = {}
         for level, side in sides.items():
             err = _start(target, side)
             if err:
@@ -182,7 +186,7 @@ class Recorder:
         with self._lock:
             self._started[target.name] = started
 
-    def after_run(self, target: Any, step: Any, run_id: int, status: str) -> None:
+    def after_run(self, target: Target, step: Step, run_id: int, status: str) -> None:
         del status
         key = (str(target.name), str(getattr(step, "entry", "")))
         with self._lock:

@@ -7,7 +7,7 @@ report take its DataFrame, so its column names are part of the interface.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy import func, select
@@ -15,6 +15,10 @@ from sqlalchemy import func, select
 from vmtax.hostprof.groups import group_of
 from vmtax.hostprof.reasons import reason_name
 from vmtax.store.models import Configuration, ExitCount, ExitProfile, Run, SampleBlock
+from vmtax.store.store import inserted_id
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 #: Columns of ``exit_profiles()``; one row per (run, recording level, reason).
 COLUMNS = [
@@ -25,7 +29,7 @@ COLUMNS = [
 
 
 def save_profile(
-    store: Any, run_id: int, recorded_at: str, profile: dict[str, Any], recorder: str = "tracefs"
+    store: Store, run_id: int, recorded_at: str, profile: dict[str, Any], recorder: str = "tracefs"
 ) -> int:
     """Store one profile (the JSON ``vmtax-probe exits stop`` prints, or a failed recording:
     ``{"complete": false, "problems": [...]}``) for ``run_id``; returns its id.
@@ -60,7 +64,7 @@ def save_profile(
     }
     with store._guard(), store.engine.begin() as connection:
         result = connection.execute(ExitProfile.__table__.insert().values(**row))
-        pid = int(result.inserted_primary_key[0])
+        pid = inserted_id(result)
         if reasons:
             connection.execute(
                 ExitCount.__table__.insert(),
@@ -80,13 +84,13 @@ def save_profile(
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
-    out = {k: profile[k] for k in ("threads", "timed", "untimed") if k in profile}
+    out: dict[str, Any] = {k: profile[k] for k in ("threads", "timed", "untimed") if k in profile}
     if profile.get("startup") is not None:
         out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}
     return out or None
 
 
-def exit_profiles(store: Any, experiment_id: int) -> pd.DataFrame:
+def exit_profiles(store: Store, experiment_id: int) -> pd.DataFrame:
     """Every stored exit count of an experiment, one row per (run, recording level, reason).
 
     ``iterations`` is what the probe executed in the run, warm-up included (measured plus

@@ -12,6 +12,7 @@ import pandas as pd
 
 from vmtax.errors import UsageError
 from vmtax.hostprof.groups import GROUPS
+from vmtax.refs import datasets
 
 #: Columns of ``table2()``, one row per (probe, column, reason or group), plus a ``total`` row.
 COLUMNS = [
@@ -139,8 +140,6 @@ def _baseline(per_col: pd.DataFrame, selector: str | None) -> str:
 def published(name: str) -> pd.DataFrame:
     """A published exit-profile table from vmtax.refs (``virtage_table2``) in the same long
     shape as ``table2``: columns spt and ept, rows the study's factors plus ``total``."""
-    from vmtax.refs import datasets
-
     table = datasets.load(name)  # strings, exactly as published
     if not {"factor", "group", "spt", "ept"} <= set(table.columns):
         raise UsageError(f"dataset {name} is not an exit-profile table (factor, group, spt, ept)")

@@ -267,10 +267,11 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
     # Depth-2 prediction from the nested level's exit profile.
     for s in series:
         nested_prof = profile(s, "nested_profile")
-        assumed = nested_prof is None and s.assumed_exits is not None
-        if assumed and e is not None:
+        exits = s.assumed_exits
+        assumed = nested_prof is None and exits is not None
+        if assumed and e is not None and exits is not None:
             # No handling times: each exit is one null exit's whole cost, e = a_null.
-            n_assumed = np.full_like(e, float(s.assumed_exits))
+            n_assumed = np.full_like(e, float(exits))
             nested_prof = (n_assumed, np.zeros_like(e))
         if nested_prof is None:
             continue

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from vmtax.errors import UsageError
+from vmtax.hostprof.perop import per_reason
+from vmtax.model.sources import level_number, ns_per_op
 from vmtax.stats.delta import delta_interval
 
 WEIGHTS = ("exits", "exit time")
@@ -141,10 +144,6 @@ def loads_from(
 ) -> tuple[list[ProbeLoad], float]:
     """Each probe's ProbeLoad from stored runs and profiles (the VM level's, recorded by the
     hypervisor below it), and the VM level's round trip e (ns) from cpuid's profiled runs."""
-    from vmtax.errors import UsageError
-    from vmtax.hostprof.perop import per_reason
-    from vmtax.model.sources import level_number, ns_per_op
-
     ok = runs[runs["status"] == "ok"]
     level = ok["level"].map(level_number)
     reasons = per_reason(profiles, f"L{vm_level - 1}") if len(profiles) else None

@@ -4,9 +4,9 @@ columns) or the store (measured levels, with exit profiles where they were recor
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ from vmtax.errors import UsageError
 from vmtax.hostprof.perop import HALT_REASONS
 from vmtax.model.mechanisms import MECHANISMS, mechanism
 from vmtax.model.nested import Series
+from vmtax.refs import datasets
 
 if TYPE_CHECKING:
     from vmtax.store import Store
@@ -30,8 +31,6 @@ TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
 
 def _dataset_frame(name: str) -> pd.DataFrame:
-    from vmtax.refs import datasets
-
     df = datasets.load(name)
     missing = [c for c in DATASET_COLUMNS if c not in df.columns]
     if missing:
@@ -134,7 +133,7 @@ def _require_hardware_nesting(runs: pd.DataFrame, vm: int) -> None:
             )
 
 
-def exit_profiles_function() -> Any:  # noqa: ANN401
+def exit_profiles_function() -> Callable[[Store, int], pd.DataFrame] | None:
     """``vmtax.hostprof.store.exit_profiles`` when the exit-profile package is installed."""
     try:
         module = importlib.import_module("vmtax.hostprof.store")

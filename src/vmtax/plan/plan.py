@@ -110,9 +110,11 @@ class Plan:
         e = self.entries[step.entry]
         params = dict(e["params"])
         iterations = e.get("iterations")
-        scaling = None
+        scaling: dict[str, Any] | None = None
         if e.get("scale_to_memory") and memory_bytes:
-            scaling = {"memory_bytes": memory_bytes, "rules": [], "values": {}}
+            rules: list[dict[str, Any]] = []
+            values: dict[str, int] = {}
+            scaling = {"memory_bytes": memory_bytes, "rules": rules, "values": values}
             for rule in e["scale_to_memory"]:
                 scale = MemoryScale.model_validate(rule)
                 value = scale.value(memory_bytes, params)
@@ -120,8 +122,8 @@ class Plan:
                     iterations = value
                 else:
                     params[scale.param] = value
-                scaling["rules"].append(scale.model_dump())
-                scaling["values"][scale.param] = value
+                rules.append(scale.model_dump())
+                values[scale.param] = value
         args = ["run", e["probe"], "--runs", "1"]
         if iterations is not None:
             args += ["--iterations", str(iterations)]
@@ -240,9 +242,10 @@ def _sampling(
 
 def _reachable(family: int, floor: int, *, explicit: bool) -> dict[str, Any]:
     """Raise the run floor until a verdict is possible for ``family`` comparisons (see
-    ``sampling.design.significance_floor``); an explicit --min-runs below it is kept, with
-    the reason no verdict can come, said before anything is measured."""
-    from vmtax.sampling.design import significance_floor
+    ``stats.significance.significance_floor``); an explicit --min-runs below it is kept,
+    with the reason no verdict can come, said before anything is measured."""
+    # heavy: scipy and statsmodels, only when a plan targets a precision
+    from vmtax.stats.significance import significance_floor
 
     if family < 1:
         return {}

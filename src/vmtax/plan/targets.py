@@ -12,6 +12,7 @@ from typing import Any
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target
 from vmtax.targets.images import AGENT_ONLY, ImageContents
+from vmtax.targets.local import LocalTarget
 
 
 def make_targets(
@@ -22,8 +23,6 @@ def make_targets(
 ) -> tuple[list[Target], int | None]:
     """Build the targets a plan names; returns them and the fleet's concurrency limit, if a
     fleet file set one. Guests vmtax boots carry ``contents`` in their images."""
-    from vmtax.targets.local import LocalTarget
-
     out: list[Target] = []
     limit: int | None = None
     i = 0

@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vmtax import outfile
 from vmtax.errors import VmtaxError
+
+if TYPE_CHECKING:
+    from vmtax.report.analysis import ReportModel
+    from vmtax.store import Store
 
 
 @dataclass
@@ -27,7 +31,7 @@ class Written:
 
 
 def write_report(
-    store: Any,
+    store: Store,
     selectors: Sequence[str],
     output: Path,
     *,  # noqa: ANN401
@@ -42,10 +46,12 @@ def write_report(
 
     ``progress`` is called with the name of each step as it starts (loading, statistics,
     timing artifacts, figures, writing)."""
+    # heavy: matplotlib, scipy and statsmodels, only when a report is written
     from vmtax.report import analysis, exits, inputs
 
     step = progress or (lambda _name: None)
     step("loading runs and samples")
+    # heavy: matplotlib and Jinja2, only when a report is written
     from vmtax.report.sweep import sections, selected_sweeps, standalone
 
     sweeps = sections(store, selected_sweeps(store, selectors))
@@ -63,8 +69,9 @@ def write_report(
     return write_model(model, output, fmt=fmt)
 
 
-def write_model(model: Any, output: Path, *, fmt: str = "html") -> Written:  # noqa: ANN401
+def write_model(model: ReportModel, output: Path, *, fmt: str = "html") -> Written:
     """Render an already built ReportModel to ``output`` (html or markdown)."""
+    # heavy: matplotlib and Jinja2, only when a report is written
     from vmtax.report.html import render_html
     from vmtax.report.markdown import figures_dir, render_markdown
 

@@ -5,55 +5,32 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property, partial
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from vmtax.errors import UsageError
 from vmtax.report import exits, figures, prediction, refdata, words
+from vmtax.report.apps import study_c_table
 from vmtax.report.compare_format import fmt_ci, fmt_p, fmt_ratio
 from vmtax.report.forked import run_forked, workers_for
 from vmtax.report.inputs import ReportInput
-from vmtax.report.terminal import P95_NOTE, p95_below_mean
+from vmtax.report.parts import FigureSpec, Table
+from vmtax.report.terminal import P95_NOTE, fmt, p95_below_mean, pct
+from vmtax.stats.artifacts import DETECTORS, as_matrix, control_family, detect, family_resamples
+from vmtax.stats.compare import COLUMNS, compare
+from vmtax.stats.describe import describe
+
+if TYPE_CHECKING:
+    from vmtax.report.sweep import Section
 
 LEVEL_ORDER = {"L0": 0, "L1": 1, "L2": 2, "L3": 3}
 PARALLEL_CELLS = 200_000  # below this many samples a process pool costs more than it saves
-
-
-@dataclass
-class FigureSpec:
-    """A figure with its place in the report. ``reference`` marks published (not user) data.
-
-    ``draw`` makes the figure: the report draws its figures in parallel processes, and
-    making one costs about as much as rendering it."""
-
-    key: str
-    section: str
-    title: str
-    caption: str
-    draw: Callable[[], Figure] = field(repr=False)
-    reference: bool = False
-
-    @cached_property
-    def figure(self) -> Figure:
-        return self.draw()
-
-
-@dataclass
-class Table:
-    """A table ready to print: header cells and rows of already formatted strings."""
-
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    numeric: list[bool] = field(default_factory=list)
-    note: str = ""
 
 
 @dataclass
@@ -73,7 +50,7 @@ class ReportModel:
     report_command: str
     warnings: list[str]
     #: Overcommitment sweeps among the selected experiments (report/sweep.py Section).
-    sweeps: tuple[Any, ...] = ()
+    sweeps: tuple[Section, ...] = ()
     prediction: Table | None = None  # the nested-cost model's table (report/prediction.py)
     exit_tables: list[Table] = field(default_factory=list)  # report/exits.py
 
@@ -99,9 +76,6 @@ def build(
     data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000, seed: int = 0
 ) -> ReportModel:
     """Run the statistics on ``data`` and lay out every section of the report."""
-    from vmtax.stats.artifacts import as_matrix, detect
-    from vmtax.stats.describe import describe
-
     runs = data.runs
     if runs.empty or not (runs["status"] == "ok").any():
         raise UsageError("no completed runs match the selectors: nothing to report")
@@ -162,7 +136,6 @@ def build(
     figs.extend(exit_figs)
     figs.extend(exits.explain_figures(data.extra.get("explained")))
     figs.extend(_reference_figures())
-    from vmtax.report.apps import study_c_table  # imports this module's Table
 
     return ReportModel(
         title="vmtax report: " + (", ".join(data.selectors) or "all results"),
@@ -329,7 +302,6 @@ def _detect_all(
                     as_matrix(run_values),
                     None if config == base_cfg else base,
                 )
-    from vmtax.stats.artifacts import DETECTORS, control_family, family_resamples
 
     cells = sum(m.size for m, _ in jobs.values())
     # One family: every detector's test of every (probe, config) in this report.
@@ -354,23 +326,36 @@ _NO_BASELINE = (
 )
 
 
+class _CompareOptions(TypedDict):
+    """The keyword arguments the report passes to every ``stats.compare.compare`` call."""
+
+    label: str | None
+    noise: float
+    resamples: int
+    seed: int
+    imprecise: Collection[tuple[int, str]]
+
+
 def _comparison(
     data: ReportInput, raw: pd.DataFrame, noise: float, resamples: int, seed: int
 ) -> tuple[str, pd.DataFrame, list[str]]:
     """The comparison rows: the headline (metric auto) computed exactly as `vmtax compare`
     computes it, with the same baseline, family of tests and seed, so both print one number;
     then throughput, for the ΔL(n−1) column only. No baseline and one configuration: none."""
-    from vmtax.stats.compare import COLUMNS, compare
-
-    base = data.baseline_mask
+    base: str | pd.Series | None = data.baseline_mask
     label = data.baseline
     if base is None:
         if raw["configuration_id"].nunique() < 2:
             return "", pd.DataFrame(columns=COLUMNS), []
         label = default_baseline(raw)
         base = label
-    opts = {"label": label, "noise": noise, "resamples": resamples, "seed": seed}
-    opts["imprecise"] = data.imprecise  # adaptive sampling's misses: no verdict, as compare
+    opts: _CompareOptions = {
+        "label": label,
+        "noise": noise,
+        "resamples": resamples,
+        "seed": seed,
+        "imprecise": data.imprecise,  # adaptive sampling's misses: no verdict, as compare
+    }
     try:
         head = compare(data.runs, base, metric="auto", **opts)
     except UsageError as exc:
@@ -398,15 +383,11 @@ def _ragged(run_values: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _fmt(x: Any, digits: int = 4) -> str:  # noqa: ANN401
-    from vmtax.report.terminal import fmt
-
     del digits
     return fmt(x)
 
 
 def _pct(x: Any) -> str:  # noqa: ANN401
-    from vmtax.report.terminal import pct
-
     return pct(x)
 
 
@@ -418,8 +399,10 @@ def _err(stderr: Any, pct: Any) -> str:  # noqa: ANN401
 def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
     tables = []
     deltas = {
-        (str(r.probe), str(r.metric), str(r.config)): r.delta_prev_pct
-        for r in rows.itertuples(index=False)
+        (str(probe), str(metric), str(config)): delta_prev_pct
+        for probe, metric, config, delta_prev_pct in zip(
+            rows["probe"], rows["metric"], rows["config"], rows["delta_prev_pct"], strict=True
+        )
     }
 
     def delta(probe: str, metric: str, config: str) -> str:

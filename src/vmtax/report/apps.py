@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from vmtax.report.analysis import Table, _fmt
+from vmtax.report.parts import Table
+from vmtax.report.terminal import fmt
 from vmtax.workloads.studyc import normalized
 
 
@@ -17,13 +18,22 @@ def study_c_table(ok_runs: pd.DataFrame, baseline_configs: list[str]) -> list[Ta
         return []
     rows = [
         [
-            str(r.benchmark),
-            str(r.config),
-            f"{_fmt(r.best)} {r.unit}",
-            "-" if pd.isna(r.normalized) else f"{r.normalized:.3f}",
-            f"{_fmt(r.study_native)} {r.study_unit}",
+            str(benchmark),
+            str(config),
+            f"{fmt(best)} {unit}",
+            "-" if pd.isna(ratio) else f"{ratio:.3f}",
+            f"{fmt(study_native)} {study_unit}",
         ]
-        for r in frame.itertuples(index=False)
+        for benchmark, config, best, unit, ratio, study_native, study_unit in zip(
+            frame["benchmark"],
+            frame["config"],
+            frame["best"],
+            frame["unit"],
+            frame["normalized"],
+            frame["study_native"],
+            frame["study_unit"],
+            strict=True,
+        )
     ]
     return [
         Table(

@@ -11,11 +11,10 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
 from rich.table import Table
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from vmtax.stats.compare import Comparison
 
 FORMATS = ("table", "markdown", "csv", "json")
@@ -98,7 +97,6 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
                 "verdict": rec["verdict"],
             }
         )
-    import pandas as pd
 
     return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
 

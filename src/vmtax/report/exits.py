@@ -7,21 +7,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from vmtax.errors import UsageError
+from vmtax.explain import explain
+from vmtax.explain.inputs import select
+from vmtax.hostprof.store import exit_profiles
+from vmtax.hostprof.table import table2
+from vmtax.model.sources import tsc_rates
 from vmtax.report import figures
 from vmtax.report.exits_format import _count, _num, _time
+from vmtax.report.parts import FigureSpec, Table
 
 if TYPE_CHECKING:
-    from vmtax.report.analysis import FigureSpec, Table
+    from vmtax.store import Store
 
 
-def load(store: Any, experiment_ids: Iterable[int]) -> pd.DataFrame:  # noqa: ANN401
+def load(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
     """The exit profiles of these experiments (``hostprof.store.exit_profiles``), one frame."""
-    from vmtax.hostprof.store import exit_profiles
-
     frames = [exit_profiles(store, int(e)) for e in dict.fromkeys(experiment_ids)]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -29,9 +34,6 @@ def load(store: Any, experiment_ids: Iterable[int]) -> pd.DataFrame:  # noqa: AN
 
 def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table]]:
     """Figures and tables of the exit-profile section; empty when there are no profiles."""
-    from vmtax.hostprof.table import table2
-    from vmtax.report.analysis import FigureSpec, Table
-
     if profiles is None or profiles.empty or profiles["reason"].isna().all():
         return [], []
     figs: list[FigureSpec] = []
@@ -87,15 +89,10 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
     return figs, tables
 
 
-def explained(store: Any, runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame | None:  # noqa: ANN401
+def explained(store: Store, runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame | None:
     """`vmtax explain`'s rows for the selection with its defaults (the highest profiled level
     against the one below, cpuid's round trip); None when the selection cannot have them
     (no profiled level with a baseline below it, no cpuid there)."""
-    from vmtax.errors import UsageError
-    from vmtax.explain import explain
-    from vmtax.explain.inputs import select
-    from vmtax.model.sources import tsc_rates
-
     if profiles is None or profiles.empty or runs.empty:
         return None
     try:
@@ -112,8 +109,6 @@ def explain_figures(rows: pd.DataFrame | None) -> list[FigureSpec]:
     """One stacked bar per workload: each exit group's share of its overhead and the
     residual (what no counted exit carries); workloads with no detected overhead are left
     out (their shares are undefined)."""
-    from vmtax.report.analysis import FigureSpec
-
     if rows is None or rows.empty:
         return []
     shown = rows[rows["share"].notna()]

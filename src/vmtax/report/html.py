@@ -7,9 +7,9 @@ from importlib import resources
 import jinja2
 from markupsafe import Markup
 
-from vmtax import __version__
 from vmtax.report.analysis import ReportModel
 from vmtax.report.svg import render_all
+from vmtax.version import __version__
 
 SECTIONS = (
     ("levels", "Throughput and response time by configuration"),

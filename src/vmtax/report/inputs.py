@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from vmtax.sampling.outcome import imprecise
+from vmtax.store.select import resolve
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 
 @dataclass
@@ -39,16 +45,13 @@ class ReportInput:
 
 
 def load(
-    store: Any,
+    store: Store,
     selectors: Sequence[str],
     baseline: str | None,  # noqa: ANN401
     command: Sequence[str] = (),
 ) -> ReportInput:
     """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
     `vmtax compare` scopes it), their samples, configurations and experiments."""
-    from vmtax.sampling.outcome import imprecise
-    from vmtax.store.select import resolve
-
     resolved = resolve(store, list(selectors), baseline)
     runs = resolved.runs
     ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
@@ -90,7 +93,8 @@ def _configurations(runs: pd.DataFrame, experiments: Sequence[Mapping[str, Any]]
             if len(runs)
             else pd.DataFrame(columns=cols)
         )
-        frame = frame.assign(fingerprint=[{}] * len(frame), provenance=[{}] * len(frame))
+        empty = pd.Series([{}] * len(frame), index=frame.index, dtype=object)
+        frame = frame.assign(fingerprint=empty, provenance=empty.copy())
     if "config" not in frame and len(runs):
         names = runs.drop_duplicates("configuration_id").set_index("configuration_id")
         frame["config"] = frame["configuration_id"].map(names["config"])

@@ -8,10 +8,10 @@ from urllib.parse import quote
 
 import jinja2
 
-from vmtax import __version__
 from vmtax.report.analysis import ReportModel
 from vmtax.report.html import SECTIONS
 from vmtax.report.svg import render_all
+from vmtax.version import __version__
 
 # Only what can start markup inline: with [ and ] escaped, parentheses and ! are inert.
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")

@@ -4,12 +4,17 @@ two levels of an exit-heavy probe (cpuid, io, timer, wakeup)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError
+from vmtax.model import fit
+from vmtax.model.sources import from_runs
+from vmtax.report.compare_format import _num
+from vmtax.report.parts import Table
 
 if TYPE_CHECKING:
-    from vmtax.report.analysis import Table
+    import pandas as pd
+
     from vmtax.report.inputs import ReportInput
 
 RESAMPLES = 1000  # a report table, not a headline figure: enough for a 95% interval
@@ -17,11 +22,6 @@ RESAMPLES = 1000  # a report table, not a headline figure: enough for a 95% inte
 
 def table(data: ReportInput, *, seed: int = 0) -> Table | None:
     """Predicted vs measured per probe and level, or None when the model does not apply."""
-    from vmtax.model import fit
-    from vmtax.model.sources import from_runs
-    from vmtax.report.analysis import Table
-    from vmtax.report.compare_format import _num
-
     runs = data.runs
     if runs.empty or "mean" not in runs:
         return None
@@ -35,19 +35,23 @@ def table(data: ReportInput, *, seed: int = 0) -> Table | None:
     except UsageError:
         return None
     rows = []
-    for r in result.predictions.itertuples():
-        measured = "" if r.measured is None or r.measured != r.measured else _num(r.measured)
-        error = "" if r.error_pct is None or r.error_pct != r.error_pct else f"{r.error_pct:+.1f}"
+    p = result.predictions
+    for benchmark, level, dvh, kind, predicted, low, high, measured_v, error_pct, unit in zip(
+        p["benchmark"], p["level"], p["dvh"], p["kind"], p["predicted"], p["low"], p["high"],
+        p["measured"], p["error_pct"], p["unit"], strict=True,
+    ):  # fmt: skip
+        measured = "" if measured_v is None or measured_v != measured_v else _num(measured_v)
+        error = "" if error_pct is None or error_pct != error_pct else f"{error_pct:+.1f}"
         rows.append(
             [
-                str(r.benchmark),
-                f"L{r.level}{'+DVH' if r.dvh else ''}",
-                str(r.kind),
-                _num(r.predicted),
-                f"{_num(r.low)} – {_num(r.high)}",
+                str(benchmark),
+                f"L{level}{'+DVH' if dvh else ''}",
+                str(kind),
+                _num(predicted),
+                f"{_num(low)} – {_num(high)}",
                 measured,
                 error,
-                str(r.unit),
+                str(unit),
             ]
         )
     return Table(
@@ -64,12 +68,16 @@ def table(data: ReportInput, *, seed: int = 0) -> Table | None:
         + " ".join(result.notes)
         + " "
         + " ".join(
-            f"m_h {r.basis}." for r in result.params.itertuples() if r.parameter.startswith("m_h")
+            f"m_h {basis}."
+            for parameter, basis in zip(
+                result.params["parameter"], result.params["basis"], strict=True
+            )
+            if parameter.startswith("m_h")
         ),
     )
 
 
-def _tsc_hz(configurations: Any) -> dict[int, float]:  # noqa: ANN401
+def _tsc_hz(configurations: pd.DataFrame | None) -> dict[int, float]:
     out: dict[int, float] = {}
     if configurations is None or "fingerprint" not in getattr(configurations, "columns", ()):
         return out

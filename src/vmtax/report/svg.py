@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import matplotlib
 from matplotlib.figure import Figure
 
 from vmtax.report.forked import run_forked, workers_for
 
-RC = {
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",
     "font.family": ["sans-serif"],
     "font.sans-serif": ["DejaVu Sans", "Liberation Sans", "Arial", "Helvetica"],
@@ -65,9 +69,21 @@ def to_svg(fig: Figure, key: str) -> str:
 PARALLEL_FIGURES = 4
 
 
+@overload
 def render_all(
-    figures: list[tuple[str, Callable[[], Figure]]], kind: str = "svg"
-) -> list[str | bytes]:
+    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["svg"] = "svg"
+) -> list[str]: ...
+
+
+@overload
+def render_all(
+    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["png"]
+) -> list[bytes]: ...
+
+
+def render_all(
+    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["svg", "png"] = "svg"
+) -> Sequence[str | bytes]:
     """Make every figure (``(key, draw)``) and render it as SVG markup (``kind="svg"``,
     salted by its key) or PNG bytes, in order.
 

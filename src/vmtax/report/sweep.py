@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jinja2
 import matplotlib
@@ -17,7 +17,11 @@ from rich.table import Table
 from vmtax.errors import VmtaxError
 from vmtax.report.svg import RC, to_png, to_svg
 from vmtax.report.terminal import fmt
-from vmtax.sweep.summary import SweepSummary
+from vmtax.store.select import parse
+from vmtax.sweep.summary import SweepSummary, summarise
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 HEADERS = (
     "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
@@ -148,8 +152,13 @@ def terminal(summary: SweepSummary) -> Table:
     )
     for h in HEADERS:
         # The interval is the figure a reader needs whole; the others may wrap their header.
-        wide = {"no_wrap": True, "min_width": 17} if h in ("95% CI", "throughput") else {}
-        table.add_column(h, justify="left" if h == "status" else "right", **wide)
+        wide = h in ("95% CI", "throughput")
+        table.add_column(
+            h,
+            justify="left" if h == "status" else "right",
+            no_wrap=wide,
+            min_width=17 if wide else None,
+        )
     for r in rows(summary):
         table.add_row(*r)
     return table
@@ -185,8 +194,8 @@ def figure(summary: SweepSummary) -> Figure:
         ax1, ax2, ax3 = fig.subplots(1, 3)
         x = [s.ratio for s in ok]
         y = [s.throughput for s in ok]
-        lo = [s.throughput - (s.throughput_low or s.throughput) for s in ok]
-        hi = [(s.throughput_high or s.throughput) - s.throughput for s in ok]
+        lo = [t - (s.throughput_low or t) for s in ok if (t := s.throughput) is not None]
+        hi = [(s.throughput_high or t) - t for s in ok if (t := s.throughput) is not None]
         ax1.errorbar(x, y, yerr=[lo, hi], marker="o", capsize=3, color="#1f77b4")
         ax1.set_title("Throughput")
         ax1.set_ylabel(summary.throughput_unit)
@@ -253,11 +262,9 @@ class Section:
     markdown: str
 
 
-def selected_sweeps(store: Any, selectors: Sequence[str]) -> list[int]:  # noqa: ANN401
+def selected_sweeps(store: Store, selectors: Sequence[str]) -> list[int]:
     """The sweep experiments the selectors' ``exp=`` terms name (``latest``: the newest
     experiment, if it is a sweep)."""
-    from vmtax.store.select import parse
-
     ids: list[int] = []
     for text in selectors:
         for term in parse(text).experiment_terms():
@@ -278,9 +285,7 @@ def selected_sweeps(store: Any, selectors: Sequence[str]) -> list[int]:  # noqa:
     return out
 
 
-def sections(store: Any, experiment_ids: Sequence[int]) -> tuple[Section, ...]:  # noqa: ANN401
-    from vmtax.sweep.summary import summarise
-
+def sections(store: Store, experiment_ids: Sequence[int]) -> tuple[Section, ...]:
     out = []
     for exp_id in experiment_ids:
         summary = summarise(store, exp_id)

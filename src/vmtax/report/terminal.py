@@ -31,24 +31,32 @@ def studya_table(described_df: pd.DataFrame, title: str | None = None) -> Table:
     table.add_column("p95", justify="right")
     table.add_column("Unit")
     table.add_column("n", justify="right")
-    for row in described_df.itertuples(index=False):
+    d = described_df
+    for (
+        config, probe, throughput_mean, throughput_unit, throughput_stderr_pct, resp_mean,
+        resp_stderr, resp_stderr_pct, p95, unit, n_runs,
+    ) in zip(
+        d["config"], d["probe"], d["throughput_mean"], d["throughput_unit"],
+        d["throughput_stderr_pct"], d["resp_mean"], d["resp_stderr"], d["resp_stderr_pct"],
+        d["p95"], d["unit"], d["n_runs"], strict=True,
+    ):  # fmt: skip
         thr = (
-            f"{fmt(row.throughput_mean)} {row.throughput_unit or ''}".rstrip()
-            if _present(row.throughput_mean)
+            f"{fmt(throughput_mean)} {throughput_unit or ''}".rstrip()
+            if _present(throughput_mean)
             else "-"
         )
         cells = [
-            row.probe,
+            probe,
             thr,
-            pct(row.throughput_stderr_pct) if _present(row.throughput_mean) else "-",
-            fmt(row.resp_mean),
-            fmt(row.resp_stderr),
-            pct(row.resp_stderr_pct),
-            fmt(row.p95),
-            str(row.unit),
-            str(row.n_runs),
+            pct(throughput_stderr_pct) if _present(throughput_mean) else "-",
+            fmt(resp_mean),
+            fmt(resp_stderr),
+            pct(resp_stderr_pct),
+            fmt(p95),
+            str(unit),
+            str(n_runs),
         ]
-        table.add_row(*([str(row.config)] if several else []), *cells)
+        table.add_row(*([str(config)] if several else []), *cells)
     if p95_below_mean(described_df):
         table.caption = P95_NOTE
     return table

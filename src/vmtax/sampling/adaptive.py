@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,9 @@ from vmtax.sampling import design, noise
 from vmtax.store.models import Run, SamplingLook, SamplingOutcome
 from vmtax.targets.base import Target
 
+if TYPE_CHECKING:
+    from vmtax.store import Store
+
 StoreCall = Callable[..., Any]
 
 
@@ -42,7 +45,7 @@ class AdaptiveSampler:
 
     def __init__(
         self,
-        store: Any,
+        store: Store,
         plan: Plan,
         experiment_id: int,
         *,
@@ -231,7 +234,7 @@ class AdaptiveSampler:
                 connection.execute(t.insert(), rows)
 
 
-def _resume_point(store: Any, experiment_id: int) -> tuple[float, int]:
+def _resume_point(store: Store, experiment_id: int) -> tuple[float, int]:
     """Budget seconds the stored looks had spent, and the highest stored plan index."""
     looks = SamplingLook.__table__
     runs = Run.__table__

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from sqlalchemy import select
@@ -13,13 +13,16 @@ from sqlalchemy import select
 from vmtax.sampling import noise
 from vmtax.store.models import Configuration, SamplingLook, SamplingOutcome
 
+if TYPE_CHECKING:
+    from vmtax.store import Store
+
 COLUMNS = [
     "configuration_id", "experiment_id", "config", "level", "probe", "n_runs", "mean",
     "half_width", "target", "status", "reason", "duration_s", "iterations",
 ]  # fmt: skip
 
 
-def outcomes(store: Any, experiment_ids: Iterable[int]) -> pd.DataFrame:
+def outcomes(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
     """One row per (configuration, probe) that adaptive sampling finished, with the
     configuration's key and level."""
     ids = sorted({int(i) for i in experiment_ids})
@@ -52,7 +55,7 @@ def outcomes(store: Any, experiment_ids: Iterable[int]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def imprecise(store: Any, runs: pd.DataFrame) -> set[tuple[int, str]]:
+def imprecise(store: Store, runs: pd.DataFrame) -> set[tuple[int, str]]:
     """(configuration_id, probe) of every probe in ``runs`` whose sampling ended imprecise."""
     if runs.empty:
         return set()
@@ -61,7 +64,7 @@ def imprecise(store: Any, runs: pd.DataFrame) -> set[tuple[int, str]]:
     return {(int(c), str(p)) for c, p in zip(bad["configuration_id"], bad["probe"], strict=True)}
 
 
-def noise_by_config(store: Any, experiment_id: int) -> dict[int, dict[str, float]]:
+def noise_by_config(store: Store, experiment_id: int) -> dict[int, dict[str, float]]:
     """Per configuration, the summary of every noise sample its looks stored."""
     t = SamplingLook.__table__
     stmt = (
@@ -77,7 +80,7 @@ def noise_by_config(store: Any, experiment_id: int) -> dict[int, dict[str, float
     return {c: noise.summary(s) for c, s in samples.items()}
 
 
-def lines(store: Any, experiment_id: int) -> list[str]:
+def lines(store: Store, experiment_id: int) -> list[str]:
     """The closing lines of an adaptive run: one summary line per configuration, then one
     line per probe that missed its target, with the half-width it reached and the noise."""
     found = outcomes(store, [experiment_id])
@@ -85,7 +88,7 @@ def lines(store: Any, experiment_id: int) -> list[str]:
         return []
     noise_of = noise_by_config(store, experiment_id)
     out: list[str] = []
-    for config_id, part in found.groupby("configuration_id", sort=False):
+    for config_id, part in found.groupby(found["configuration_id"].astype(int), sort=False):
         target = float(part["target"].iloc[0])
         ok = int((part["status"] == "precise").sum())
         n = noise_of.get(int(config_id), {})
@@ -93,17 +96,21 @@ def lines(store: Any, experiment_id: int) -> list[str]:
             f"precision {part['config'].iloc[0]}: {ok} of {len(part)} probes within "
             f"±{_pct(target)} (95% CI half-width){_noise_text(n)}"
         )
-        for row in part[part["status"] == "imprecise"].itertuples(index=False):
-            h = math.nan if row.half_width is None else float(row.half_width)
+        missed = part[part["status"] == "imprecise"]
+        for probe, config, half_width, n_runs, reason in zip(
+            missed["probe"], missed["config"], missed["half_width"], missed["n_runs"],
+            missed["reason"], strict=True,
+        ):  # fmt: skip
+            h = math.nan if half_width is None else float(half_width)
             reached, needed = "no interval", ""
             if math.isfinite(h):
                 # The half-width shrinks as 1/sqrt(n): the runs this spread would need.
                 reached = f"±{_pct(h)}"
-                needed = f", about {math.ceil(row.n_runs * (h / target) ** 2)} runs needed"
+                needed = f", about {math.ceil(n_runs * (h / target) ** 2)} runs needed"
             out.append(
-                f"imprecise: {row.probe} at {row.config}: {reached} after {row.n_runs} runs, "
+                f"imprecise: {probe} at {config}: {reached} after {n_runs} runs, "
                 f"target ±{_pct(target)}{needed} "
-                f"({_REASONS.get(str(row.reason), str(row.reason))}); "
+                f"({_REASONS.get(str(reason), str(reason))}); "
                 "a verdict only where the difference is clear"
             )
     return out

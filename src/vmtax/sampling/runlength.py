@@ -19,9 +19,12 @@ fingerprint, which every run repeats) and recorded with the choice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmtax.sampling.design import STOP_FLOOR
+
+if TYPE_CHECKING:
+    from vmtax.plan.plan import Plan
 
 MIN_DURATION_S = 0.03
 AMORTISE = 0.25
@@ -69,19 +72,22 @@ def choose(
     return chosen
 
 
-def apply(plan: Any, *, overhead_s: float, fixed: bool) -> None:
+def apply(plan: Plan, *, overhead_s: float, fixed: bool) -> None:
     """Choose the run length of an adaptive ``plan`` (unless ``fixed`` by --duration) and
     record the choice in ``plan.sampling["run_length"]``, which is stored with the plan."""
+    sampling = plan.sampling
+    if sampling is None:
+        raise ValueError("a run length is chosen only for an adaptive plan")
     if fixed:
-        plan.sampling["run_length"] = {
+        sampling["run_length"] = {
             name: {"duration_s": e.get("duration"), "iterations": e.get("iterations"),
                    "why": "--duration"}
             for name, e in plan.entries.items()
         }  # fmt: skip
         return
-    plan.sampling["run_length"] = choose(
+    sampling["run_length"] = choose(
         plan.entries,
-        budget_s=plan.sampling.get("budget_s"),
+        budget_s=sampling.get("budget_s"),
         targets=len(plan.targets),
         overhead_s=overhead_s,
     )

@@ -36,6 +36,7 @@ from scipy import stats
 
 from vmtax.errors import UsageError
 from vmtax.stats import intervals, significance
+from vmtax.store.select import mask
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -154,7 +155,6 @@ def _metrics(metric: str | Sequence[str]) -> list[str]:
 def _baseline_mask(runs: pd.DataFrame, baseline: str | pd.Series) -> pd.Series:
     if isinstance(baseline, pd.Series):
         return baseline.reindex(runs.index, fill_value=False).astype(bool)
-    from vmtax.store.select import mask
 
     return mask(runs, baseline)
 
@@ -257,10 +257,10 @@ def compare(
         if np.isfinite(best[i]) and best[i] >= ALPHA:
             _warn(
                 frame,
-                i,
+                int(i),
                 f"cannot reach significance: best possible adjusted p is "
-                f"{best[i]:.3g} with {int(frame.at[i, 'n_runs'])} vs "
-                f"{int(frame.at[i, '_n_base'])} runs",
+                f"{best[i]:.3g} with {int(frame['n_runs'].loc[i])} vs "
+                f"{int(frame['_n_base'].loc[i])} runs",
             )
     frame["verdict"] = [
         "baseline" if b else _verdict(pa, lo, hi, noise)
@@ -320,7 +320,7 @@ def _mark_imprecise(frame: pd.DataFrame, ok: pd.DataFrame, imprecise: set[tuple[
 
 
 def _warn(frame: pd.DataFrame, i: int, text: str) -> None:
-    old = frame.at[i, "warnings"]
+    old = frame["warnings"].loc[i]
     frame.at[i, "warnings"] = f"{old}; {text}" if old else text
 
 
@@ -356,7 +356,7 @@ def _compare_metric(
     notes: list[str],
 ) -> None:
     column, unit_override, better_override = METRICS[name]
-    groups = {key: g for key, g in pruns.groupby("_key", sort=False)}
+    groups: dict[str, pd.DataFrame] = {str(key): g for key, g in pruns.groupby("_key", sort=False)}
     base = groups[base_key]
     base_vals = _run_values(base, column)
     if base_vals.size == 0:
@@ -443,7 +443,8 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
     rather than guessing.
     """
     for _, part in frame.groupby(["probe", "metric"], sort=False):
-        levels = {i: level_number(part.at[i, "level"]) for i in part.index}
+        labels = part["_labels"]
+        levels = {i: level_number(part["level"].loc[i]) for i in part.index}
         for i in part.index:
             li = levels[i]
             if not math.isfinite(li):
@@ -453,22 +454,21 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
                 for j in part.index
                 if math.isfinite(levels[j])
                 and levels[j] < li
-                and _compatible(part.at[i, "_labels"], part.at[j, "_labels"])
+                and _compatible(labels.loc[i], labels.loc[j])
             ]
             if not cands:
                 continue
             top = max(levels[j] for j in cands)
             near = [j for j in cands if levels[j] == top]
-            shared = {
-                j: len(part.at[i, "_labels"].keys() & part.at[j, "_labels"].keys()) for j in near
-            }
+            shared = {j: len(labels.loc[i].keys() & labels.loc[j].keys()) for j in near}
             best = max(shared.values())
             winners = [j for j in near if shared[j] == best]
             if len(winners) != 1:
                 continue
-            prev = float(part.at[winners[0], "mean"])
+            means = part["mean"]
+            prev = float(means.loc[winners[0]])
             if prev != 0:
-                frame.at[i, "delta_prev_pct"] = 100.0 * (float(part.at[i, "mean"]) - prev) / prev
+                frame.at[i, "delta_prev_pct"] = 100.0 * (float(means.loc[i]) - prev) / prev
 
 
 def _geomean_rows(

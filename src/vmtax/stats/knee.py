@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from vmtax.stats.describe import mean_interval
@@ -274,11 +275,11 @@ def find_knee(
     xs, ys, bs = [], [], []
     for i in order:
         y = np.asarray(samples[i], dtype=np.float64)
-        b = np.zeros(y.size, dtype=int) if blocks is None else np.asarray(blocks[i], dtype=int)
+        rounds = np.zeros(y.size, dtype=int) if blocks is None else np.asarray(blocks[i], dtype=int)
         keep = np.isfinite(y)
         xs.append(np.full(int(keep.sum()), float(ratios[i])))
         ys.append(y[keep])
-        bs.append(b[keep])
+        bs.append(rounds[keep])
     x, y, block = np.concatenate(xs), np.concatenate(ys), np.concatenate(bs)
     steps = np.unique(x)
     present = [float(ratios[i]) for i in order if np.isfinite(np.asarray(samples[i])).any()]
@@ -309,6 +310,8 @@ def find_knee(
         )
     kept = tuple(float(v) for v in fits.candidates[np.asarray(fits.in_set)])
     replicated = bool(np.isfinite(fits.set_p).all())
+    low: float | None
+    high: float | None
     if replicated:
         low, high, why = min(kept + (k,)), max(kept + (k,)), ""
     else:
@@ -420,7 +423,6 @@ def classify_flat(
     values = np.concatenate([u[np.isfinite(u)] for _, u in chosen]) if chosen else np.empty(0)
     if values.size == 0:
         return None
-    import pandas as pd
 
     mean, _, _, low, high = mean_interval(pd.Series(values))
     if not math.isfinite(low):

@@ -88,6 +88,24 @@ def min_pvalue(n1: int, n2: int, test: str = "permutation", *, resamples: int = 
     return floor
 
 
+def significance_floor(
+    family: int, *, alpha: float = 0.05, test: str = "permutation", resamples: int = 10_000
+) -> int | None:
+    """The fewest runs a side (n vs n) with which the comparison's smallest possible p-value,
+    after Holm over ``family`` tests, is below ``alpha``; None when no n up to 1000 does.
+
+    Holm's first step multiplies the smallest p by the family size, and an exact two-sided
+    permutation test cannot go below 2 / C(2n, n): with 12 probes, 5 vs 5 runs give at best
+    12 * 2/252 = 0.095, so no verdict is possible however large the tax; 6 vs 6 give 0.026.
+    """
+    if family < 1:
+        return 2
+    for n in range(2, 1001):
+        if min_pvalue(n, n, test, resamples=resamples) * family < alpha:
+            return n
+    return None
+
+
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm's step-down adjusted p-values (controls the family-wise error rate)."""
     p = np.asarray(p, dtype=np.float64)

@@ -20,6 +20,7 @@ import pandas as pd
 from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store.store import Store
+from vmtax.store.tidy import tidy_runs, tidy_samples
 
 FORMATS = ("csv", "json", "parquet")
 _JSON_CHUNK = 100_000
@@ -27,8 +28,6 @@ _JSON_CHUNK = 100_000
 
 def export_runs(store: Store, selectors: Sequence[str], fmt: str, path: str | Path) -> int:
     """Write the selected runs (one row each, labels as ``label_<key>``); returns the count."""
-    from vmtax.api import tidy_runs
-
     _check_format(fmt)
     return _write(tidy_runs(store.runs(selectors)), fmt, path)
 
@@ -42,8 +41,6 @@ def export_samples(
     warmup: bool = False,
 ) -> int:
     """Write every sample of the selected runs (one row per iteration); returns the count."""
-    from vmtax.api import tidy_samples
-
     _check_format(fmt)
     return _write(tidy_samples(store, store.runs(selectors), warmup=warmup), fmt, path)
 
@@ -105,8 +102,6 @@ def _write_samples_chunked(
     progress: Callable[[int, int], None] | None,
 ) -> int:
     """Every sample of ``runs``, built and appended a chunk of runs at a time."""
-    from vmtax.api import tidy_samples
-
     sizes = pd.to_numeric(runs["n"], errors="coerce").fillna(0).to_numpy(dtype=np.int64)
     total = int(sizes.sum())
     chunks: list[list[int]] = [[]]
@@ -124,6 +119,7 @@ def _write_samples_chunked(
             for i, part in enumerate(chunks):
                 df = tidy_samples(store, runs.iloc[part], warmup=True)
                 if fmt == "parquet":
+                    # heavy: pyarrow's Parquet writer, only for Parquet exports
                     import pyarrow as pa
                     import pyarrow.parquet as pq
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -25,7 +26,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
-    pass
+    # Every model here is declared with columns, so its ``__table__`` is a Table (the
+    # declarative base only promises a FromClause, which has no insert()).
+    __table__: ClassVar[Table]
 
 
 class Experiment(Base):

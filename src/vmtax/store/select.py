@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from vmtax.errors import UsageError
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 _ALIASES = {"experiment": "exp"}
 _COLUMNS = ("config", "level", "probe", "target", "hypervisor", "status")
@@ -172,7 +175,7 @@ class Resolved:
     selectors: list[str]
 
 
-def resolve(store: Any, selectors: Sequence[str], baseline: str | None) -> Resolved:  # noqa: ANN401
+def resolve(store: Store, selectors: Sequence[str], baseline: str | None) -> Resolved:
     """Load the runs of ``selectors`` (OR) and of the scoped ``baseline`` from ``store``, once
     for every command that takes a baseline (compare, report, artifacts).
 
@@ -196,7 +199,7 @@ def resolve(store: Any, selectors: Sequence[str], baseline: str | None) -> Resol
     return Resolved(both, base_mask, baseline, chosen)
 
 
-def _check_one_configuration(store: Any, base: pd.DataFrame, baseline: str) -> None:  # noqa: ANN401
+def _check_one_configuration(store: Store, base: pd.DataFrame, baseline: str) -> None:
     per_probe = base.groupby("probe")["configuration_id"].nunique()
     if (per_probe <= 1).all():
         return
@@ -204,13 +207,16 @@ def _check_one_configuration(store: Any, base: pd.DataFrame, baseline: str) -> N
     cands = base[base["probe"] == probe].drop_duplicates("configuration_id")
     started = _start_times(store)
     described = []
-    for rec in cands.sort_values(["experiment_id", "configuration_id"]).itertuples(index=False):
-        when = started.get(int(rec.experiment_id))
-        labels = " ".join(f"{k}={v}" for k, v in sorted((rec.labels or {}).items())) or "none"
+    ordered = cands.sort_values(["experiment_id", "configuration_id"])
+    for exp_id, rec_labels, level in zip(
+        ordered["experiment_id"], ordered["labels"], ordered["level"], strict=True
+    ):
+        when = started.get(int(exp_id))
+        labels = " ".join(f"{k}={v}" for k, v in sorted((rec_labels or {}).items())) or "none"
         described.append(
-            f"experiment {int(rec.experiment_id)}"
+            f"experiment {int(exp_id)}"
             + (f" started {when}" if when else "")
-            + f", {rec.level}, labels {labels}"
+            + f", {level}, labels {labels}"
         )
     example = f"exp={int(cands['experiment_id'].max())},{baseline}"
     raise UsageError(
@@ -220,7 +226,7 @@ def _check_one_configuration(store: Any, base: pd.DataFrame, baseline: str) -> N
     )
 
 
-def _start_times(store: Any) -> dict[int, str]:  # noqa: ANN401
+def _start_times(store: Store) -> dict[int, str]:
     exps = store.experiments()
     return {
         int(e): t.strftime("%Y-%m-%d %H:%M:%S UTC")

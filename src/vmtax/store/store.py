@@ -7,7 +7,8 @@ import functools
 import math
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import (
     Engine,
+    Table,
+    case,
     create_engine,
     delete,
     event,
@@ -25,13 +28,15 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
+from sqlalchemy.sql.elements import Case
 
 from vmtax.contract import LEGACY_TSC_UNITS, TSC_UNIT
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
+from vmtax.store import select as sel
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
 from vmtax.store.runtimes import RunTimes
@@ -158,7 +163,7 @@ class Store:
                 self._check_writable()
 
     @contextlib.contextmanager
-    def _migration_lock(self) -> Any:
+    def _migration_lock(self) -> Iterator[None]:
         # Controllers started together on a new PostgreSQL database would each create the
         # schema; a session advisory lock lets one do it while the others wait, then find it
         # done. (SQLite's write lock already serializes them.)
@@ -179,6 +184,7 @@ class Store:
         PostgreSQL connection that a reconnect may cure."""
         if self._url.get_backend_name() != "postgresql" or not isinstance(exc, DBAPIError):
             return False
+        # optional: psycopg is installed only for PostgreSQL stores
         import psycopg
 
         if not (exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError)):
@@ -231,7 +237,7 @@ class Store:
         """The SQLAlchemy engine (for exports and tests)."""
         return self._engine
 
-    def _guard(self) -> Any:
+    def _guard(self) -> AbstractContextManager[None]:
         return translated(self._url, self._busy_timeout)
 
     def _check_writable(self) -> None:
@@ -270,7 +276,7 @@ class Store:
         def insert() -> int:
             with self._guard(), self._engine.begin() as connection:
                 result = connection.execute(t.insert().values(**values))
-                return int(result.inserted_primary_key[0])
+                return inserted_id(result)
 
         def committed_before() -> int | None:
             # The same row, if the attempt whose connection broke was committed after all.
@@ -372,7 +378,7 @@ class Store:
                             provenance=_json_safe(provenance),
                         )
                     )
-                    return int(result.inserted_primary_key[0])
+                    return inserted_id(result)
             except IntegrityError:
                 pass  # another writer created it between our select and insert
             with self._engine.connect() as connection:
@@ -449,7 +455,7 @@ class Store:
             try:
                 with self._engine.begin() as connection:
                     result = connection.execute(Run.__table__.insert().values(**row))
-                    run_id = int(result.inserted_primary_key[0])
+                    run_id = inserted_id(result)
                     connection.execute(
                         SampleBlock.__table__.insert(),
                         [
@@ -600,7 +606,9 @@ class Store:
             rows = connection.execute(stmt).mappings().all()
         df = pd.DataFrame([dict(x) for x in rows], columns=list(stmt.selected_columns.keys()))
         for col in ("started_at", "ended_at"):
-            df[col] = pd.to_datetime([_utc(x) for x in df[col]], utc=True)
+            df[col] = pd.to_datetime(
+                pd.Series([_utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
+            )
         for col in ("n_runs", "n_ok", "n_configurations"):
             df[col] = df[col].fillna(0).astype("int64")
         return df
@@ -608,8 +616,6 @@ class Store:
     @_reconnecting
     def runs(self, selectors: Sequence[str] = ()) -> pd.DataFrame:
         """Runs matching any of ``selectors`` (all runs when empty), see ``store.select``."""
-        from vmtax.store import select as sel
-
         parsed = [sel.parse(s) for s in selectors]  # malformed input fails before any query
         self._check_experiments_exist(sel.named_experiment_ids(parsed))
         df = self._all_runs(sel.experiment_ids(parsed, self.latest_experiment_id))
@@ -689,7 +695,9 @@ class Store:
             rows = connection.execute(stmt).all()
         df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
         for col in ("started_at", "ended_at"):
-            df[col] = pd.to_datetime([_utc(x) for x in df[col]], utc=True)
+            df[col] = pd.to_datetime(
+                pd.Series([_utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
+            )
         for col in ("started_ns", "ended_ns"):
             df[col] = df[col].astype("Int64")
         return df
@@ -797,10 +805,16 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _case_ok(runs: Any) -> Any:
-    from sqlalchemy import case
-
+def _case_ok(runs: Table) -> Case[int]:
     return case((runs.c.status == "ok", 1), else_=0)
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the one row an ``insert()`` added."""
+    key = result.inserted_primary_key
+    if key is None:  # only an executemany() has no single key
+        raise VmtaxError("the insert returned no primary key")
+    return int(key[0])
 
 
 def _is_unique(exc: IntegrityError) -> bool:

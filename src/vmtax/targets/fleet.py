@@ -237,7 +237,10 @@ def expand_host_pattern(pattern: str, where: str) -> list[str]:
 
     elif len(lo) == len(hi) == 1 and lo.isalpha() and hi.isalpha():
         numbers = range(ord(lo), ord(hi) + 1, max(step, 1))
-        name = chr
+
+        def name(n: int) -> str:
+            return chr(n)
+
     else:
         raise UsageError(f"{where}: bad host range {m.group(0)!r}")
     # Sized before it is listed: node[0:99999999999] must be refused, not filled into memory.

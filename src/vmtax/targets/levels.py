@@ -18,9 +18,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vmtax.doctor import require
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.targets.accel import choose_accel
 from vmtax.targets.base import Capabilities, Target
 from vmtax.targets.images import AGENT_ONLY, ImageContents
+from vmtax.targets.local import LocalTarget
+from vmtax.targets.qemu import GuestSpec, QemuTarget
 
 PRESETS = ("seed-c", "seed-a-overcommitted", "seed-a-reserved")
 LEVELS = ("L0", "L1", "L2", "L3")
@@ -229,9 +233,6 @@ def level_targets(
             sizing = size_levels(deepest, preset)
     chosen = "tcg"
     if guests:
-        from vmtax.doctor import require
-        from vmtax.targets.accel import choose_accel
-
         # Every package the levels lack, in one line, before anything is built or booted.
         require("levels", "testbed" if inner_accel == "kvm" else "levels", what="--levels")
 
@@ -247,8 +248,6 @@ def level_targets(
     out: list[Target] = []
     for lv in levels:
         if lv == "L0":
-            from vmtax.targets.local import LocalTarget
-
             out.append(LocalTarget(level="L0"))
             continue
         out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net, contents))
@@ -315,8 +314,6 @@ def _qemu_target(
     guest_net: str = "",
     contents: ImageContents = AGENT_ONLY,
 ) -> Target:
-    from vmtax.targets.qemu import GuestSpec, QemuTarget
-
     n = int(level[1])
     outer = sizing["L1"]
     inner = [(sizing[f"L{k}"].vcpus, sizing[f"L{k}"].memory_mb) for k in range(2, n + 1)]

@@ -39,6 +39,7 @@ from vmtax.targets.base import (
     free_port,
 )
 from vmtax.targets.images import AGENT_ONLY, Image, ImageContents, build_nested
+from vmtax.targets.local import LocalTarget
 
 QEMU = "qemu-system-x86_64"
 #: How long a guest may take from power-on to the agent's ``serve_ready`` (TCG is slow).
@@ -350,7 +351,10 @@ class QemuGuest:
     def _pin(self, qmp: QEMUMonitorProtocol) -> None:
         # One host CPU per vCPU thread, wrapping around when the guest has more vCPUs.
         host_cpus = sorted(os.sched_getaffinity(0))
-        for cpu in qmp.cmd("query-cpus-fast"):
+        cpus = qmp.cmd("query-cpus-fast")
+        if not isinstance(cpus, list):
+            raise TargetError(f"QMP query-cpus-fast returned {cpus!r}, not a list of CPUs")
+        for cpu in cpus:
             index, tid = int(cpu["cpu-index"]), int(cpu["thread-id"])
             host = host_cpus[index % len(host_cpus)]
             os.sched_setaffinity(tid, {host})
@@ -723,8 +727,6 @@ class QemuTarget(Target):
         it); a request there can run while the measured agent runs, since each level's
         agent has its own port."""
         if self.spec.accel == "kvm" and not self.inner:
-            from vmtax.targets.local import LocalTarget
-
             return {"L0": LocalTarget(level="L0")}
         if self.inner_accel != "kvm" or not self.inner:
             return {}

@@ -302,7 +302,10 @@ class SshTarget(Target):
         # No sha256sum on the host: read the file back and hash it here.
         h = hashlib.sha256()
         async with self._conn.start_sftp_client() as sftp, sftp.open(path, "rb") as fh:
-            while chunk := await fh.read(1 << 20):
+            while True:
+                chunk: bytes = await fh.read(1 << 20)  # a file opened "rb" reads bytes
+                if not chunk:
+                    break
                 h.update(chunk)
         return h.hexdigest()
 
@@ -370,6 +373,7 @@ class SshTarget(Target):
     def run_agent(self, args: list[str], timeout: float) -> Iterator[str]:
         self.prepare()
         assert self.remote_agent is not None
+        assert self._loop is not None  # prepare() connected, on this loop
         command = shlex.join([self.remote_agent, *(str(a) for a in args)])
         lines: queue.Queue[object] = queue.Queue()
         done = threading.Event()

@@ -9,12 +9,15 @@ Each level multiplies the cost; every ``period``-th iteration is twice as slow (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vmtax import __version__
 from vmtax.testing.runs import run_statistics
+from vmtax.version import __version__
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 BASE_COST = {"cpuid": 100.0, "syscall": 300.0, "timer": 1_000.0, "pagefault": 2_000.0}
 LEVEL_FACTOR = {"L0": 1.0, "L1": 30.0, "L2": 400.0, "L3": 4_000.0}
@@ -68,7 +71,7 @@ def _summary(values: np.ndarray) -> dict[str, Any]:
 
 
 def populate(
-    store: Any,
+    store: Store,
     *,
     levels: Sequence[str] = ("L0", "L1", "L2"),  # noqa: ANN401
     probes: Sequence[str] = ("cpuid", "syscall"),

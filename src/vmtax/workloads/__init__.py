@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from vmtax.contract import Fingerprint, ProbeInfo
 from vmtax.targets import images
+from vmtax.targets.agent import fingerprint
 from vmtax.targets.base import Target
 from vmtax.workloads.base import Context, Invocation, Workload, WorkloadError
 from vmtax.workloads.crypto import Crypto
@@ -83,8 +84,6 @@ def run_lines(target: Target, args: list[str], timeout: float) -> Iterator[str]:
 
 
 def _fingerprint(target: Target) -> Fingerprint:
-    from vmtax.runner import fingerprint
-
     with _ENV_LOCK:
         if id(target) not in _ENV:
             _ENV[id(target)] = fingerprint(target)

@@ -9,7 +9,7 @@ quick suite stays quick.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from vmtax.workloads.base import Context, Param, Workload
 
@@ -34,7 +34,7 @@ class Hackbench(Workload):
     default_warmup = 1
 
     @staticmethod
-    def argv(params: dict[str, object]) -> list[str]:
+    def argv(params: Mapping[str, object]) -> list[str]:
         argv = ["hackbench", "-g", str(params["groups"]), "-l", str(params["loops"])]
         argv += ["-T"] if params["mode"] == "thread" else ["-P"]
         if params["ipc"] == "pipe":

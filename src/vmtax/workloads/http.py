@@ -20,6 +20,7 @@ from pathlib import Path
 from vmtax.workloads.base import (
     Context,
     Param,
+    ParamValue,
     Server,
     Workload,
     free_port,
@@ -105,7 +106,10 @@ class Http(Workload):
 
     def execute(self, ctx: Context) -> Iterator[str]:
         name, _ = FILES[str(ctx.params["file"])]
-        params = {"path": f"/{name}", "connections": int(ctx.params["connections"])}
+        params: dict[str, ParamValue] = {
+            "path": f"/{name}",
+            "connections": int(ctx.params["connections"]),
+        }
         servers_here(ctx)
         if is_ssh(ctx.target):
             with on_ssh_host(ctx, "lighttpd", site_files) as (where, port):

@@ -115,7 +115,7 @@ def pg_guest_parts() -> tuple[list[str], dict[str, bytes]]:
     return binaries, files
 
 
-def mariadbd_flags(datadir: str, port: int, buffer: str, user: str) -> list[str]:
+def mariadbd_flags(datadir: str, port: int | str, buffer: str, user: str) -> list[str]:
     """The server's flags, the same on this machine and in guests: loopback only, no grant
     tables, binary log or name lookups, a small redo log (MariaDB's default 96 MiB would be
     most of the data directory)."""

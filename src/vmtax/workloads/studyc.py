@@ -27,12 +27,16 @@ def normalized(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
     columns probe, config, throughput, mean): best run average, and the study's ratio to
     the ``baseline`` configuration."""
     out = []
-    for ref in reference().itertuples(index=False):
-        sub = runs[runs["probe"] == ref.entry]
+    ref = reference()
+    for benchmark, entry, metric, native, study_unit, study_setup in zip(
+        ref["benchmark"], ref["entry"], ref["metric"], ref["native"], ref["unit"],
+        ref["study_setup"], strict=True,
+    ):  # fmt: skip
+        sub = runs[runs["probe"] == entry]
         if sub.empty:
             continue
         # oltp's stored value is a latency per transaction; its rate is the throughput.
-        rate = ref.metric == "rate" or ref.entry.startswith("oltp")
+        rate = metric == "rate" or entry.startswith("oltp")
         col = "throughput" if rate else "mean"
         best = sub.groupby("config")[col].agg("max" if rate else "min")
         base = best.get(baseline, np.nan)
@@ -40,15 +44,15 @@ def normalized(runs: pd.DataFrame, baseline: str) -> pd.DataFrame:
             ratio = value / base if rate else base / value
             out.append(
                 {
-                    "benchmark": ref.benchmark,
-                    "entry": ref.entry,
+                    "benchmark": benchmark,
+                    "entry": entry,
                     "config": config,
                     "best": float(value),
                     "unit": _unit(sub) if rate else str(sub["unit"].iloc[0]),
                     "normalized": float(ratio),
-                    "study_native": float(ref.native),
-                    "study_unit": ref.unit,
-                    "study_setup": ref.study_setup,
+                    "study_native": float(native),
+                    "study_unit": study_unit,
+                    "study_setup": study_setup,
                 }
             )
     return pd.DataFrame(out)

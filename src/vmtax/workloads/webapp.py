@@ -154,7 +154,7 @@ def db_script() -> str:
     then ROWS rows of sbtest1."""
     flags = [
         "--bind-address=0.0.0.0" if f.startswith("--bind-address=") else f
-        for f in mariadbd_flags('"$dir/data"', '"$port"', "${buffer}M", "root")  # type: ignore[arg-type]
+        for f in mariadbd_flags('"$dir/data"', '"$port"', "${buffer}M", "root")
     ]
     conn = " ".join(sysbench_conn("mariadb", '"$port"'))
     return f"""# vmtax triplet, db tier: MariaDB from an empty data directory, sbtest1 loaded.

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -164,18 +165,34 @@ def test_a_kernel_hang_is_read_from_the_watchdogs_lines():
 
 
 def _console_hangs(monkeypatch, boots: int) -> list[QemuGuest]:
-    """The first ``boots`` guests' consoles end with the hung L1's lines. Only the console
-    is doctored: the emulated-SVM hang it stands for cannot be provoked on demand, while the
-    guests, their boot and their teardown are real."""
+    """The first ``boots`` guests hang as the hung L1 did: their consoles end with its lines
+    and their agent never says it is ready (a hung kernel runs no agent; without that, a
+    guest that boots within one readiness wait on a quiet machine was never looked at).
+    Only the console and the readiness are doctored: the emulated-SVM hang they stand for
+    cannot be provoked on demand, while the guests, their boot and their teardown are real."""
     seen: list[QemuGuest] = []
-    real = QemuGuest.console_text
+    real_start, real_console = QemuGuest.start, QemuGuest.console_text
+    real_ready = qemu_module.AgentChannel.wait_ready
+
+    def start(guest: QemuGuest) -> None:
+        seen.append(guest)
+        real_start(guest)
+
+    def hung(guest: QemuGuest) -> bool:
+        return guest in seen and seen.index(guest) < boots
 
     def console_text(guest: QemuGuest) -> str:
-        if guest not in seen:
-            seen.append(guest)
-        return real(guest) + (HUNG_L1_CONSOLE if seen.index(guest) < boots else "")
+        return real_console(guest) + (HUNG_L1_CONSOLE if hung(guest) else "")
 
+    def wait_ready(channel: qemu_module.AgentChannel, deadline: float) -> bool:
+        if any(g.channel is channel and hung(g) for g in seen):
+            time.sleep(max(0.0, min(deadline - time.monotonic(), 0.2)))
+            return False
+        return real_ready(channel, deadline)
+
+    monkeypatch.setattr(QemuGuest, "start", start)
     monkeypatch.setattr(QemuGuest, "console_text", console_text)
+    monkeypatch.setattr(qemu_module.AgentChannel, "wait_ready", wait_ready)
     return seen
 
 
@@ -215,7 +232,10 @@ def test_a_guest_that_hangs_at_every_boot_is_one_error_line(image, monkeypatch):
     guests = _console_hangs(monkeypatch, boots=99)
     target = QemuTarget("L1", SMALL, image=image, boot_timeout=150)
     with pytest.raises(TargetError) as info:
-        target.prepare()
+        try:
+            target.prepare()
+        finally:
+            target.close()  # a guest that did boot is never left behind
     message = str(info.value)
     assert message.startswith("qemu-L1: the guest kernel hung at each of 2 boots (boot 1: CPU#1")
     assert "\n" not in message and "stuck for 782s" in message

@@ -4,7 +4,7 @@ their evidence (indices, period, p-values)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,9 @@ from vmtax.errors import UsageError
 from vmtax.report import compare_format as fmt_mod
 from vmtax.store import Store
 from vmtax.store.select import resolve
+
+if TYPE_CHECKING:
+    from vmtax.stats.artifacts import Artifacts
 
 COLUMNS = ["config", "probe", "artifact", "found", "evidence"]
 
@@ -35,7 +38,7 @@ def _list(values: list[Any], limit: int = 12) -> str:
     return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")
 
 
-def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
+def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str]]:
     """One row per detector: whether it found something, and the numbers that say so."""
     per, cross, warm, shp, out = art.periodic, art.cross_run, art.warmup, art.shape, art.outliers
     rows = []
@@ -85,7 +88,9 @@ def evidence_rows(config: str, probe: str, art: Any) -> list[dict[str, str]]:
     return [dict(zip(COLUMNS, (config, probe, *r), strict=True)) for r in rows]
 
 
-def _matrices(runs: pd.DataFrame, samples: dict[int, np.ndarray]) -> dict[tuple[str, str], Any]:
+def _matrices(
+    runs: pd.DataFrame, samples: dict[int, np.ndarray]
+) -> dict[tuple[str, str], np.ndarray]:
     # heavy: scipy and statsmodels, only for this command
     from vmtax.stats.artifacts import as_matrix
 

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import numpy as np
 import typer
 
 from vmtax.cli.results_cmd import out_console, print_table
-from vmtax.contract import read_stream
+from vmtax.contract import Header, ProbeStream, read_stream
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import parse_labels
 from vmtax.runner import detected_labels
@@ -63,10 +64,11 @@ def import_cmd(
             stream = read_stream(fh)
     except OSError as exc:
         raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
-    if stream.header is None:
+    header = stream.header
+    if header is None:
         raise UsageError(f"{file} is not a vmtax-probe stream: {stream.problem}")
     store = Store.open(db)
-    digest = stream_digest(stream)
+    digest = stream_digest(header, stream)
     try:
         held = None if allow_duplicate else _holding(store, digest)
         if held is not None:
@@ -77,7 +79,7 @@ def import_cmd(
             )
             typer.echo(f"experiment {held}")
             return
-        exp_id, lost = _store_stream(store, stream, file, level, labels, digest)
+        exp_id, lost = _store_stream(store, header, stream, file, level, labels, digest)
         print_table(out_console(), store, exp_id)
     finally:
         store.close()
@@ -92,14 +94,14 @@ def import_cmd(
 
 def _store_stream(
     store: Store,
-    stream: Any,  # noqa: ANN401
+    header: Header,
+    stream: ProbeStream,
     file: Path,
     level: str,
     labels: dict[str, str],
     digest: str,
 ) -> tuple[int, int]:
     """One experiment, one configuration, one row per run (whole runs ok, unfinished lost)."""
-    header = stream.header
     dumped = header.model_dump(mode="json", by_alias=True)
     if level == "L0":
         labels = {**detected_labels(header.env), **labels}
@@ -124,10 +126,10 @@ def _store_stream(
         target=f"import:{file.name}",
         provenance={"imported_from": str(file), "agent_started_at": header.started_at},
     )
-    common = {"experiment_id": exp_id, "configuration_id": cfg, "probe": header.probe,
-              "plan_index": 0, "header": dumped}  # fmt: skip
+    add_run = partial(store.add_run, experiment_id=exp_id, configuration_id=cfg,
+                      probe=header.probe, plan_index=0, header=dumped)  # fmt: skip
     for run in stream.runs:
-        store.add_run(**common, run_index=run.summary.run,
+        add_run(run_index=run.summary.run,
                       summary=run.summary.model_dump(mode="json"), values=run.values,
                       warmup_values=run.warmup_values, status="ok")  # fmt: skip
     whole = {run.summary.run for run in stream.runs}
@@ -136,7 +138,7 @@ def _store_stream(
     missing = [] if stream.end is not None else sorted(set(range(header.runs)) - whole)
     empty = _empty()
     for run_index in missing:
-        store.add_run(**common, run_index=run_index, summary=None, values=empty,
+        add_run(run_index=run_index, summary=None, values=empty,
                       warmup_values=empty, status="lost",
                       error=f"{header.probe}: {stream.problem}")  # fmt: skip
     status = "ok" if stream.complete else "failed"
@@ -144,12 +146,10 @@ def _store_stream(
     return exp_id, len(missing)
 
 
-def stream_digest(stream: Any) -> str:  # noqa: ANN401
+def stream_digest(header: Header, stream: ProbeStream) -> str:
     """SHA-256 of a stream's header and every run's samples: what makes two imports the same."""
     h = hashlib.sha256()
-    h.update(
-        json.dumps(stream.header.model_dump(mode="json", by_alias=True), sort_keys=True).encode()
-    )
+    h.update(json.dumps(header.model_dump(mode="json", by_alias=True), sort_keys=True).encode())
     for run in stream.runs:
         h.update(str(run.summary.run).encode())
         h.update(run.values.astype("<f8").tobytes())
@@ -167,5 +167,5 @@ def _holding(store: Store, digest: str) -> int | None:
     return None
 
 
-def _empty() -> Any:  # noqa: ANN401
+def _empty() -> np.ndarray:
     return np.empty(0, dtype=np.float64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -22,7 +22,14 @@ from vmtax.report.forked import run_forked, workers_for
 from vmtax.report.inputs import ReportInput
 from vmtax.report.parts import FigureSpec, Table
 from vmtax.report.terminal import P95_NOTE, fmt, p95_below_mean, pct
-from vmtax.stats.artifacts import DETECTORS, as_matrix, control_family, detect, family_resamples
+from vmtax.stats.artifacts import (
+    DETECTORS,
+    Artifacts,
+    as_matrix,
+    control_family,
+    detect,
+    family_resamples,
+)
 from vmtax.stats.compare import COLUMNS, compare
 from vmtax.stats.describe import describe
 
@@ -161,7 +168,7 @@ def _sample_figures(
     probes: Sequence[str],
     described: pd.DataFrame,
     matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
-    results: Mapping[tuple[str, str], Any],
+    results: Mapping[tuple[str, str], Artifacts],
     colors: Mapping[str, str],
 ) -> tuple[list[FigureSpec], list[words.Finding]]:
     """Per probe: the latency distribution, the run x iteration mesh and the artifacts."""
@@ -283,10 +290,10 @@ def _matrices(
 def _detect_all(
     matrices: Mapping[str, Mapping[str, list[np.ndarray]]],
     baseline_configs: Sequence[str],
-    detect: Any,
-    as_matrix: Any,  # noqa: ANN401
+    detect: Callable[..., Artifacts],
+    as_matrix: Callable[[list[np.ndarray]], np.ndarray],
     seed: int,
-) -> dict[tuple[str, str], Any]:
+) -> dict[tuple[str, str], Artifacts]:
     """Artifact detection for every (probe, config) with two runs or more.
 
     The detectors are single-threaded numpy (FFT under the GIL), so large inputs go to

@@ -319,6 +319,10 @@ def test_a_missing_experiment_id_is_not_found_everywhere(tmp_path, monkeypatch, 
         ("results", "list"),
         ("results", "export", "1", "-o", "x.csv", "--format", "csv"),
         ("exits", "1"),
+        ("artifacts", "exp=1"),
+        ("model", "exp=latest"),  # it left an empty new.db behind
+        ("model", "exp=latest", "--out-of-sample"),
+        ("explain", "exp=latest"),
     ],
 )
 def test_read_only_commands_never_create_a_store(tmp_path, monkeypatch, cli, args):

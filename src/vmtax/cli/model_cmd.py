@@ -210,7 +210,7 @@ def measured_output(
     from vmtax.model import fit
     from vmtax.model.sources import from_store
 
-    store = Store.open(db)
+    store = Store.open(db, read_only=True)
     try:
         found = from_store(store, selectors, vm_level=vm_level, probes=probes)
     finally:

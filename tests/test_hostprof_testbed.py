@@ -75,9 +75,13 @@ def _per_iteration(cli, db: str) -> dict[str, float]:
 @pytest.mark.parametrize(
     ("probe", "least", "preset"),
     [
-        # Two x2APIC ICR writes (an IPI each way) per round trip, each to a halted vCPU. It
-        # needs L2's second vCPU: on one, the two threads share a CPU and no IPI is sent.
-        ("wakeup", {"msr": 1.5, "hlt": 0.5}, "kvm-testbed-smp"),
+        # Up to two x2APIC ICR writes (an IPI each way) per round trip, beside TSC-deadline
+        # writes as a vCPU stops and restarts its tick. A wake-up sends an IPI when its
+        # target has halted; a target still entering idle has its polling flag set and is
+        # woken without an IPI (sched_wake_idle_without_ipi) and without a halt. On this
+        # testbed: 1.4-2.5 MSR and 1.3-1.8 HLT exits per round trip, quiet and loaded.
+        # It needs L2's second vCPU: on one, the threads share a CPU (0.03 exits per trip).
+        ("wakeup", {"msr": 0.75, "hlt": 0.5}, "kvm-testbed-smp"),
         # virtio-blk kicks (MMIO: NPF); completion IRQs: an external interrupt, or injected
         # at an interrupt window (vintr), when the vCPU runs; when it waits halted for the
         # write (0.94 halts per write on this testbed), the IRQ wakes it and is injected at
@@ -91,7 +95,7 @@ def test_probes_show_the_exits_their_mechanism_implies(cli, tmp_path, probe, lea
     per = _per_iteration(cli, db)
     for reasons, at_least in least.items():
         seen = sum(per.get(reason, 0) for reason in reasons.split("+"))
-        assert seen > at_least, (reasons, per)
+        assert seen > at_least, f"{reasons}: {seen:.3f} per iteration, all: {per}"
 
 
 @slow

@@ -369,3 +369,46 @@ def _wait_for_agent_run(parent: int, agent: str, limit: float = 30) -> int:
                 return int(entry.name)
         time.sleep(0.05)
     pytest.fail("the agent's run process did not appear")
+
+
+HUGE_ID = str(10**23)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("compare", "exp=1", "--baseline", "level=L0", "--seed", "-1"), "--seed must be in 0.."),
+        (("report", "--seed", "-1"), "--seed must be in 0.."),
+        (("artifacts", "exp=1", "--seed", "-1"), "--seed must be in 0.."),
+        (("model", "--seed", "-1"), "--seed must be in 0.."),
+        (("sweep", "--order-seed", "-1"), "--order-seed must be in 0.."),
+        (("compare", f"exp={HUGE_ID}", "--baseline", "level=L0"), "exp must be in 1.."),
+        (("compare", "run=0", "--baseline", "level=L0"), "run must be in 1.."),
+        (("results", "show", HUGE_ID), "an experiment id must be in 1.."),
+        (("results", "export", HUGE_ID, "-o", "x.csv"), "an experiment id must be in 1.."),
+        (("exits", f"exp={HUGE_ID}"), "an experiment id must be in 1.."),
+        (("sweep", "show", HUGE_ID), "an experiment id must be in 1.."),
+        (("sweep", "--resume", HUGE_ID), "--resume must be in 1.."),
+        (("run", "--resume", HUGE_ID), "an experiment id must be in 1.."),
+        (("sweep", "--slo", "nan"), "--slo must be a number of seconds in (0, 86400]"),
+        (("sweep", "--slo", "inf"), "--slo must be a number of seconds"),
+        (("run", "--budget", "1e12s"), "--budget must be a number of seconds in (0, 604800]"),
+        (("run", "--budget", "nan"), "--budget must be a positive duration"),
+        (("run", "--levels", ""), "--levels must not be empty"),
+        (("run", "--levels", " , "), "--levels must not be empty"),
+        (("compare", "exp=1", "--baseline", "level=L0", "--noise", "nan"), "--noise must be a"),
+        (("compare", "exp=1", "--baseline", "level=L0", "--resamples", "1e9"), "--resamples"),
+        (("compare", "exp=1", "--baseline", "level=L0", "--resamples", "10000000"), "--resamples"),
+        (("model", "--exits-per-exit", "nan"), "--exits-per-exit must be a number in [1,"),
+    ],
+)
+def test_one_set_of_limits_refused_at_the_door(tmp_path, monkeypatch, cli, args, needle):
+    # Each was accepted and broke later: a traceback from SQLite (ids, seeds), a sweep whose
+    # `show` crashed on a NaN objective, a budget that never ended, --levels '' running L0.
+    # Refused before any store is opened: the store named here does not exist, and stays so.
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "none.db"
+    r = cli(*args, "--db", f"sqlite:///{missing}")
+    one_line_error(r, needle)
+    assert r.returncode == 2
+    assert not missing.exists()

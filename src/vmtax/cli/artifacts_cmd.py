@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import typer
 
+from vmtax import limits
+from vmtax.cli import options
 from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError
 from vmtax.report import compare_format as fmt_mod
@@ -104,18 +106,29 @@ def _matrices(
 
 
 def artifacts_cmd(
-    selector: Annotated[str, typer.Argument(help="Selector of the runs, e.g. exp=3,level=L1.")],
+    selector: Annotated[
+        str,
+        typer.Argument(
+            callback=options.selectors, help="Selector of the runs, e.g. exp=3,level=L1."
+        ),
+    ],
     baseline: Annotated[
         str | None, typer.Option(help="Selector of the baseline for the shape test, e.g. level=L0.")
     ] = None,
     resamples: Annotated[
         int,
         typer.Option(
+            callback=options.resamples(19),
             help="Least permutations per test; raised to what the command's family of tests "
-            "needs (Benjamini-Hochberg at 1% across all of them)."
+            "needs (Benjamini-Hochberg at 1% across all of them).",
         ),
     ] = 199,
-    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            callback=options.seed, help=f"Seed of the permutations, 0..{limits.MAX_SEED}."
+        ),
+    ] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")

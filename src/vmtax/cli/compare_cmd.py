@@ -11,6 +11,8 @@ import pandas as pd
 import typer
 from rich.console import Console
 
+from vmtax import limits
+from vmtax.cli import options
 from vmtax.errors import UsageError
 from vmtax.refs import beside, datasets, recompute
 from vmtax.report import compare_format as fmt_mod
@@ -59,7 +61,8 @@ def compare_cmd(
     selectors: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Selectors of the runs to compare (key=value[,key=value]; several = OR)."
+            callback=options.selectors,
+            help="Selectors of the runs to compare (key=value[,key=value]; several = OR).",
         ),
     ] = None,
     baseline: Annotated[
@@ -77,10 +80,23 @@ def compare_cmd(
         str, typer.Option(help="holm | bh | none (across the whole command)")
     ] = "holm",
     noise: Annotated[
-        float, typer.Option(help="Noise band: overheads within 1±noise are ~.")
+        float,
+        typer.Option(callback=options.fraction, help="Noise band: overheads within 1±noise are ~."),
     ] = 0.02,
-    resamples: Annotated[int, typer.Option(help="Permutation resamples.")] = 10_000,
-    seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
+    resamples: Annotated[
+        int,
+        typer.Option(
+            callback=options.resamples(100),
+            help=f"Permutation resamples, 100..{limits.MAX_RESAMPLES}.",
+        ),
+    ] = 10_000,
+    seed: Annotated[
+        int,
+        typer.Option(
+            callback=options.seed,
+            help=f"Seed of the resampling, 0..{limits.MAX_SEED} (results reproduce).",
+        ),
+    ] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     dataset: Annotated[
         str | None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vmtax.cli import options
 from vmtax.cli.results_cmd import experiment_id, out_console
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.hostprof.store import exit_profiles
@@ -35,7 +36,10 @@ def _experiment(store: Store, ref: str) -> int:
 
 def exits_cmd(
     experiment: Annotated[
-        str | None, typer.Argument(help="Experiment: N, latest, exp=N or exp=latest.")
+        str | None,
+        typer.Argument(
+            callback=options.experiment, help="Experiment: N, latest, exp=N or exp=latest."
+        ),
     ] = None,
     baseline: Annotated[
         str | None,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from vmtax.cli import options
 from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.report import explain_format
@@ -22,7 +23,8 @@ def explain_cmd(
     selectors: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Selectors of runs (key=value[,key=value]; several = OR); default exp=latest."
+            callback=options.selectors,
+            help="Selectors of runs (key=value[,key=value]; several = OR); default exp=latest.",
         ),
     ] = None,
     config: Annotated[

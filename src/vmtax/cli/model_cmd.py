@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import pandas as pd
 import typer
 
+from vmtax import limits
+from vmtax.cli import options
 from vmtax.cli.compare_cmd import emit
 from vmtax.errors import UsageError
 from vmtax.hostprof.store import exit_profiles
@@ -29,7 +31,10 @@ def register(app: typer.Typer) -> None:
 def model_cmd(
     selectors: Annotated[
         list[str] | None,
-        typer.Argument(help="Selectors of measured runs (key=value[,key=value]; several = OR)."),
+        typer.Argument(
+            callback=options.selectors,
+            help="Selectors of measured runs (key=value[,key=value]; several = OR).",
+        ),
     ] = None,
     dataset: Annotated[
         str | None,
@@ -49,9 +54,10 @@ def model_cmd(
     exits_per_exit: Annotated[
         float | None,
         typer.Option(
+            callback=options.finite(1, 1e6),
             help="Without an exit profile of the nested cpuid: the exits the VM's hypervisor "
             "sees per nested CPUID (a hand count, e.g. 8.5), each assumed to cost one "
-            "null exit; the nested level is then predicted, not only fitted."
+            "null exit; the nested level is then predicted, not only fitted.",
         ),
     ] = None,
     out_of_sample: Annotated[
@@ -62,8 +68,20 @@ def model_cmd(
             "and a nesting factor fitted on other probes only (cpuid alone, and all others).",
         ),
     ] = False,
-    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 4000,
-    seed: Annotated[int, typer.Option(help="Seed of the resampling (results reproduce).")] = 0,
+    resamples: Annotated[
+        int,
+        typer.Option(
+            callback=options.resamples(100),
+            help=f"Bootstrap resamples, 100..{limits.MAX_RESAMPLES}.",
+        ),
+    ] = 4000,
+    seed: Annotated[
+        int,
+        typer.Option(
+            callback=options.seed,
+            help=f"Seed of the resampling, 0..{limits.MAX_SEED} (results reproduce).",
+        ),
+    ] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")

@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 from sqlalchemy.engine import make_url
 
-from vmtax import outfile
+from vmtax import limits, outfile
+from vmtax.cli import options
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line as _command_line
 from vmtax.report import write_report
@@ -37,8 +38,9 @@ def report(
     selectors: Annotated[
         list[str] | None,
         typer.Argument(
+            callback=options.selectors,
             help="Which runs: key=value[,key=value] (AND); several selectors are OR'ed. "
-            "Default: exp=latest."
+            "Default: exp=latest.",
         ),
     ] = None,
     baseline: Annotated[
@@ -60,9 +62,18 @@ def report(
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
     resamples: Annotated[
-        int, typer.Option(help="Resamples of the permutation tests and artifact checks.")
+        int,
+        typer.Option(
+            callback=options.resamples(100),
+            help="Resamples of the permutation tests and artifact checks.",
+        ),
     ] = 10_000,
-    seed: Annotated[int, typer.Option(help="Seed of the permutations.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(
+            callback=options.seed, help=f"Seed of the permutations, 0..{limits.MAX_SEED}."
+        ),
+    ] = 0,
 ) -> None:
     """Write a report: summary, study-A tables, figures, artifacts, environment.
 

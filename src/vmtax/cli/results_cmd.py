@@ -14,6 +14,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from vmtax import outfile
+from vmtax.cli import options
 from vmtax.errors import UsageError
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.report.terminal import studya_table
@@ -72,7 +73,9 @@ def list_cmd(db: DbOption = None) -> None:
 
 @results_app.command("show")
 def show_cmd(
-    experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
+    experiment: Annotated[
+        str, typer.Argument(callback=options.experiment, help="Experiment id or 'latest'.")
+    ],
     executed: Annotated[
         bool,
         typer.Option(
@@ -101,7 +104,9 @@ def show_cmd(
 
 @results_app.command("export")
 def export_cmd(
-    experiment: Annotated[str, typer.Argument(help="Experiment id or 'latest'.")],
+    experiment: Annotated[
+        str, typer.Argument(callback=options.experiment, help="Experiment id or 'latest'.")
+    ],
     output: Annotated[
         Path, typer.Option("--output", "-o", help="File to write, or - for stdout. " + outfile.HELP)
     ],

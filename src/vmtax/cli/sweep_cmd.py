@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from vmtax import outfile
+from vmtax import limits, outfile
+from vmtax.cli import options
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
 from vmtax.experiment.sweep import (
@@ -87,7 +88,11 @@ def sweep(
     ] = True,
     order_seed: Annotated[
         int | None,
-        typer.Option(help="Seed of the random step order (default: drawn and stored)."),
+        typer.Option(
+            callback=options.seed,
+            help=f"Seed of the random step order, 0..{limits.MAX_SEED} (default: drawn and "
+            "stored).",
+        ),
     ] = None,
     timing: Annotated[
         str, typer.Option(help="small (5 s warm-up, 15 s window, 3 s samples) | study-b")
@@ -157,12 +162,21 @@ def sweep(
     ] = None,
     level: Annotated[str, typer.Option(help="L1: QEMU guests; L0: agent processes here.")] = "L1",
     accel: Annotated[str, typer.Option(help="auto | kvm | tcg")] = "auto",
-    slo: Annotated[float, typer.Option(help="p95 response-time objective, seconds.")] = 2.0,
+    slo: Annotated[
+        float,
+        typer.Option(
+            callback=options.seconds(limits.MAX_DURATION_S),
+            help="p95 response-time objective, seconds (above 0, at most 86400).",
+        ),
+    ] = 2.0,
     boot_timeout: Annotated[
         float, typer.Option(help="Seconds a guest may take to boot (at most 3600).")
     ] = 300.0,
     resume: Annotated[
-        int | None, typer.Option(help="Resume sweep EXP at its first uncommitted step.")
+        int | None,
+        typer.Option(
+            callback=options.exp_id, help="Resume sweep EXP at its first uncommitted step."
+        ),
     ] = None,
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
@@ -245,7 +259,9 @@ def _show(summary: SweepSummary, fmt: str, output: Path | None = None) -> None:
 
 @sweep_app.command("show")
 def show(
-    experiment: Annotated[str, typer.Argument(help="Sweep experiment id, or latest.")] = "latest",
+    experiment: Annotated[
+        str, typer.Argument(callback=options.experiment, help="Sweep experiment id, or latest.")
+    ] = "latest",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | json | html")] = "table",
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to a file. " + outfile.HELP)

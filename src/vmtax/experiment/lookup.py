@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vmtax import limits
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.runner import controller_alive
 from vmtax.store import Store
@@ -17,7 +18,7 @@ def experiment_id(store: Store, ref: str) -> int:
         return int(latest)
     if not ref.isdigit():
         raise UsageError(f"experiment must be an id or 'latest', got {ref!r}")
-    exp_id = int(ref)
+    exp_id = limits.id_text(ref, "an experiment id")
     store.experiment(exp_id)  # raises VmtaxError when missing
     return exp_id
 

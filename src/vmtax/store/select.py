@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from vmtax import limits
 from vmtax.errors import UsageError
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ def parse(selector: str) -> Selector:
     if not text:
         raise UsageError("empty selector: use key=value, e.g. exp=latest or probe=cpuid")
     if _is_int(text) or text.lower() == "latest":
+        if _is_int(text):
+            limits.id_text(text, f"selector {selector!r}: an experiment id")
         return Selector(text, (Term("exp", text.lower()),))
     terms = []
     for part in text.split(","):
@@ -71,6 +74,8 @@ def parse(selector: str) -> Selector:
             )
         if key == "run" and not _is_int(value):
             raise UsageError(f"malformed selector {selector!r}: run must be a run id")
+        if key in ("exp", "run") and _is_int(value):  # SQLite's integers end at 2^63-1
+            limits.id_text(value, f"selector {selector!r}: {key}")
         if key == "status" and value.lower() not in _STATUSES:
             raise UsageError(
                 f"malformed selector {selector!r}: status must be one of {', '.join(_STATUSES)}"

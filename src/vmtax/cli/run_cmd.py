@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from vmtax import experiment
+from vmtax import experiment, limits
+from vmtax.cli import options
 from vmtax.cli.report_cmd import after_run
 from vmtax.cli.results_cmd import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
@@ -38,7 +39,11 @@ def run(
         ),
     ] = None,
     runs: Annotated[
-        int | None, typer.Option(help="Runs per probe, 1..10000 (overrides the suite).")
+        int | None,
+        typer.Option(
+            callback=options.count(1, limits.MAX_RUNS),
+            help="Runs per probe, 1..10000 (overrides the suite).",
+        ),
     ] = None,
     param: Annotated[
         list[str] | None,
@@ -64,25 +69,39 @@ def run(
         ),
     ] = None,
     timeout: Annotated[
-        float | None, typer.Option(help="Per-run timeout in seconds, at most 604800 (a week).")
+        float | None,
+        typer.Option(
+            callback=options.seconds(limits.MAX_TIMEOUT_S),
+            help="Per-run timeout in seconds, at most 604800 (a week).",
+        ),
     ] = None,
     duration: Annotated[
         float | None,
         typer.Option(
-            help="Bound every run to this many seconds, at most 86400 (overrides the suite)."
+            callback=options.seconds(limits.MAX_DURATION_S),
+            help="Bound every run to this many seconds, at most 86400 (overrides the suite).",
         ),
     ] = None,
     seed: Annotated[
         int | None,
-        typer.Option(help="Seed of the randomized run order, 0..9223372036854775807."),
+        typer.Option(
+            callback=options.seed,
+            help="Seed of the randomized run order, 0..9223372036854775807.",
+        ),
     ] = None,
     resume: Annotated[
         str | None,
-        typer.Option(help="Finish the missing runs of an interrupted experiment (id or 'latest')."),
+        typer.Option(
+            callback=options.experiment,
+            help="Finish the missing runs of an interrupted experiment (id or 'latest').",
+        ),
     ] = None,
     levels: Annotated[
         str | None,
-        typer.Option(help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above)."),
+        typer.Option(
+            callback=options.nonempty,
+            help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above).",
+        ),
     ] = None,
     depth: Annotated[
         int | None,
@@ -137,7 +156,9 @@ def run(
     budget: Annotated[
         str | None,
         typer.Option(
-            help="Time budget of adaptive sampling, e.g. 60s or 5m (default: the suite's)."
+            callback=options.budget,
+            help="Time budget of adaptive sampling, e.g. 60s or 5m, at most a week "
+            "(default: the suite's).",
         ),
     ] = None,
     min_runs: Annotated[

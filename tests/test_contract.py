@@ -50,6 +50,16 @@ def test_complete_stream_round_trips():
         assert rec.model_dump(by_alias=True, mode="json") == json.loads(line)
 
 
+def test_header_boot_id_is_optional():
+    # The boot a stream ran in; a header from an agent older than the field has none.
+    assert read_stream(lines("stream_ok.jsonl")).header.boot_id == (
+        "6f1c9a52-3d7e-4b8a-9c41-2e5f0d8b7a13"
+    )
+    old = read_stream(lines("stream_error.jsonl")).header
+    assert old is not None and "boot_id" not in json.loads(lines("stream_error.jsonl")[0])
+    assert old.boot_id is None
+
+
 def test_truncated_stream_keeps_whole_runs_and_names_the_lost_one():
     stream = read_stream(lines("stream_truncated.jsonl"))
     assert not stream.complete

@@ -54,6 +54,13 @@ fn fingerprint_with(hypervisor: Hypervisor, nesting: Nesting) -> Fingerprint {
     }
 }
 
+/// The kernel's random id of this boot: everything a boot fixes (memory placement, huge
+/// pages, the host pages backing a guest) is shared by the runs that carry one id. None
+/// when /proc is not mounted or the kernel has no random driver.
+pub fn boot_id() -> Option<String> {
+    read_trim("/proc/sys/kernel/random/boot_id")
+}
+
 /// The selected word of a sysfs choice list such as "always [madvise] never".
 pub fn bracketed(s: &str) -> Option<String> {
     let start = s.find('[')?;
@@ -454,6 +461,14 @@ mod tests {
         assert_eq!(parse_steal(stat, Some(&[1])), Some(2));
         assert_eq!(parse_steal(stat, Some(&[0, 1])), Some(42));
         assert_eq!(parse_steal(stat, Some(&[7])), None);
+    }
+
+    #[test]
+    fn boot_id_is_this_boots_uuid() {
+        let id = boot_id().expect("a Linux test host has /proc/sys/kernel/random/boot_id");
+        assert_eq!(id.len(), 36, "{id}");
+        assert_eq!(id.matches('-').count(), 4, "{id}");
+        assert_eq!(boot_id(), Some(id), "one boot, one id");
     }
 
     #[test]

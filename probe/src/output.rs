@@ -131,6 +131,9 @@ pub struct Header {
     pub timeout_s: Option<f64>,
     pub cpus: Option<Vec<usize>>,
     pub started_at: String,
+    /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`): runs with one id share a boot.
+    #[serde(default)]
+    pub boot_id: Option<String>,
     pub env: Fingerprint,
 }
 

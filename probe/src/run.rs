@@ -202,6 +202,7 @@ pub fn execute(p: Plan) -> i32 {
         timeout_s: p.timeout,
         cpus: p.pool.requested.then(|| p.pool.cpus.clone()),
         started_at: crate::clock::utc_now_rfc3339(),
+        boot_id: crate::env::boot_id(),
         env: if p.brief_env { crate::env::fingerprint_brief() } else { crate::env::fingerprint() },
     };
     if emit(&Record::Header(Box::new(header)).to_line(), false).is_err() {

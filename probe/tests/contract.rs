@@ -102,6 +102,10 @@ fn real_output_validates_against_schema() {
         let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
         assert_eq!(last["status"], "ok");
         assert_eq!(last["runs_completed"], 2);
+        // The header names the boot the runs ran in: this host's.
+        let header: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        assert_eq!(header["boot_id"], boot.trim(), "{probe}");
     }
 }
 

@@ -111,6 +111,8 @@ class Header(_Model):
     timeout_s: float | None = None
     cpus: list[int] | None = None
     started_at: str
+    # /proc/sys/kernel/random/boot_id; None from agents older than the field or without /proc.
+    boot_id: str | None = None
     env: Fingerprint
 
 

@@ -118,6 +118,8 @@ class Run(Base):
     ended_ns: Mapped[int | None] = mapped_column(BigInteger)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The agent header's boot id: runs sharing it share one boot. NULL before 0006.
+    boot_id: Mapped[str | None] = mapped_column(String(64))
 
 
 class SampleBlock(Base):

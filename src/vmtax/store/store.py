@@ -51,8 +51,10 @@ SUMMARY_FIELDS = (
 RUN_COLUMNS = [
     "run_id", "experiment_id", "configuration_id", "config", "level", "labels", "target",
     "hypervisor", "probe", "unit", "better", "throughput_unit", "plan_index", "run_index",
-    "status", *SUMMARY_FIELDS, "error",
+    "status", *SUMMARY_FIELDS, "error", "boot",
 ]  # fmt: skip
+#: The ``boot`` of a run stored without a boot id, followed by its configuration's id.
+UNRECORDED_BOOT = "unrecorded-"
 _MIGRATION_LOCK = 0x766D746178  # "vmtax": the advisory lock key of schema upgrades
 _CHUNK = 500  # ids per IN (...) query: well under every backend's parameter limit
 #: How long a PostgreSQL store keeps trying to reconnect (server restarting) before failing.
@@ -423,6 +425,7 @@ class Store:
             "run_index": int(run_index),
             "status": status,
             "header": _json_safe(header),
+            "boot_id": _boot_id(header),
             "error": error,
             "created_at": _now(),
             **(times.columns() if times is not None else {}),
@@ -643,7 +646,7 @@ class Store:
         stmt = select(
             r.c.id.label("run_id"), r.c.experiment_id, r.c.configuration_id, r.c.probe,
             r.c.unit, r.c.better, r.c.throughput_unit, r.c.plan_index, r.c.run_index,
-            r.c.status, *(r.c[name] for name in SUMMARY_FIELDS), r.c.error,
+            r.c.status, *(r.c[name] for name in SUMMARY_FIELDS), r.c.error, r.c.boot_id,
         ).order_by(r.c.id)  # fmt: skip
         # Configurations are few: read them (and parse their JSON) once, not once per run.
         cfg_stmt = select(c.c.id, c.c.config_key, c.c.level, c.c.labels, c.c.target,
@@ -661,6 +664,12 @@ class Store:
         cfg = [configs[int(cid)] for cid in df["configuration_id"]]
         for pos, name in enumerate(("config", "level", "labels", "target", "hypervisor")):
             df[name] = pd.Series([x[pos] for x in cfg], index=df.index, dtype=object)
+        # A run without a boot id (stored before the agent wrote one) was measured in the one
+        # boot its configuration had: one stand-in boot per configuration.
+        df["boot"] = [
+            str(b) if isinstance(b, str) and b else f"{UNRECORDED_BOOT}{int(cid)}"
+            for b, cid in zip(df["boot_id"], df["configuration_id"], strict=True)
+        ]
         df = df[RUN_COLUMNS].copy()
         # Runs stored before the TSC unit had its honest name read as it is named now.
         df["unit"] = df["unit"].replace(dict.fromkeys(LEGACY_TSC_UNITS, TSC_UNIT))
@@ -820,6 +829,12 @@ def inserted_id(result: CursorResult[Any]) -> int:
 def _is_unique(exc: IntegrityError) -> bool:
     text_ = str(exc.orig).lower()
     return "unique" in text_ or "duplicate key" in text_
+
+
+def _boot_id(header: dict[str, Any] | None) -> str | None:
+    """The header's boot id, when the agent wrote one (a string of at most 64 characters)."""
+    boot = (header or {}).get("boot_id")
+    return boot if isinstance(boot, str) and 0 < len(boot) <= 64 else None
 
 
 def _number(value: Any) -> Any:

@@ -342,7 +342,7 @@ fn tracefs(explicit: Option<&str>, mount: bool) -> Result<PathBuf, ExitsError> {
 }
 
 /// svm or vmx: which vendor module drives KVM here (or, failing that, the CPU flags).
-fn isa() -> String {
+pub(crate) fn isa() -> String {
     if Path::new("/sys/module/kvm_amd").exists() {
         return "svm".into();
     }
@@ -428,7 +428,7 @@ fn state_file() -> PathBuf {
     std::env::temp_dir().join(format!("vmtax-exits-{INSTANCE}.json"))
 }
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
@@ -470,6 +470,14 @@ fn teardown(root: &Path) -> Vec<ExitsError> {
     }
     let _ = fs::remove_file(state_file());
     problems
+}
+
+/// The qemu-system process `--qemu` names: `auto` (or nothing) is the only one there.
+pub(crate) fn qemu_pid(qemu: Option<&str>) -> Result<u32, ExitsError> {
+    match qemu {
+        None | Some("auto") => auto_qemu(),
+        Some(s) => s.parse::<u32>().map_err(|_| ExitsError::BadQemu(s.to_string())),
+    }
 }
 
 pub fn start(o: &StartOpts) -> i32 {

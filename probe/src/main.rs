@@ -8,6 +8,7 @@ mod clock;
 mod cpuid;
 mod env;
 mod exits;
+mod kvmstats;
 mod output;
 mod params;
 mod pid1;
@@ -135,6 +136,16 @@ enum ExitsCmd {
         #[arg(long)]
         no_time: bool,
     },
+    /// Print KVM's own per-vCPU counters of the guest (QMP query-stats; no tracing) as one
+    /// JSON object. Example: vmtax-probe exits stats --qemu auto
+    Stats {
+        /// The guest's qemu-system process: auto (the only one) or its PID
+        #[arg(long)]
+        qemu: Option<String>,
+        /// Its QMP socket (default: the -qmp unix:PATH on its command line)
+        #[arg(long)]
+        qmp: Option<String>,
+    },
     /// Print the profile as one JSON object and remove what start set up
     Stop {
         #[arg(long)]
@@ -202,6 +213,7 @@ fn main() {
             exits::start(&exits::StartOpts { qemu, pids, tracefs, mount, size, timed: !no_time })
         }
         Cmd::Exits { action: ExitsCmd::Stop { tracefs } } => exits::stop(tracefs.as_deref()),
+        Cmd::Exits { action: ExitsCmd::Stats { qemu, qmp } } => kvmstats::stats(qemu.as_deref(), qmp.as_deref()),
         Cmd::Netserver { bind, clients } => match probes::net::netserver(&bind, clients) {
             Ok(()) => 0,
             Err(e) => {

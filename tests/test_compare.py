@@ -10,12 +10,13 @@ from pathlib import Path
 
 import jsonschema
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
 from vmtax.errors import UsageError
 from vmtax.report import compare_format
-from vmtax.stats import significance
+from vmtax.stats import boots, intervals, significance
 from vmtax.stats.compare import ALPHA, compare
 from vmtax.testing.runs import Config, runs_frame
 
@@ -53,43 +54,105 @@ def test_faster_is_found_and_throughput_is_inverted():
         assert row.overhead == pytest.approx(0.8, abs=0.02)
 
 
-def _aa_trials(trials: int) -> tuple[int, int]:
-    """A/A comparisons (two copies of one configuration): how many verdicts were "~", and how
-    many adjusted p-values fell below 0.05. 199 resamples (not 10^4) keep this fast; the
-    randomised permutation p-value (k+1)/(B+1) is valid at any B, and steps of 0.005 resolve
-    p < 0.05."""
-    same = significant = 0
-    for seed in range(trials):
-        runs, _ = runs_frame(
-            [Config("L0", {"copy": "a"}), Config("L0", {"copy": "b"})],
-            runs=10,
-            iterations=1000,
-            seed=1000 + seed,
-        )
-        row = _row_cfg(compare(runs, "copy=a", resamples=199, seed=seed), "L0 copy=b")
-        same += row.verdict == "~"
-        significant += row.p_adjusted < ALPHA
-    return same, significant
+#: The A/A family: 12 probes, Holm-adjusted together, as in the default suite.
+AA_PROBES = tuple(f"probe{i:02d}" for i in range(12))
 
 
-#: Where the count of A/A p-values below 0.05 must fall in 200 trials: the central 99.9% of
-#: Binomial(200, 0.05), i.e. 2..21. The noise band plays no part in this count, so a p-value
-#: path that always says 0 (200 of 200) or never rejects (0) fails it.
-AA_TRIALS = 200
-AA_BOUNDS = stats.binom.interval(0.999, AA_TRIALS, ALPHA)
+def _aa_frame(rng, sides, *, run_sd=0.01, boot_sd=0.02, boots_column=True) -> pd.DataFrame:
+    """A runs frame of identical configurations (an A/A experiment): ``sides`` holds (level,
+    labels, boots, runs per boot). Every boot draws its own effect (2% sd) per probe, so the
+    probes' p-values are independent: the hardest case for a family-wise guarantee."""
+    cols: dict[str, list] = {k: [] for k in ("probe", "config", "level", "labels", "boot")}
+    cols.update(configuration_id=[], run_index=[], mean=[])
+    for cid, (level, labels, n_boots, per_boot) in enumerate(sides, 1):
+        n = n_boots * per_boot
+        sd = boot_sd if n_boots > 1 else 0.0  # one boot: its effect is the comparison's truth
+        effect = np.repeat(sd * rng.standard_normal((len(AA_PROBES), n_boots)), per_boot, axis=1)
+        values = 100 * np.exp(effect + run_sd * rng.standard_normal((len(AA_PROBES), n)))
+        for probe, row in zip(AA_PROBES, values, strict=True):
+            cols["probe"] += [probe] * n
+            cols["config"] += [" ".join([level, *(f"{k}={v}" for k, v in labels.items())])] * n
+            cols["level"] += [level] * n
+            cols["labels"] += [labels] * n
+            cols["boot"] += [f"{cid}-{b}" for b in range(n_boots) for _ in range(per_boot)]
+            cols["configuration_id"] += [cid] * n
+            cols["run_index"] += list(range(n))
+            cols["mean"] += list(row)
+    frame = pd.DataFrame(cols).assign(
+        status="ok", experiment_id=1, better="lower", unit="ns", throughput_unit=None, wall_s=0.5
+    )
+    return frame if boots_column else frame.drop(columns="boot")
 
 
-def test_aa_comparisons_reject_at_the_nominal_rate():
-    same, significant = _aa_trials(AA_TRIALS)
-    assert AA_BOUNDS[0] <= significant <= AA_BOUNDS[1]
-    assert same / AA_TRIALS >= 0.95  # with the noise band, a verdict is rarer still
+#: A guest level in 6 boots of 3 runs against this machine's 18 runs (Behrens-Fisher on boot
+#: means), and two guest configurations in 6 boots each (boot means permuted).
+AA_DESIGNS = {
+    "boots vs L0": ([("L0", {}, 1, 18), ("L1", {"copy": "b"}, 6, 3)], "level=L0"),
+    "boots vs boots": ([("L1", {"copy": "a"}, 6, 3), ("L1", {"copy": "b"}, 6, 3)], "copy=a"),
+}
 
 
-def test_the_aa_check_fails_when_the_p_value_is_forced_to_zero(monkeypatch):
-    # The check above must be able to fail on what it names: a broken p-value path.
-    monkeypatch.setattr(significance, "pvalue", lambda *a, **k: 0.0)
-    _, significant = _aa_trials(40)
-    assert significant == 40 and not AA_BOUNDS[0] <= significant * AA_TRIALS / 40 <= AA_BOUNDS[1]
+def _aa(design: str, trials: int, seed: int, **frame) -> tuple[np.ndarray, np.ndarray]:
+    """(trials, 12) raw p-values and adjusted p-values of A/A comparisons. 900 resamples keep
+    the permutation test quick and still let it reach Holm's first threshold (0.05 / 12)."""
+    sides, baseline = AA_DESIGNS[design]
+    rng = np.random.default_rng(seed)
+    raw, adj = [], []
+    for t in range(trials):
+        comp = compare(_aa_frame(rng, sides, **frame), baseline, resamples=900, seed=t)
+        rows = comp.rows[~comp.rows.is_baseline & (comp.rows.probe != "geomean")]
+        assert len(rows) == len(AA_PROBES)
+        raw.append(rows.p_value.astype(float).to_numpy())
+        adj.append(rows.p_adjusted.astype(float).to_numpy())
+    return np.array(raw), np.array(adj)
+
+
+AA_TRIALS = 30
+#: Family-wise: at most alpha of the A/A experiments may have any adjusted p below alpha; with
+#: 30 experiments, a share above 6/30 (the 99.9% point of Binomial(30, 0.05)) fails. That
+#: bound alone cannot tell 5% from 10% in experiments CI can afford, hence the second check.
+AA_MAX_FAMILIES = int(stats.binom.ppf(0.999, AA_TRIALS, ALPHA))
+#: Holm's guarantee needs valid p-values: of the 360 raw p-values, the share below 0.5 must
+#: lie in the central 99.9% of Binomial(360, 0.5) widened for the tests' conservatism at few
+#: boots (0.40..0.60); a p-value halved puts all of them below 0.5, one forced to 0 too.
+AA_HALF_BAND = (0.40, 0.60)
+
+
+def _aa_checks(raw: np.ndarray, adj: np.ndarray) -> tuple[bool, bool]:
+    families = float(np.mean(np.nanmin(adj, axis=1) < ALPHA))
+    below_half = float(np.mean(raw < 0.5))
+    return families <= AA_MAX_FAMILIES / AA_TRIALS, AA_HALF_BAND[0] <= below_half <= AA_HALF_BAND[1]
+
+
+@pytest.mark.parametrize("design", sorted(AA_DESIGNS))
+def test_aa_experiments_give_verdicts_in_at_most_alpha_of_families(design):
+    raw, adj = _aa(design, AA_TRIALS, seed=11)
+    assert np.isfinite(raw).all()
+    family_ok, calibrated = _aa_checks(raw, adj)
+    assert family_ok and calibrated, (np.nanmin(adj, axis=1), np.mean(raw < 0.5))
+    assert np.mean(raw < ALPHA) <= stats.binom.ppf(0.999, raw.size, ALPHA) / raw.size
+
+
+@pytest.mark.parametrize("broken", ["halved", "zero"])
+def test_the_aa_check_fails_on_a_halved_or_zero_p_value(monkeypatch, broken):
+    # The checks above must fail on what they name: a p-value path that is too small.
+    change = (lambda p: p / 2) if broken == "halved" else (lambda p: 0.0 * p)
+    for name in ("pvalue", "boot_pvalue"):
+        real = getattr(significance, name)
+        monkeypatch.setattr(significance, name, lambda *a, _real=real, **k: change(_real(*a, **k)))
+    for design in sorted(AA_DESIGNS):
+        raw, adj = _aa(design, 6, seed=12)
+        family_ok, calibrated = _aa_checks(raw, adj)
+        assert not calibrated
+        if broken == "zero":
+            assert not family_ok
+
+
+def test_ignoring_the_boots_gives_false_verdicts_in_most_aa_families():
+    # The same guest configurations with their boots forgotten (runs as the unit, as compare
+    # did before boots were stored): boot effects of 2% read as differences.
+    raw, adj = _aa("boots vs boots", 6, seed=13, boots_column=False)
+    assert (np.nanmin(adj, axis=1) < ALPHA).sum() >= 4
 
 
 def _row_cfg(comp, config):
@@ -304,3 +367,39 @@ def test_a_small_ratio_and_its_interval_keep_three_significant_digits():
     assert fmt_ratio(0.0016098) == "0.00161"
     assert fmt_ci(0.0014131, 0.0018339) == "[0.00141, 0.00183]"
     assert fmt_ratio(5.6978) == "5.698" and fmt_ratio(0.5) == "0.500"
+
+
+def test_boot_level_rows_carry_the_variance_components_and_one_boot_says_so():
+    rng = np.random.default_rng(14)
+    sides = [("L0", {}, 1, 12), ("L1", {"copy": "b"}, 4, 3)]
+    runs = _aa_frame(rng, sides, boot_sd=0.05)
+    comp = compare(runs, "level=L0", resamples=999)
+    l1 = comp.rows.query("config == 'L1 copy=b'")
+    first = l1.iloc[0]
+    assert first.boots == 4 and first.n_runs == 12
+    vc = boots.variance_components(
+        np.log(runs.query("probe == @first.probe and level == 'L1'")["mean"]),
+        runs.query("probe == @first.probe and level == 'L1'")["boot"],
+    )
+    assert first.between_share == pytest.approx(vc.between_share)
+    assert first.runs_per_boot == vc.runs_per_boot(60.0, 0.5)
+    assert "one boot" not in first.warnings  # L0's runs are its unit
+    # The boot means are the unit: 4 boots, not 12 runs, set the interval.
+    ids = runs.query("probe == @first.probe and level == 'L1'")["boot"]
+    vals = runs.query("probe == @first.probe and level == 'L1'")["mean"].to_numpy()
+    base = runs.query("probe == @first.probe and level == 'L0'")["mean"].to_numpy()
+    want = intervals.boot_ratio_interval(boots.units(vals, ids), boots.units(base, None), "lower")
+    assert (first.ci_low, first.ci_high) == pytest.approx((want.low, want.high))
+    geo = comp.rows[comp.rows.probe == "geomean"].iloc[0]
+    assert "boots as the unit" in geo.warnings
+    doc = comp.to_json()
+    assert doc["rows"][1]["boots"] == 4 and isinstance(doc["rows"][1]["runs_per_boot"], int)
+    # Forget the boots: one boot a side, and every output says the interval holds for it only.
+    flat = compare(runs.drop(columns="boot"), "level=L0", resamples=999)
+    assert all(
+        boots.ONE_BOOT in w
+        for w in flat.rows.query("level == 'L1' and probe != 'geomean'").warnings
+    )
+    text = compare_format.render_comparison(flat, "markdown")
+    assert "12 rows compare one boot with one boot" in text
+    assert boots.ONE_BOOT not in text  # said once for all rows, not once per row

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from vmtax.stats import boots as boots_mod
 from vmtax.stats import intervals
 
 TRIALS = 4000
@@ -135,3 +136,179 @@ def test_binomial_band_is_what_the_docstring_says():
     se = np.sqrt(0.95 * 0.05 / TRIALS)
     assert (0.95 - LOW) / se > 5.5
     assert stats.binom.cdf(LOW * TRIALS, TRIALS, 0.95) < 1e-6
+
+
+# Boots: a guest level's runs share their boot's effect, so boots are the unit above runs.
+BOOTS = (2, 3, 5)
+RUNS_PER_BOOT = (3, 5, 7, 10)
+#: (boot effect sd, run sd) of the guest's log run means: boots dominating, runs dominating.
+BOOT_MIXES = ((0.02, 0.01), (0.005, 0.03))
+L0_RUNS = 10
+
+
+def booted(rng, trials: int, boots: int, per_boot: int, mu: float, boot_sd: float, run_sd: float):
+    """(trials, boots, per_boot) run means: mu x a lognormal boot effect x lognormal run noise,
+    and the true mean they are drawn around."""
+    effect = np.exp(boot_sd * rng.standard_normal((trials, boots, 1)))
+    runs = mu * effect * np.exp(run_sd * rng.standard_normal((trials, boots, per_boot)))
+    return runs, mu * np.exp((boot_sd**2 + run_sd**2) / 2)
+
+
+def _boot_case(boots, per_boot, mix, rng, trials=TRIALS):
+    """A guest level in ``boots`` boots against L0's 10 runs of one boot (the truth is the
+    guest's mean over boots against L0's mean in its boot)."""
+    cfg, cfg_mean = booted(rng, trials, boots, per_boot, 100 * TRUE_RATIO, *mix)
+    base, base_mean = booted(rng, trials, 1, L0_RUNS, 100, 0.0, 0.01)
+    return cfg, base[:, 0], cfg_mean / base_mean
+
+
+@pytest.mark.parametrize("boots", BOOTS)
+def test_boot_level_interval_covers_with_boot_effects(boots):
+    rng = np.random.default_rng(40 + boots)
+    for per_boot in RUNS_PER_BOOT:
+        for mix in BOOT_MIXES:
+            cfg, base, truth = _boot_case(boots, per_boot, mix, rng)
+            _, low, high = intervals.boot_ratio_intervals(cfg.mean(-1), base)
+            assert LOW <= coverage(low, high, truth) <= HIGH, (boots, per_boot, mix)
+
+
+@pytest.mark.parametrize("boots", BOOTS)
+def test_boots_against_boots_interval_covers(boots):
+    rng = np.random.default_rng(50 + boots)
+    for per_boot in (3, 10):
+        cfg, cfg_mean = booted(rng, TRIALS, boots, per_boot, 100 * TRUE_RATIO, 0.02, 0.01)
+        base, base_mean = booted(rng, TRIALS, boots, per_boot, 100, 0.02, 0.01)
+        # Boot means on both sides: Welch's t, as compare computes it for such a pair.
+        ids = np.repeat(np.arange(boots), per_boot)
+        one = intervals.boot_ratio_interval(
+            boots_mod.units(cfg[0].ravel(), ids), boots_mod.units(base[0].ravel(), ids), "lower"
+        )
+        _, low, high = intervals.ratio_intervals(cfg.mean(-1), base.mean(-1))
+        assert (one.low, one.high) == pytest.approx((low[0], high[0]))
+        assert LOW <= coverage(low, high, cfg_mean / base_mean) <= HIGH, (boots, per_boot)
+
+
+def test_boot_intervals_fail_halved_per_run_or_with_welch_degrees_of_freedom():
+    # The band catches the intervals that ignore the boots, or their degrees of freedom.
+    rng = np.random.default_rng(60)
+    cfg, base, truth = _boot_case(2, 5, BOOT_MIXES[0], rng)
+    est, low, high = intervals.boot_ratio_intervals(cfg.mean(-1), base)
+    half = np.sqrt(high / low)  # half the log width
+    assert coverage(est / np.sqrt(half), est * np.sqrt(half), truth) < LOW
+    _, low, high = intervals.ratio_intervals(cfg.reshape(TRIALS, -1), base)  # runs as the unit
+    assert coverage(low, high, truth) < 0.7
+    _, low, high = intervals.ratio_intervals(cfg.mean(-1), base)  # Welch-Satterthwaite
+    assert coverage(low, high, truth) < LOW
+
+
+def test_the_scalar_and_vectorised_boot_intervals_agree():
+    rng = np.random.default_rng(61)
+    cfg, base, _ = _boot_case(3, 4, BOOT_MIXES[0], rng, trials=10)
+    est, low, high = intervals.boot_ratio_intervals(cfg.mean(-1), base)
+    for i in range(10):
+        ids = np.repeat(["a", "b", "c"], 4)
+        one = intervals.boot_ratio_interval(
+            boots_mod.units(cfg[i].ravel(), ids), boots_mod.units(base[i], None), "lower"
+        )
+        assert (one.estimate, one.low, one.high) == pytest.approx((est[i], low[i], high[i]))
+
+
+def boot_coverage_table() -> dict[tuple[int, int, tuple[float, float]], tuple[float, ...]]:
+    """(boots, runs per boot, mix) -> (runs as the unit, boot means with Welch's degrees of
+    freedom, boot means with the Behrens-Fisher quantile): the table in docs/statistics.md."""
+    out = {}
+    for b in BOOTS:
+        for r in RUNS_PER_BOOT:
+            for mix in BOOT_MIXES:
+                cfg, base, truth = _boot_case(b, r, mix, np.random.default_rng(7))
+                flat = intervals.ratio_intervals(cfg.reshape(TRIALS, -1), base)[1:]
+                welch = intervals.ratio_intervals(cfg.mean(-1), base)[1:]
+                bf = intervals.boot_ratio_intervals(cfg.mean(-1), base)[1:]
+                out[b, r, mix] = tuple(coverage(*ci, truth) for ci in (flat, welch, bf))
+    return out
+
+
+# The geomean: the probes of a round (or a boot) share its effect.
+ROUND_SD = 0.04
+
+
+def shared_rounds(rng, trials: int, probes: int, rounds: int, round_sd: float = ROUND_SD):
+    """(trials, probes, rounds) for the configuration and the baseline: a 4% effect per round
+    on the configuration's side, shared by all its probes, and run noise of 3-10% per probe."""
+    ratios = np.exp(np.linspace(np.log(1.02), np.log(2.0), probes))
+    cvs = np.linspace(0.03, 0.10, probes)[None, :, None]
+    shared = np.exp(round_sd * rng.standard_normal((trials, 1, rounds)))
+    cfg = 100 * ratios[None, :, None] * shared * np.exp(cvs * rng.standard_normal(shared.shape))
+    base = 100 * np.exp(cvs * rng.standard_normal((trials, probes, rounds)))
+    truth_log = np.log(ratios) + round_sd**2 / 2  # the run noise is the same on both sides
+    return cfg, base, float(np.exp(truth_log.mean()))
+
+
+def independent_geomean(cfg: np.ndarray, base: np.ndarray):
+    """The geomean interval compare printed before: the probes' log-ratio variances summed as
+    if independent (Welch-Satterthwaite), vectorised."""
+    n = cfg.shape[-1]
+    mc, mb = cfg.mean(-1), base.mean(-1)
+    k = cfg.shape[-2]
+    vc = cfg.var(-1, ddof=1) / (n * mc * mc) / k**2
+    vb = base.var(-1, ddof=1) / (n * mb * mb) / k**2
+    total = (vc + vb).sum(-1)
+    df = total**2 / ((vc**2 + vb**2) / (n - 1)).sum(-1)
+    half = stats.t.ppf(0.975, df) * np.sqrt(total)
+    log_est = np.log(mc / mb).mean(-1)
+    return np.exp(log_est - half), np.exp(log_est + half)
+
+
+@pytest.mark.parametrize("probes", [4, 12])
+def test_geomean_covers_with_shared_round_effects(probes):
+    rng = np.random.default_rng(70 + probes)
+    for rounds in (3, 5, 10):
+        cfg, base, truth = shared_rounds(rng, TRIALS, probes, rounds)
+        _, low, high = intervals.geomean_intervals_by_round(cfg, base)
+        assert LOW <= coverage(low, high, truth) <= HIGH, (probes, rounds)
+        # The interval that took the probes as independent undercovers, more so with more
+        # probes (their shared part does not average out).
+        assert coverage(*independent_geomean(cfg, base), truth) < LOW
+
+
+def test_geomean_covers_with_shared_boot_effects():
+    # A guest in 3 boots whose effect (2%) every probe shares, against L0's 10 runs.
+    rng = np.random.default_rng(80)
+    probes, nboots, per_boot = 12, 3, 5
+    ratios = np.exp(np.linspace(np.log(1.02), np.log(2.0), probes))[None, :, None, None]
+    effect = np.exp(0.02 * rng.standard_normal((TRIALS, 1, nboots, 1)))
+    cfg = (
+        100
+        * ratios
+        * effect
+        * np.exp(0.03 * rng.standard_normal((TRIALS, probes, nboots, per_boot)))
+    )
+    base = 100 * np.exp(0.03 * rng.standard_normal((TRIALS, probes, L0_RUNS)))
+    truth = float(np.exp(np.log(ratios).mean() + 0.02**2 / 2))
+    _, low, high = intervals.geomean_intervals_by_round(cfg.mean(-1), base)
+    assert LOW <= coverage(low, high, truth) <= HIGH
+
+
+def test_the_scalar_and_vectorised_geomeans_agree():
+    rng = np.random.default_rng(81)
+    cfg, base, _ = shared_rounds(rng, 5, 4, 6)
+    est, low, high = intervals.geomean_intervals_by_round(cfg, base)
+    rounds = np.arange(6)
+    for i in range(5):
+        logs = [np.log(c.mean() / b.mean()) for c, b in zip(cfg[i], base[i], strict=True)]
+        one = intervals.geomean_clustered(
+            logs, [(c, rounds) for c in cfg[i]], [(b, rounds) for b in base[i]]
+        )
+        assert (one.estimate, one.low, one.high) == pytest.approx((est[i], low[i], high[i]))
+
+
+def geomean_coverage_table() -> dict[tuple[int, int], tuple[float, float]]:
+    """(probes, rounds) -> (independent probes, rounds as the unit): docs/statistics.md."""
+    out = {}
+    for k in (4, 12):
+        for r in (3, 5, 10):
+            cfg, base, truth = shared_rounds(np.random.default_rng(7), TRIALS, k, r)
+            old = coverage(*independent_geomean(cfg, base), truth)
+            new = coverage(*intervals.geomean_intervals_by_round(cfg, base)[1:], truth)
+            out[k, r] = (old, new)
+    return out

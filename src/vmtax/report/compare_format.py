@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from rich.table import Table
 
+from vmtax.stats.boots import ONE_BOOT
+
 if TYPE_CHECKING:
     from vmtax.stats.compare import Comparison
 
@@ -24,6 +26,9 @@ _DISPLAY = [
     ("metric", "metric"),
     ("config", "config"),
     ("n_runs", "runs"),
+    ("boots", "boots"),
+    ("between_share", "between-boot %"),
+    ("runs_per_boot", "runs/boot (K&J)"),
     ("mean", "mean"),
     ("unit", "unit"),
     ("delta_prev_pct", "ΔL(n−1) %"),
@@ -47,7 +52,9 @@ def _num(x: Any, digits: int = 4) -> str:
         return "0"
     magnitude = math.floor(math.log10(abs(x)))
     decimals = max(0, digits - 1 - magnitude)
-    return f"{x:,.{decimals}f}" if magnitude >= 4 else f"{x:.{decimals}f}"
+    # Thousands separated from 1,000 on, as the study-A table (report.terminal.fmt) does:
+    # one number format in every table ("3089" here and "3,089" there read as two numbers).
+    return f"{x:,.{decimals}f}" if magnitude >= 3 else f"{x:.{decimals}f}"
 
 
 def fmt_p(x: Any) -> str:
@@ -85,6 +92,9 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
                 "metric": rec["metric"],
                 "config": rec["config"],
                 "n_runs": str(rec["n_runs"]),
+                "boots": str(rec["boots"]),
+                "between_share": _num(100.0 * rec["between_share"], 2),
+                "runs_per_boot": _num(rec["runs_per_boot"], 3),
                 "mean": _num(rec["mean"]),
                 "unit": rec["unit"] or "",
                 "delta_prev_pct": _num(rec["delta_prev_pct"], 3),
@@ -117,15 +127,42 @@ def comparison_table(comp: Comparison) -> Table:
     notes = _notes(comp)
     if notes:
         table.caption = "\n".join(notes)
+        table.caption_justify = "left"  # sentences, not titles: centred they read as a poem
     return table
 
 
 def _notes(comp: Comparison) -> list[str]:
     notes = list(comp.warnings)
+    one_boot = 0
+    imprecise: list[str] = []
     for rec in comp.rows.to_dict(orient="records"):
-        if rec["warnings"] and rec["probe"] != "geomean":
-            notes.append(f"{rec['probe']} {rec['metric']} {rec['config']}: {rec['warnings']}")
+        parts = [w for w in str(rec["warnings"] or "").split("; ") if w]
+        one_boot += ONE_BOOT in parts
+        if any(w.startswith(_IMPRECISE) for w in parts) and rec["probe"] != "geomean":
+            imprecise.append(f"{rec['probe']} {rec['config']}")
+        parts = [w for w in parts if w != ONE_BOOT and not w.startswith(_IMPRECISE)]
+        if parts and rec["probe"] != "geomean":
+            notes.append(f"{rec['probe']} {rec['metric']} {rec['config']}: {'; '.join(parts)}")
+    if imprecise:
+        # One note for them all: a row each repeated the same words, under verdicts of
+        # "slower" too, which stand on the test and the interval (they count the runs there are).
+        notes.insert(
+            0,
+            f"{len(imprecise)} rows missed adaptive sampling's precision target "
+            f"({', '.join(imprecise)}): a slower or faster verdict stands on the test and "
+            "the interval; a difference not detected reads imprecise, not ~",
+        )
+    if one_boot:
+        notes.insert(
+            0,
+            f"{one_boot} rows compare one boot with one boot: their intervals and tests hold "
+            "for these boots only (runs are the unit; measure more boots to generalise)",
+        )
     return notes
+
+
+#: How stats.compare starts the warning of a row that adaptive sampling left imprecise.
+_IMPRECISE = "imprecise:"
 
 
 def markdown(df: pd.DataFrame, headers: list[str] | None = None) -> str:

@@ -29,6 +29,8 @@ import pandas as pd
 #: What :meth:`VarianceComponents.runs_per_boot` returns when no boot effect is detected
 #: (``between`` = 0): the formula's infinity, bounded to a count a plan can use.
 MAX_RUNS_PER_BOOT = 100
+#: The warning of a comparison whose sides have one boot each (runs are then its unit).
+ONE_BOOT = "one boot: the interval holds for this boot only"
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,35 @@ def variance_components(
     n0 = (n_runs - float(np.sum(sizes * sizes)) / n_runs) / (k - 1)
     between = max(0.0, (ms_between - within) / n0)
     return VarianceComponents(between, within, k, n_runs)
+
+
+@dataclass(frozen=True)
+class Units:
+    """One side of a comparison in its independent units: boot means when the side was
+    measured in two boots or more (``boot_level``), its runs otherwise; ``clusters`` say which
+    units share an effect with other probes' units (their boot, or their round)."""
+
+    values: np.ndarray
+    clusters: np.ndarray
+    boot_level: bool
+    boots: int
+
+
+def units(
+    values: np.ndarray, boot_ids: Sequence[object] | None, rounds: Sequence[object] | None = None
+) -> Units:
+    """``values`` (one per run) as :class:`Units`. ``boot_ids`` None means one boot; a run's
+    round (its ``run_index``) is its cluster at the run level, its own position if None."""
+    v = np.asarray(values, dtype=np.float64)
+    ids = np.asarray(list(boot_ids), dtype=object) if boot_ids is not None else None
+    rnd = np.asarray(list(rounds), dtype=object) if rounds is not None else np.arange(v.size)
+    keep = np.isfinite(v)
+    v, rnd = v[keep], rnd[keep]
+    if ids is None:
+        return Units(v, rnd, False, 1 if v.size else 0)
+    ids = ids[keep]
+    codes, labels = pd.factorize(pd.Series(ids, dtype=object), sort=False)
+    if labels.size < 2:
+        return Units(v, rnd, False, int(labels.size))
+    means = np.bincount(codes, weights=v) / np.bincount(codes)
+    return Units(means, np.asarray(labels, dtype=object), True, int(labels.size))

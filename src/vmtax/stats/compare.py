@@ -7,18 +7,27 @@ For each probe, metric and configuration:
 - ``delta_prev_pct``: study A's ΔL(n−1), the relative change from the previous level of the
   same chain (configurations whose labels agree on every key they share, ordered L0 < L1 <
   L2 < L3, across experiments);
-- ``overhead`` against the baseline, direction-aware (>1 = slower), with a 95% CI from the
-  run values: Welch's t on the log of the ratio of means (see :mod:`vmtax.stats.intervals`,
-  whose coverage is simulated in the tests), positive by construction;
-- ``p_value`` from a two-sample test on run values and ``p_adjusted`` across every
-  non-baseline row of the command (Holm by default);
+- ``overhead`` against the baseline, direction-aware (>1 = slower), with a 95% CI on the log of
+  the ratio of means (see :mod:`vmtax.stats.intervals`, whose coverage is simulated in the
+  tests), positive by construction. Runs are the unit inside a boot, boots above that: a side
+  measured in two boots or more enters as its boot means (Behrens–Fisher quantile), a side
+  with one boot as its runs (Welch's t); with one boot on both sides the interval holds for
+  that boot only, and the row says so;
+- ``p_value`` from a two-sample test on the same units (the permutation test permutes boot
+  means between two boot-level sides; boot means against one boot's runs, which do not share
+  a distribution under the null, get the interval's own Behrens–Fisher test) and
+  ``p_adjusted`` across every non-baseline row of the command (Holm by default);
+- ``boots``, ``between_share`` and ``runs_per_boot``: the configuration's boots, the share of
+  its run-to-run variance that lies between boots, and the runs per boot Kalibera and Jones'
+  formula picks from them (:mod:`vmtax.stats.boots`);
 - ``verdict``: ``slower`` / ``faster`` only when ``p_adjusted < alpha`` AND the whole CI lies
   outside the noise band ``[1 - noise, 1 + noise]``; ``~`` otherwise; ``baseline`` for the
   baseline's own row; ``imprecise`` instead of ``~`` when adaptive sampling left either side
   short of its precision target (``imprecise`` pairs, see vmtax.sampling.outcome).
 
 One ``geomean`` row per configuration and metric summarises the probes: the geometric mean of
-the overheads, with a CI from the probes' log-ratio variances combined. It is not a test, so
+the overheads, with a CI that takes the rounds (or, with two boots or more, the boots) the
+probes share as its unit (:func:`vmtax.stats.intervals.geomean_clustered`). It is not a test, so
 its p-values are empty and its verdict depends on the CI and the noise band alone.
 """
 
@@ -35,13 +44,17 @@ import pandas as pd
 from scipy import stats
 
 from vmtax.errors import UsageError
-from vmtax.stats import intervals, significance
+from vmtax.stats import boots, intervals, significance
 from vmtax.store.select import mask
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
 MIN_RUNS = 5
 SCHEMA = "vmtax.compare/1"
+#: The cost of one boot in Kalibera and Jones' runs per boot when none is given: an emulated
+#: L1 came up in 36-77 s on a loaded 2-core machine (docs/levels.md).
+BOOT_COST_S = 60.0
+ONE_BOOT = boots.ONE_BOOT
 
 # metric -> (runs column, unit override, better override); None = take the probe's own.
 METRICS: dict[str, tuple[str, str | None, str | None]] = {
@@ -65,6 +78,9 @@ COLUMNS = [
     "level",
     "is_baseline",
     "n_runs",
+    "boots",
+    "between_share",
+    "runs_per_boot",
     "mean",
     "stderr",
     "stderr_pct",
@@ -105,6 +121,8 @@ class Comparison:
         rows = []
         for rec in self.rows.to_dict(orient="records"):
             out = {k: _json_value(rec[k]) for k in COLUMNS if k != "warnings"}
+            if out["runs_per_boot"] is not None:
+                out["runs_per_boot"] = int(out["runs_per_boot"])
             out["warnings"] = [w for w in str(rec["warnings"] or "").split("; ") if w]
             rows.append(out)
         return {
@@ -180,6 +198,7 @@ def compare(
     seed: int = 0,
     label: str | None = None,
     imprecise: Collection[tuple[int, str]] = (),
+    boot_cost_s: float = BOOT_COST_S,
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
@@ -207,6 +226,7 @@ def compare(
 
     rows: list[dict[str, Any]] = []
     ratios: dict[int, intervals.RatioInterval] = {}
+    sides: dict[int, tuple[boots.Units, boots.Units]] = {}
     notes: list[str] = []
     for probe, pruns in ok.groupby("probe", sort=True):
         base_keys = list(dict.fromkeys(pruns.loc[pruns["_base"], "_key"]))
@@ -230,10 +250,16 @@ def compare(
                 seed,
                 rows,
                 ratios,
+                sides,
                 notes,
+                boot_cost_s,
             )
 
-    frame = pd.DataFrame(rows, columns=[*COLUMNS, "_ratio", "_labels", "_exp", "_n_base"])
+    frame = pd.DataFrame(
+        rows,
+        columns=[*COLUMNS, "_ratio", "_labels", "_exp", "_n_base", "_n_units", "_unit_name"]
+        + ["_floor_test"],
+    )
     if frame.empty or frame["is_baseline"].all():
         raise UsageError(
             "nothing to compare: no probe has runs in both the baseline and another configuration"
@@ -245,8 +271,10 @@ def compare(
     frame["p_adjusted"] = significance.adjust(pvals_family, adjust)
     floors = np.array(
         [
-            significance.min_pvalue(int(n), int(nb), test, resamples=resamples) if t else np.nan
-            for n, nb, t in zip(frame["n_runs"], frame["_n_base"], tested, strict=True)
+            significance.min_pvalue(int(n), int(nb), ft, resamples=resamples) if t else np.nan
+            for n, nb, ft, t in zip(
+                frame["_n_units"], frame["_n_base"], frame["_floor_test"], tested, strict=True
+            )
         ]
     )
     # The same family as p_adjusted: the tested rows with a p-value (NaN is left out, as
@@ -259,8 +287,8 @@ def compare(
                 frame,
                 int(i),
                 f"cannot reach significance: best possible adjusted p is "
-                f"{best[i]:.3g} with {int(frame['n_runs'].loc[i])} vs "
-                f"{int(frame['_n_base'].loc[i])} runs",
+                f"{best[i]:.3g} with {int(frame['_n_units'].loc[i])} vs "
+                f"{int(frame['_n_base'].loc[i])} {frame['_unit_name'].loc[i]}",
             )
     frame["verdict"] = [
         "baseline" if b else _verdict(pa, lo, hi, noise)
@@ -272,7 +300,7 @@ def compare(
             strict=True,
         )
     ]
-    geo = _geomean_rows(frame, ratios, noise)
+    geo = _geomean_rows(frame, sides, noise)
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
     if imprecise:
@@ -353,12 +381,15 @@ def _compare_metric(
     seed: int,
     rows: list[dict[str, Any]],
     ratios: dict[int, intervals.RatioInterval],
+    sides: dict[int, tuple[boots.Units, boots.Units]],
     notes: list[str],
+    boot_cost_s: float,
 ) -> None:
     column, unit_override, better_override = METRICS[name]
     groups: dict[str, pd.DataFrame] = {str(key): g for key, g in pruns.groupby("_key", sort=False)}
     base = groups[base_key]
     base_vals = _run_values(base, column)
+    base_units = _units(base, column)
     if base_vals.size == 0:
         notes.append(f"probe {probe}: metric {name} is missing in the baseline's runs")
         return
@@ -386,15 +417,42 @@ def _compare_metric(
             warnings.append(
                 f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} per side"
             )
+        cfg_units = _units(g, column)
+        comp = components(g, column)
+        floor_test = test
         if is_base:
             ratio = intervals.RatioInterval(1.0, math.nan, math.nan)
             p = math.nan
+        elif cfg_units.boot_level or base_units.boot_level:
+            # Boots are the unit above runs: a side with two boots or more enters as its boot
+            # means, so the interval and the test see the boot-to-boot spread.
+            ratio = intervals.boot_ratio_interval(cfg_units, base_units, better)
+            if cfg_units.boot_level and base_units.boot_level:
+                p = significance.pvalue(
+                    cfg_units.values, base_units.values, test, resamples=resamples, seed=seed
+                )
+            else:
+                p = significance.boot_pvalue(cfg_units.values, base_units.values)
+                floor_test = "welch"  # no floor: a continuous test
+            for side, other, who, at in (
+                (cfg_units, base_units, key, g),
+                (base_units, cfg_units, "the baseline", base),
+            ):
+                # L0's one boot is the machine's own: its runs are its unit, no warning.
+                if (
+                    not side.boot_level
+                    and other.boot_level
+                    and level_number(at["level"].iloc[0]) != 0
+                ):
+                    warnings.append(f"{who} has one boot: the interval holds for its boot only")
         else:
-            # Runs are the unit: the run values carry the run-to-run spread that the
-            # interval is about, whether or not the iterations inside them are stored.
+            # Runs are the unit inside a boot: the run values carry the run-to-run spread that
+            # the interval is about, whether or not the iterations inside them are stored.
             ratio = intervals.ratio_interval(vals, base_vals, better)
             p = significance.pvalue(vals, base_vals, test, resamples=resamples, seed=seed)
+            warnings.append(ONE_BOOT)
         ratios[len(rows)] = ratio
+        sides[len(rows)] = (cfg_units, base_units)
         rows.append(
             {
                 "probe": probe,
@@ -405,6 +463,9 @@ def _compare_metric(
                 "level": str(g["level"].iloc[0]),
                 "is_baseline": is_base,
                 "n_runs": int(vals.size),
+                "boots": int(cfg_units.boots),
+                "between_share": comp.between_share,
+                "runs_per_boot": _runs_per_boot(comp, g, boot_cost_s),
                 "mean": mean,
                 "stderr": sem,
                 "stderr_pct": 100.0 * sem / abs(mean) if mean != 0 else math.nan,
@@ -419,9 +480,50 @@ def _compare_metric(
                 "_ratio": len(rows),
                 "_labels": _labels_of(g),
                 "_exp": int(g["experiment_id"].iloc[0]),
-                "_n_base": int(base_vals.size),
+                "_n_base": int(base_units.values.size),
+                "_n_units": int(cfg_units.values.size),
+                "_unit_name": "boots" if cfg_units.boot_level or base_units.boot_level else "runs",
+                "_floor_test": floor_test,
             }
         )
+
+
+def _boot_ids(group: pd.DataFrame) -> list[object] | None:
+    """The runs' boots; None (one boot) for runs stored without a ``boot`` column."""
+    if "boot" not in group:
+        return None
+    return [str(b) for b in group["boot"]]
+
+
+def _units(group: pd.DataFrame, column: str) -> boots.Units:
+    values = pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=np.float64)
+    rounds = group["run_index"].tolist() if "run_index" in group else None
+    return boots.units(values, _boot_ids(group), rounds)
+
+
+def components(group: pd.DataFrame, column: str) -> boots.VarianceComponents:
+    """The variance components of one configuration's log run values."""
+    values = pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(values)
+    ids = _boot_ids(group) or ["one"] * len(values)
+    return boots.variance_components(logs, ids)
+
+
+def _runs_per_boot(
+    comp: boots.VarianceComponents, group: pd.DataFrame, boot_cost_s: float
+) -> float:
+    """Kalibera and Jones' runs per boot, with a run's cost its mean wall time; NaN when the
+    components or the costs are not known."""
+    run_cost = (
+        float(pd.to_numeric(group["wall_s"], errors="coerce").mean())
+        if "wall_s" in group
+        else math.nan
+    )
+    try:
+        return float(comp.runs_per_boot(boot_cost_s, run_cost))
+    except ValueError:
+        return math.nan
 
 
 def _labels_of(group: pd.DataFrame) -> dict[str, str]:
@@ -472,7 +574,9 @@ def _chain_deltas(frame: pd.DataFrame) -> None:
 
 
 def _geomean_rows(
-    frame: pd.DataFrame, ratios: Mapping[int, intervals.RatioInterval], noise: float
+    frame: pd.DataFrame,
+    sides: Mapping[int, tuple[boots.Units, boots.Units]],
+    noise: float,
 ) -> pd.DataFrame:
     rows = []
     tested = frame[~frame["is_baseline"]]
@@ -482,7 +586,13 @@ def _geomean_rows(
         est = part["overhead"].astype(float).to_numpy()
         if not (np.isfinite(est).all() and (est > 0).all()):
             continue
-        res = intervals.geomean_interval([ratios[int(r)] for r in part["_ratio"]])
+        pairs = [sides[int(r)] for r in part["_ratio"]]
+        res = intervals.geomean_clustered(
+            np.log(est).tolist(),
+            [(c.values, c.clusters) for c, _ in pairs],
+            [(b.values, b.clusters) for _, b in pairs],
+        )
+        unit = "boots" if any(c.boot_level or b.boot_level for c, b in pairs) else "rounds"
         rows.append(
             {
                 "probe": "geomean",
@@ -493,6 +603,9 @@ def _geomean_rows(
                 "level": part["level"].iloc[0],
                 "is_baseline": False,
                 "n_runs": int(part["n_runs"].min()),
+                "boots": int(part["boots"].min()),
+                "between_share": math.nan,
+                "runs_per_boot": math.nan,
                 "mean": math.nan,
                 "stderr": math.nan,
                 "stderr_pct": math.nan,
@@ -503,7 +616,8 @@ def _geomean_rows(
                 "p_value": math.nan,
                 "p_adjusted": math.nan,
                 "verdict": _band_verdict(res.low, res.high, noise),
-                "warnings": f"summary of {part['probe'].nunique()} probes; not a test",
+                "warnings": f"summary of {part['probe'].nunique()} probes, {unit} as the "
+                "unit; not a test",
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -8,6 +8,11 @@ mean), never pooled iterations. The tests are scipy's:
 - ``welch``: ``scipy.stats.ttest_ind(equal_var=False)``;
 - ``mannwhitney``: ``scipy.stats.mannwhitneyu`` (exact for small samples without ties).
 
+Above runs, boots: :func:`boot_pvalue` tests a side's boot means against one boot's runs (the
+two kinds of unit do not share a distribution under the null, so they cannot be permuted) with
+the Behrens–Fisher test whose dual is the boot-level interval; two boot-level sides are
+permuted boot mean by boot mean with :func:`pvalue`.
+
 The family adjustments: Benjamini-Hochberg (false discovery rate) is statsmodels'
 ``multipletests``; Holm's step-down (family-wise error rate) is computed here, and tested
 against ``multipletests(method="holm")``, because statsmodels 0.14-0.15 runs ``gc.collect()``
@@ -22,6 +27,8 @@ import math
 import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
+
+from vmtax.stats import intervals
 
 TESTS = ("permutation", "welch", "mannwhitney")
 ADJUSTMENTS = ("holm", "bh", "none")
@@ -66,6 +73,12 @@ def pvalue(
     if test == "mannwhitney":
         return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
     raise ValueError(f"unknown test {test!r} (choose from {', '.join(TESTS)})")
+
+
+def boot_pvalue(boot_means: np.ndarray, runs: np.ndarray) -> float:
+    """Two-sided p-value of "equal means" for one side's boot means against the other side's
+    runs of one boot (Behrens–Fisher, the test the boot-level interval inverts)."""
+    return intervals.behrens_fisher_pvalue(boot_means, runs)
 
 
 def min_pvalue(n1: int, n2: int, test: str = "permutation", *, resamples: int = 10_000) -> float:

@@ -49,9 +49,10 @@ def sweep(db: str, *extra: str) -> tuple[float, dict]:
 def where(knee: dict | None) -> str:
     if not knee:
         return "none"
+    at = "no ratio (bend at the sweep's end)" if knee["ratio"] is None else f"{knee['ratio']:.3g}:1"
     if knee["low"] is None:
-        return f"{knee['ratio']:g}:1 (no interval)"
-    return f"{knee['ratio']:g}:1 [{knee['low']:g}, {knee['high']:g}]"
+        return f"{at} (no interval)"
+    return f"{at} [{knee['low']:.3g}, {knee['high']:.3g}], as a step {knee['step']:g}:1"
 
 
 def line(name: str, data: dict) -> str:
@@ -71,6 +72,8 @@ def agree(a: dict | None, b: dict | None) -> str:
         return "cannot tell (a sweep found no knee)" if (a or b) else "both found no knee"
     if a["low"] is None or b["low"] is None:
         return "cannot tell (no interval)"
+    if a["ratio"] is None or b["ratio"] is None:  # a bend at the sweep's end: intervals only
+        return "yes" if a["low"] <= b["high"] and b["low"] <= a["high"] else "no"
     inside = a["low"] <= b["ratio"] <= a["high"] and b["low"] <= a["ratio"] <= b["high"]
     return "yes" if inside else "no"
 

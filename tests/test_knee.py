@@ -18,17 +18,24 @@ from vmtax.testing.sweeps import study_b
 def test_study_b_shapes_knee_within_ci_and_why_flat(shape, kind, rise_at, seed):
     s = study_b(shape, seed=seed)
     fit = find_knee(s.ratios, s.throughput)
-    assert fit.shape == "knee", fit.reason
     knee = fit.knee
-    assert knee.low <= s.true_knee <= knee.high
-    assert knee.low <= knee.ratio <= knee.high
-    assert abs(knee.ratio - s.true_knee) < 0.25
+    assert knee is not None and fit.shape in ("knee", "edge"), fit.reason
+    if fit.shape == "edge":
+        # Xen bends at its second step: one step before it cannot tell a bend at 1.5 from
+        # one anywhere above 1.0, so no place is given, only the side of the step.
+        assert s.true_knee == s.ratios[1] and knee.ratio is None and knee.edge == "low"
+        assert knee.low == s.ratios[0] and "at or below 1.5:1" in fit.reason
+    else:
+        # z/VM flattens at 2.0 and falls after 2.5: one bend placed between the two.
+        assert knee.low <= knee.ratio <= knee.high and abs(knee.ratio - s.true_knee) < 0.15
     # The interval says something: narrower than the sweep.
-    assert knee.high - knee.low < (s.ratios[-1] - s.ratios[0]) / 2
+    assert knee.high - knee.low < (s.ratios[-1] - s.ratios[0]) / 2 + 0.5 * (fit.shape == "edge")
+    assert knee.step == s.true_knee  # the knee as a step, as shown beside it
     assert knee.slope_after < 0.2 * knee.slope_before
     flat = classify_flat(knee, s.ratios, s.utilisation)
     assert flat is not None and flat.kind == kind
-    assert flat.ratios[0] == s.true_knee
+    first_flat = min(r for r in s.ratios if knee.ratio is None or r >= knee.ratio - 1e-9)
+    assert flat.ratios[0] == (knee.step if knee.ratio is None else first_flat)
     rise = response_rise(s.ratios, s.response_s)
     assert rise.ratio == rise_at
 
@@ -39,14 +46,34 @@ def test_zvm_drop_at_the_end_is_a_negative_slope_after_the_knee():
     assert knee is not None and knee.slope_after < 0
 
 
-@pytest.mark.parametrize("true_knee", [1.25, 1.75, 2.25])
+@pytest.mark.parametrize("true_knee", [1.4, 1.75, 1.9, 2.1])
 def test_knee_on_an_uneven_grid_is_found_within_its_ci(true_knee):
+    # On the steps (1.75) and between them: the estimate is the breakpoint, not a step.
     rng = np.random.default_rng(7)
     ratios = [1.0, 1.25, 1.75, 2.0, 2.25, 3.0]
     tput = [100 * min(r, true_knee) * (1 + 0.02 * rng.standard_normal(8)) for r in ratios]
-    knee = find_knee(ratios, tput).knee
-    assert knee is not None and knee.ratio == true_knee
-    assert knee.low <= true_knee <= knee.high
+    fit = find_knee(ratios, tput)
+    knee = fit.knee
+    assert fit.shape == "knee" and abs(knee.ratio - true_knee) < 0.05, fit.reason
+    # Its interval's coverage is simulated in test_sweep_coverage.py; here, it is narrow.
+    assert knee.low <= knee.ratio <= knee.high and knee.high - knee.low < 0.25
+
+
+@pytest.mark.parametrize(("true_knee", "edge"), [(0.75, "low"), (2.25, "high")])
+def test_a_bend_in_the_first_or_last_step_interval_is_given_no_place(true_knee, edge):
+    # One step on a side of the bend: a bend at 0.75 fits exactly as one at 1.0 with a
+    # steeper rise, so the sweep can say only on which side of the step it is.
+    # (Replicates 2% apart around the curve: the step means are the curve itself.)
+    ratios = [0.5, 1.0, 1.5, 2.0, 2.5]
+    tput = [100 * min(r, true_knee) * np.asarray([0.98, 1.0, 1.02]) for r in ratios]
+    fit = find_knee(ratios, tput)
+    assert fit.shape == "edge" and fit.knee.ratio is None and fit.knee.edge == edge, fit
+    assert fit.knee.low <= true_knee <= fit.knee.high
+    if edge == "low":
+        assert fit.knee.low == 0.5 and "at or below 1:1" in fit.reason
+    else:
+        assert fit.knee.high == 2.5 and "at or above 2:1" in fit.reason
+    assert fit.knee.as_dict()["ratio"] is None
 
 
 def test_heavy_noise_widens_the_interval_and_keeps_the_knee_in_it():
@@ -77,7 +104,7 @@ def test_plateau_then_decline_has_its_knee_where_the_decline_begins():
     ratios = [0.5, 1.0, 1.5, 2.0, 2.5]
     level = [100, 100, 100, 60, 25]
     fit = find_knee(ratios, [v * (1 + 0.03 * rng.standard_normal(6)) for v in level])
-    assert fit.shape == "knee" and fit.knee.ratio == 1.5
+    assert fit.shape == "knee" and abs(fit.knee.ratio - 1.5) < 0.1 and fit.knee.step == 1.5
     assert fit.knee.low <= 1.5 <= fit.knee.high and fit.knee.slope_after < 0
 
 
@@ -89,7 +116,7 @@ def test_too_few_steps_says_so():
 def test_one_replicate_per_step_still_fits_without_an_interval():
     fit = find_knee([0.5, 1.0, 1.5, 2.0, 2.5], [[50], [100], [101], [99], [100]])
     assert fit.knee is not None and fit.knee.low is None and fit.knee.high is None
-    assert fit.knee.ratio == 1.0 and "no interval" in fit.reason
+    assert fit.knee.step == 1.0 and "no interval" in fit.reason
 
 
 def test_knee_fits_match_statsmodels_weighted_least_squares():
@@ -101,29 +128,37 @@ def test_knee_fits_match_statsmodels_weighted_least_squares():
     rng = np.random.default_rng(2)
     x = np.tile([0.5, 1.0, 1.5, 2.0, 2.5], 3)
     blocks = np.repeat([0, 1, 2], 5)
-    y = 100 * np.minimum(x, 1.0) * (1 + 0.03 * rng.standard_normal(x.size)) + 4 * blocks
+    y = 100 * np.minimum(x, 1.2) * (1 + 0.03 * rng.standard_normal(x.size)) + 4 * blocks
     fits = fit_knees(x, y, blocks)
     means = {s: y[x == s].mean() for s in np.unique(x)}
     w = np.asarray([1 / means[v] ** 2 for v in x])
     dummies = np.column_stack([blocks == 1, blocks == 2]).astype(float)
-    k = float(fits.candidates[int(fits.best)])
-    d = x - k
-    hinge = sm.WLS(y, np.column_stack([np.ones_like(x), np.minimum(d, 0), np.maximum(d, 0),
-                                       dummies]), weights=w).fit()  # fmt: skip
-    assert k == 1.0 and np.allclose(fits.beta, hinge.params[:3])
-    assert float(fits.sse_hinge) == pytest.approx(hinge.ssr)
+
+    def hinge(k):
+        d = x - k
+        design = np.column_stack([np.ones_like(x), np.minimum(d, 0), np.maximum(d, 0), dummies])
+        return sm.WLS(y, design, weights=w).fit()
+
+    # The estimate is the least-squares breakpoint: no breakpoint on a fine profile fits better.
+    k = float(fits.estimate)
+    profile = np.linspace(1.0, 2.0, 1001)
+    assert float(fits.sse_hinge) == pytest.approx(hinge(k).ssr)
+    assert hinge(k).ssr <= min(hinge(v).ssr for v in profile) + 1e-9
+    assert abs(k - 1.2) < 0.05 and k not in (1.0, 1.5)  # between the steps
+    # Each breakpoint's test: its hinge against one mean per step (and the rounds), F test.
     step_means = sm.WLS(y, np.column_stack([*(x == s for s in np.unique(x)), dummies]),
                         weights=w).fit()  # fmt: skip
-    # The knee's set: each candidate's hinge against the best, over the step-means variance.
-    fitted = []
-    for cand in fits.candidates:
-        d = x - cand
-        fitted.append(sm.WLS(y, np.column_stack([np.ones_like(x), np.minimum(d, 0),
-                                                 np.maximum(d, 0), dummies]),
-                             weights=w).fit().ssr)  # fmt: skip
-    lack = len(np.unique(x)) - 3
-    f = (np.asarray(fitted) - min(fitted)) / lack / (step_means.ssr / step_means.df_resid)
-    assert np.allclose(fits.set_p, stats.f.sf(f, lack, step_means.df_resid))
+    # Each breakpoint's likelihood-ratio test: how much worse its hinge fits than the best,
+    # over the step-means model's variance (halved at the ends of the range, a boundary).
+    s2 = step_means.ssr / step_means.df_resid
+    for i in (0, 7, 20, 33, 40):
+        v = float(fits.grid[i])
+        p = stats.f.sf((hinge(v).ssr - hinge(k).ssr) / s2, 1, step_means.df_resid)
+        assert fits.p[i] == pytest.approx(p / 2 if v in (1.0, 2.0) else p)
+    # The interval runs over the breakpoints the test keeps, to where p crosses 0.05.
+    kept = fits.grid[fits.p > 0.05]
+    assert fits.low <= kept.min() and fits.high >= kept.max()
+    assert fits.high - fits.low <= kept.max() - kept.min() + 2 * (fits.grid[1] - fits.grid[0])
 
 
 def test_rise_test_is_scipys_paired_t_on_the_log_scale():

@@ -74,20 +74,32 @@ def rows(summary: SweepSummary) -> list[list[str]]:
     return out
 
 
+def knee_words(summary: SweepSummary) -> str:
+    """The knee in one sentence: the breakpoint and its 95% interval, the step beside them,
+    and in words, with no ratio, a bend whose place the steps cannot give."""
+    k = summary.knee
+    if not k:
+        return f"No knee: {summary.knee_reason}."
+    where, _, why = summary.knee_reason.partition("; ")
+    low, high = k.get("low"), k.get("high")
+    span = ""
+    if isinstance(low, float | int) and isinstance(high, float | int):
+        span = f"95% interval {low:.3g} to {high:.3g}:1"
+        ratios = [s.ratio for s in summary.steps if s.status == "ok"]
+        if k.get("ratio") is not None and (low <= min(ratios) or high >= max(ratios)):
+            span += ", to the sweep's end: one step on that side cannot place a bend"
+    extra = "; ".join(v for v in (span, why) if v) or "no interval"
+    ratio, step = k.get("ratio"), k.get("step")
+    if not isinstance(ratio, float | int):
+        return f"Throughput stops scaling, but {where}, so no ratio is estimated ({extra})."
+    beside = f"; as a step, {step:g}:1" if isinstance(step, float | int) else ""
+    return f"Throughput stops scaling at {ratio:.3g}:1 ({extra}{beside})."
+
+
 def findings(summary: SweepSummary) -> list[str]:
     """The analysis in sentences."""
     out = []
-    k = summary.knee
-    if k and k["low"] is not None:
-        span = (
-            f"{k['low']:g}:1 alone" if k["low"] == k["high"] else f"{k['low']:g} to {k['high']:g}:1"
-        )
-        out.append(f"Throughput stops scaling at {k['ratio']:g}:1 (95% interval {span}).")
-    elif k:
-        why = summary.knee_reason.partition("; ")[2] or "no interval"
-        out.append(f"Throughput stops scaling at {k['ratio']:g}:1 ({why}).")
-    else:
-        out.append(f"No knee: {summary.knee_reason}.")
+    out.append(knee_words(summary))
     f = summary.flat
     if f:
         why = (
@@ -203,8 +215,9 @@ def figure(summary: SweepSummary) -> Figure:
             k = summary.knee
             if k["low"] is not None:
                 ax1.axvspan(k["low"], k["high"], color="#ff7f0e", alpha=0.15, lw=0)
-            ax1.axvline(k["ratio"], color="#ff7f0e", ls="--", lw=1, label="knee")
-            ax1.legend()
+            if k["ratio"] is not None:
+                ax1.axvline(k["ratio"], color="#ff7f0e", ls="--", lw=1, label="knee")
+                ax1.legend()
         ax2.plot(x, [s.resp_p95_s for s in ok], marker="o", color="#d62728", label="p95")
         ax2.plot(x, [s.resp_mean_s for s in ok], marker=".", color="#9467bd", label="mean")
         ax2.axhline(summary.slo["limit_s"], color="#7f7f7f", ls=":", lw=1, label="SLO")

@@ -11,22 +11,27 @@ machine) is not mistaken for an effect of the ratio.
 
 - **Step interval** (:func:`replicate_interval`): Student's t over the step's replicate means.
 - **Knee** (:func:`find_knee`): a continuous two-segment ("hinge") linear model
-  ``y = h + b*min(x-k, 0) + c*max(x-k, 0)`` (plus the rounds) fitted by least squares to the
-  replicate means, with the breakpoint ``k`` at one of the interior steps (a sweep measures
-  nothing between its steps; study B states its knees as steps too). The 95% interval is the
-  set of interior steps k whose hinge fits not significantly worse than the best one:
-  ``(SSE(k) - SSE(best)) / (steps - 3) / s^2 <= F(0.95; steps - 3, df)``, with ``s^2`` and
-  ``df`` from the step-means model (one mean per step, plus the rounds). The hinge at the true
-  knee is nested in that model with ``steps - 3`` fewer parameters and SSE(best) >= SSE(step
-  means), so the set holds the exact lack-of-fit confidence set and covers the true knee with
-  probability at least 0.95 under normal replicate means (a grid inversion as Lerman 1980's,
-  made conservative by the step-means variance). The interval printed is the set's lowest
-  and highest step. A knee is reported only if the hinge explains the data significantly
-  better than one straight line (an F test; approximate, since ``k`` is chosen from the
-  data), the curve was scaling before it (``b > 0``) and the slope after it is lower.
-  The fits weight each replicate mean by 1 / (its step's mean)^2, since a throughput's noise
-  grows with its level. A plateau that turns into a decline (memory overcommitment of a
-  fixed set of guests) has its knee where the decline begins.
+  ``y = h + b*min(x-k, 0) + c*max(x-k, 0)`` (plus the rounds) fitted by weighted least
+  squares to the replicate means, with the breakpoint ``k`` continuous: profiled over the
+  steps' range, and exact between two steps, where the best ``k`` is where the line through
+  the steps on the left crosses the line through those on the right. ``k`` can be placed only
+  between the second and the last-but-one step: with one step on a side, a bend anywhere
+  before the second step fits exactly as one at it. A best ``k`` at either end of that range
+  is therefore reported in words, without a ratio (``edge``). The 95% interval inverts the
+  profile likelihood-ratio test: the breakpoints whose hinge fits not significantly worse
+  than the best, ``(SSE(k) - SSE(best)) / s^2 <= F(0.95; 1, df)``, with ``s^2`` and ``df`` from
+  the step-means model (one mean per step, plus the rounds), whose variance does not depend
+  on the hinge being right; at the ends of the range, a boundary of ``k``'s space, the
+  statistic is 0 half the time and the p-value is halved (Self and Liang 1987). The interval
+  runs between the kept breakpoints (interpolated to where p crosses 0.05), and on to the first
+  (last) step when the second (last-but-one) is kept. Its coverage is simulated in
+  ``tests/test_sweep_coverage.py``. A knee is reported only if the hinge explains the data
+  significantly better than one straight line (an F test; approximate, since ``k`` is chosen
+  from the data), the curve was scaling before it (``b > 0``) and the slope after it is
+  lower. The interior step whose hinge fits best is kept beside it (``step``). The fits
+  weight each replicate mean by 1 / (its step's mean)^2, since a throughput's noise grows
+  with its level. A plateau that turns into a decline (memory overcommitment of a fixed set of
+  guests) has its knee where the decline begins.
 - **Response-time rise** (:func:`response_rise`): each later step's replicate mean response
   times against the first step's, on the log scale, by a one-sided paired t test over the
   rounds (Welch's t where the rounds do not pair), Holm-adjusted over the steps
@@ -39,10 +44,10 @@ machine) is not mistaken for an effect of the ratio.
   curve is "flat with idle CPU" (study B: Xen flattened at 1.5:1 with its CPUs near 92%,
   z/VM at 100%).
 
-The least-squares fits are batched numpy projections (one pseudo-inverse per design applied
-to many response vectors at once), hand-written because statsmodels fits one vector at a time
+The least-squares fits are batched numpy normal equations (one per breakpoint scanned, for
+many response vectors at once), hand-written because statsmodels fits one vector at a time
 and the coverage simulations in the tests fit thousands; ``tests/test_knee.py`` checks them
-against statsmodels' OLS.
+against statsmodels' WLS.
 """
 
 from __future__ import annotations
@@ -73,7 +78,9 @@ DEFAULT_SLO_S = 2.0
 class Knee:
     """Where throughput stops scaling, with its 95% interval (None without replicates)."""
 
-    ratio: float
+    #: The least-squares breakpoint; None when it is the second or last-but-one step (a bend
+    #: beyond it fits as well there: its place is not known).
+    ratio: float | None
     low: float | None
     high: float | None
     slope_before: float
@@ -82,12 +89,20 @@ class Knee:
     level: float
     #: F test of the hinge against one straight line (approximate: ``k`` is estimated).
     p_value: float
-    #: The interior steps in the 95% confidence set (empty without replicates).
-    candidates: tuple[float, ...] = ()
+    #: The interior step whose hinge fits best: the knee as a step.
+    step: float = math.nan
+    #: ``low`` / ``high``: the bend is in the first / last step interval (``ratio`` is None).
+    edge: str | None = None
 
-    def as_dict(self) -> dict[str, float | None]:
-        """The knee as ``{ratio, low, high}`` (the JSON shape of ``vmtax sweep show``)."""
-        return {"ratio": self.ratio, "low": self.low, "high": self.high}
+    def as_dict(self) -> dict[str, float | str | None]:
+        """The knee as ``{ratio, low, high, step, edge}`` (the JSON of ``vmtax sweep show``)."""
+        return {
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "step": self.step,
+            "edge": self.edge,
+        }
 
 
 @dataclass(frozen=True)
@@ -189,20 +204,50 @@ def _relative_weights(x: np.ndarray, y: np.ndarray) -> np.ndarray | None:
     return 1.0 / means[..., np.searchsorted(steps, x)]
 
 
+#: Breakpoints scanned per step interval for the knee's set (its ends are widened to the next
+#: point scanned, so the set printed holds the exact one).
+SCAN = 20
+
+
 @dataclass(frozen=True)
 class KneeFits:
-    """Batched hinge fits (leading axes = response vectors)."""
+    """Batched breakpoint fits (leading axes = response vectors); see the module docstring."""
 
-    candidates: np.ndarray  # the interior steps
-    best: np.ndarray  # index of the best breakpoint
-    beta: np.ndarray  # (h, b, c) at the best breakpoint
+    #: The breakpoints scanned: the identifiable range (second step to last-but-one), SCAN
+    #: points per step interval.
+    grid: np.ndarray
+    #: Per breakpoint scanned: the likelihood-ratio test's p-value that the bend is there.
+    p: np.ndarray
+    #: The least-squares breakpoint (continuous) and its hinge's residual sum of squares.
+    estimate: np.ndarray
     sse_hinge: np.ndarray
     sse_line: np.ndarray
     df_hinge: int  # residual df of the hinge, counting k as a parameter
-    #: Per candidate: whether the 95% set keeps it (all False when there is no residual df).
-    in_set: np.ndarray
-    #: Lack-of-fit p-value of each candidate's hinge against the step-means model.
-    set_p: np.ndarray
+    df_test: int  # residual df of the step-means model the tests use (0: no interval)
+    #: The 95% interval (NaN when no breakpoint is kept or there is no df): the hull of the
+    #: kept breakpoints, reaching the first (last) step when the second (last-but-one) is kept.
+    low: np.ndarray
+    high: np.ndarray
+    #: The interior step whose hinge fits best (a bend placed at a step).
+    step: np.ndarray
+    #: -1: the estimate is the second step (the bend may be anywhere below it), +1: the
+    #: last-but-one step, 0: inside; in the first two cases the place of the bend is not known.
+    edge: np.ndarray
+
+
+def _wls(design: np.ndarray, y: np.ndarray, sw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares of every ``y`` on one design (weights ``sw`` squared), batched
+    over leading axes by the normal equations: coefficients and residual sum of squares."""
+    w = np.ones_like(y) if sw is None else sw
+    dw = design * w[..., None]
+    dt = np.swapaxes(dw, -1, -2)
+    yw = (y * w)[..., None]
+    try:
+        beta = np.linalg.solve(dt @ dw, dt @ yw)
+    except np.linalg.LinAlgError:  # a rank-deficient design (steps with missing rounds)
+        beta = np.linalg.pinv(dw) @ yw
+    resid = (yw - dw @ beta)[..., 0]
+    return beta[..., 0], np.sum(resid * resid, axis=-1)
 
 
 def fit_knees(
@@ -213,48 +258,100 @@ def fit_knees(
     confidence: float = CONFIDENCE,
     relative: bool = True,
 ) -> KneeFits:
-    """Hinge fits at every interior step of ``x`` for every response vector in ``y``, with
-    the knee's confidence set (see the module's docstring)."""
+    """The knee's estimate and 95% interval for every response vector in ``y`` (last axis =
+    observations at the ratios ``x``), with the rounds ``blocks`` as fixed effects (see the
+    module's docstring)."""
     x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
     steps = np.unique(x)
-    candidates = steps[1:-1]
     extra = _blocks(blocks, x.size)
     sw = _relative_weights(x, y) if relative else None
-    sses, betas = [], []
-    for k in candidates:
-        beta, sse, _ = _fit(_hinge_design(x, float(k), extra), y, sw)
-        sses.append(sse)
-        betas.append(beta[..., :3])
-    sse = np.stack(sses, axis=-1)  # (..., K)
-    best = np.argmin(sse, axis=-1)
-    beta = np.take_along_axis(np.stack(betas, axis=-2), best[..., None, None], axis=-2)[..., 0, :]
-    _, sse_line, _ = _fit(np.column_stack([np.ones_like(x), x, extra]), y, sw)
-    step_means = np.column_stack([(x == s).astype(np.float64) for s in steps] + [extra])
-    _, sse_sat, df_sat = _fit(step_means, y, sw)
-    lack_df = steps.size - 3
-    if df_sat > 0 and lack_df > 0:
-        # Against the best hinge rather than the step-means model: SSE(best) >= SSE(steps),
-        # so the set holds the exact lack-of-fit set (coverage >= 0.95 when a hinge is the
-        # truth) and is never empty when the curve is not exactly a hinge.
-        best_sse = sse.min(axis=-1, keepdims=True)
+    lead = y.shape[:-1]
+    splits = range(1, steps.size - 2)
+    grid = np.unique(
+        np.concatenate([np.linspace(steps[j], steps[j + 1], SCAN + 1) for j in splits])
+    )
+    sse = np.stack([_wls(_hinge_design(x, float(k), extra), y, sw)[1] for k in grid], axis=-1)
+    # Between two steps the least-squares breakpoint is where the line through the steps on
+    # the left crosses the line through those on the right, when it crosses there.
+    cross, cross_sse = [], []
+    for j in splits:
+        left = (x <= steps[j]).astype(np.float64)
+        two = np.column_stack([left, left * x, 1 - left, (1 - left) * x, extra])
+        beta, sse_two = _wls(two, y, sw)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f = ((sse - best_sse) / lack_df) / (sse_sat[..., None] / df_sat)
-        set_p = stats.f.sf(np.maximum(f, 0.0), lack_df, df_sat)
-        set_p = np.where(np.isfinite(set_p), set_p, (sse - best_sse <= 0) * 1.0)
-        in_set = set_p > 1 - confidence
+            k = (beta[..., 2] - beta[..., 0]) / (beta[..., 1] - beta[..., 3])
+        inside = (k > steps[j]) & (k < steps[j + 1])
+        cross.append(np.where(inside, k, steps[j]))
+        cross_sse.append(np.where(inside, sse_two, np.inf))
+    where = np.concatenate([np.broadcast_to(grid, sse.shape), np.stack(cross, axis=-1)], axis=-1)
+    best = np.argmin(np.concatenate([sse, np.stack(cross_sse, axis=-1)], axis=-1), axis=-1)
+    estimate = np.take_along_axis(where, best[..., None], axis=-1)[..., 0]
+    interior = steps[1:-1]
+    at_steps = sse[..., np.searchsorted(grid, interior)]
+    step = interior[np.argmin(at_steps, axis=-1)]
+    _, sse_line = _wls(np.column_stack([np.ones_like(x), x, extra]), y, sw)
+    # The profile likelihood-ratio test of each breakpoint: how much worse its hinge fits
+    # than the best one, over the residual variance of one mean per step (and the rounds).
+    step_means = np.column_stack([(x == s).astype(np.float64) for s in steps] + [extra])
+    _, sse_sat = _wls(step_means, y, sw)
+    df_sat = x.size - int(np.linalg.matrix_rank(step_means))
+    sse_best = np.min(np.concatenate([sse, np.stack(cross_sse, axis=-1)], axis=-1), axis=-1)
+    tol = 1e-9 * max(1.0, float(np.abs(steps).max()))
+    edge = np.where(estimate <= steps[1] + tol, -1, np.where(estimate >= steps[-2] - tol, 1, 0))
+    if df_sat > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = (sse - sse_best[..., None]) / (sse_sat[..., None] / df_sat)
+        p = stats.f.sf(np.maximum(f, 0.0), 1, df_sat)
+        p = np.where(np.isfinite(p), p, 1.0 * (sse <= sse_best[..., None]))
+        # At an end of the range the breakpoint sits on the boundary of its parameter space:
+        # the statistic is 0 half the time and F(1, df) otherwise (Self and Liang 1987).
+        ends = np.isin(grid, steps[[1, -2]])
+        p = np.where(ends & (f > 0), p / 2, p)
+        low, high = _hull(grid, p, 1 - confidence, steps, estimate)
     else:
-        set_p = np.full(sse.shape, np.nan)
-        in_set = np.zeros(sse.shape, dtype=bool)
+        p = np.full(sse.shape, np.nan)
+        low = high = np.full(lead, np.nan)
     return KneeFits(
-        candidates=candidates,
-        best=best,
-        beta=beta,
-        sse_hinge=np.take_along_axis(sse, best[..., None], axis=-1)[..., 0],
+        grid=grid,
+        p=p,
+        estimate=estimate,
+        sse_hinge=sse_best,
         sse_line=sse_line,
         df_hinge=x.size - 4 - extra.shape[1],
-        in_set=in_set,
-        set_p=set_p,
+        df_test=df_sat,
+        low=low,
+        high=high,
+        step=step,
+        edge=edge,
     )
+
+
+def _hull(
+    points: np.ndarray, p: np.ndarray, alpha: float, steps: np.ndarray, estimate: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The interval printed: from the lowest to the highest breakpoint kept (p > alpha), each
+    end moved to where p, interpolated linearly between the points scanned, crosses alpha;
+    and to the first (last) step when the second (last-but-one) is kept: one step on a side
+    cannot place a bend there, so a bend below the second step fits exactly as one at it."""
+    n = points.size
+    kept = p > alpha
+    any_kept = kept.any(axis=-1)
+    first = np.argmax(kept, axis=-1)
+    last = n - 1 - np.argmax(kept[..., ::-1], axis=-1)
+
+    def crossing(inside: np.ndarray, outside: np.ndarray) -> np.ndarray:
+        pi = np.take_along_axis(p, inside[..., None], axis=-1)[..., 0]
+        po = np.take_along_axis(p, outside[..., None], axis=-1)[..., 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.clip(np.nan_to_num((pi - alpha) / (pi - po)), 0.0, 1.0)
+        return points[inside] + t * (points[outside] - points[inside])
+
+    low = np.minimum(crossing(first, np.maximum(first - 1, 0)), estimate)
+    high = np.maximum(crossing(last, np.minimum(last + 1, n - 1)), estimate)
+    low = np.where(kept[..., 0], steps[0], low)
+    high = np.where(kept[..., -1], steps[-1], high)
+    return np.where(any_kept, low, np.nan), np.where(any_kept, high, np.nan)
 
 
 def find_knee(
@@ -285,16 +382,19 @@ def find_knee(
     present = [float(ratios[i]) for i in order if np.isfinite(np.asarray(samples[i])).any()]
     if steps.size < 4 or steps.size != len(present):
         return KneeFit(None, "too-few", f"{steps.size} distinct steps with data; a knee needs 4")
-    fits = fit_knees(x, y, block if np.unique(block).size > 1 else None, confidence=confidence)
-    k = float(fits.candidates[int(fits.best)])
-    h, b, c = (float(v) for v in fits.beta)
-    sse_hinge, sse_line, df = float(fits.sse_hinge), float(fits.sse_line), fits.df_hinge
+    extra_blocks = block if np.unique(block).size > 1 else None
+    fits = fit_knees(x, y, extra_blocks, confidence=confidence)
+    k = float(fits.estimate)
+    sw = _relative_weights(x, y)
+    beta, sse_hinge, _ = _fit(_hinge_design(x, k, _blocks(extra_blocks, x.size)), y, sw)
+    h, b, c = (float(v) for v in beta[:3])
+    sse_line, df = float(fits.sse_line), fits.df_hinge
     if df <= 0:
         p_value = math.nan
     elif sse_hinge <= 0:
         p_value = 0.0 if sse_line > 0 else 1.0
     else:
-        f = ((sse_line - sse_hinge) / 2) / (sse_hinge / df)
+        f = ((sse_line - float(sse_hinge)) / 2) / (float(sse_hinge) / df)
         p_value = float(stats.f.sf(f, 2, df))
     scale = float(np.mean(np.abs(y))) or 1.0
     scaled = b > 0 and b * (k - steps[0]) >= 0.02 * scale
@@ -308,16 +408,29 @@ def find_knee(
         return KneeFit(
             None, "scales", f"one line fits as well as a knee (F test p = {p_value:.3g})"
         )
-    kept = tuple(float(v) for v in fits.candidates[np.asarray(fits.in_set)])
-    replicated = bool(np.isfinite(fits.set_p).all())
-    low: float | None
-    high: float | None
-    if replicated:
-        low, high, why = min(kept + (k,)), max(kept + (k,)), ""
-    else:
+    replicated = bool(np.bincount(np.searchsorted(steps, x)).max() >= 2)
+    low: float | None = float(fits.low) if replicated else None
+    high: float | None = float(fits.high) if replicated else None
+    if low is not None and not math.isfinite(low):
         low = high = None
+        why = "; no breakpoint passes the test: the curve is not one bend"
+    elif low is None:
         why = "; one replicate per step, so no interval"
-    knee = Knee(k, low, high, b, c, h, p_value, kept)
+    else:
+        why = ""
+    edge = int(fits.edge)
+    step = float(fits.step)
+    if edge:
+        side = "first" if edge < 0 else "last"
+        where = f"at or below {steps[1]:g}" if edge < 0 else f"at or above {steps[-2]:g}"
+        knee = Knee(None, low, high, b, c, h, p_value, step, "low" if edge < 0 else "high")
+        return KneeFit(
+            knee,
+            "edge",
+            f"the bend is {where}:1, in the {side} step interval, where one step on a side "
+            f"cannot place it{why}",
+        )
+    knee = Knee(k, low, high, b, c, h, p_value, step)
     return KneeFit(knee, "knee", f"slope {b:.4g} -> {c:.4g} per unit of ratio at {k:.3g}{why}")
 
 
@@ -413,12 +526,17 @@ def classify_flat(
     saturated_at: float = SATURATED_AT,
 ) -> Flat | None:
     """Saturated or idle CPU, from utilisation samples (fractions) of the steps at or past
-    the knee. The steps counted begin at the step nearest the knee."""
+    the knee. The steps counted begin at the first step at or past the knee (the second step
+    for a bend in the first step interval, the last for one in the last)."""
     if knee is None:
         return None
     pairs = sorted(zip((float(r) for r in ratios), utilisation, strict=True), key=lambda p: p[0])
     steps = np.asarray([r for r, _ in pairs])
-    start = float(steps[np.argmin(np.abs(steps - knee.ratio))])
+    if knee.ratio is None:  # a bend in the first step interval, or in the last
+        start = knee.step if knee.edge == "low" else float(steps[-1])
+    else:
+        past = steps[steps >= knee.ratio - 1e-9 * max(1.0, abs(knee.ratio))]
+        start = float(past[0]) if past.size else float(steps[-1])
     chosen = [(r, np.asarray(u, dtype=np.float64)) for r, u in pairs if r >= start]
     values = np.concatenate([u[np.isfinite(u)] for _, u in chosen]) if chosen else np.empty(0)
     if values.size == 0:

@@ -64,7 +64,7 @@ class SweepSummary:
     spec: dict[str, Any]
     throughput_unit: str
     steps: list[StepFigures]
-    knee: dict[str, float | None] | None  # low and high are None without intervals
+    knee: dict[str, float | str | None] | None  # low and high are None without intervals
     knee_shape: str
     knee_reason: str
     flat: dict[str, Any] | None

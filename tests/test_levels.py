@@ -66,6 +66,18 @@ def test_bad_levels_and_presets_are_usage_errors():
         level_targets(["L4"])
     with pytest.raises(UsageError, match="listed twice"):
         level_targets(["L1", "L1"])
+    with pytest.raises(UsageError, match="listed twice"):
+        level_targets(["L1", "L1"], sets=["a", "a"])
+
+
+def test_a_level_twice_is_two_guests_told_apart_by_their_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    a, b = level_targets(["L1", "L1"], accel="tcg", sets=["a", "b"])
+    assert (a.name, b.name) == ("qemu-L1-a", "qemu-L1-b")
+    assert (a.labels()["set"], b.labels()["set"]) == ("a", "b")
+    assert {k: v for k, v in a.labels().items() if k != "set"} == {
+        k: v for k, v in b.labels().items() if k != "set"
+    }
 
 
 def test_l2_is_a_guest_that_boots_the_inner_guest_sized_by_the_preset(tmp_path, monkeypatch):
@@ -133,15 +145,17 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     suite.write_text(TINY_SUITE)
     db = f"sqlite:///{tmp_path / 'levels.db'}"
     env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
+    # Two boots of L1: run 0 of every probe in the first, run 1 in the second.
     proc = subprocess.run(
-        [vmtax, "run", "--levels", "L0,L1", "--suite", str(suite), "--db", db],
+        [vmtax, "run", "--levels", "L0,L1", "--boots", "2", "--suite", str(suite), "--db", db],
         capture_output=True,
         text=True,
         env=env,
-        timeout=240,
+        timeout=420,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    runs = Store.open(db).runs()
+    store = Store.open(db)
+    runs = store.runs()
     assert set(runs["level"]) == {"L0", "L1"}
     assert (runs["status"] == "ok").all(), runs[["config", "probe", "error"]].to_string()
     for level in ("L0", "L1"):
@@ -153,6 +167,17 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     expected = "kvm" if kvm_verdict().kvm_ok else "tcg"
     assert {lab["accel"] for lab in l1["labels"]} == {expected}
     assert all(expected in h for h in l1["hypervisor"])  # the guest's own fingerprint agrees
+
+    # Each boot has its own id, run 0 of every probe in one and run 1 in the other; this
+    # machine's runs all carry its own boot id; the executed order goes boot by boot.
+    with open("/proc/sys/kernel/random/boot_id") as fh:
+        assert set(runs.loc[runs["level"] == "L0", "boot"]) == {fh.read().strip()}
+    boots = l1.groupby("run_index")["boot"].unique()
+    assert [len(boots[0]), len(boots[1])] == [1, 1] and boots[0][0] != boots[1][0]
+    by_id = dict(zip(l1["run_id"], l1["boot"], strict=True))
+    ran = [by_id[r] for r in store.executed_order(1)["run_id"] if r in by_id]
+    assert ran == [boots[0][0]] * 3 + [boots[1][0]] * 3
+    store.close()
 
     cmp = subprocess.run(
         [vmtax, "compare", "--baseline", "level=L0", "--db", db, "--format", "json"],

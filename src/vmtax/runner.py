@@ -346,12 +346,19 @@ class Runner:
             turns = self._turns.get(slot)
             if turns:
                 turns.ready(slot)
+            # prepare() booted the first step's boot; a step in another boot boots anew first
+            # (in its turn, so no other level runs beside the boot). A resumed experiment
+            # starts a new boot for what remains, and the runs' boot ids say so.
+            boot: int | None = None
             for step in todo:
                 if self._stop.is_set():
                     return
                 with turns.turn(slot, self._stop) if turns else nullcontext(True) as mine:
                     if not mine:
                         return
+                    if boot is not None and step.boot != boot:
+                        target.reboot()
+                    boot = step.boot
                     status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
                 bad = outcome.failed + outcome.lost
                 self.progress.advance(

@@ -103,6 +103,16 @@ def run(
             help="Run at these levels, e.g. L0,L1,L2 (QEMU guests for L1 and above).",
         ),
     ] = None,
+    boots: Annotated[
+        int | None,
+        typer.Option(
+            help="Boots of each guest level, 1..1000 (default 3): every guest configuration is "
+            "measured in this many fresh boots, its runs split over them, since whatever a boot "
+            "fixes (memory placement, huge pages, vCPU placement) is shared by its runs. L0 "
+            "and SSH hosts have one boot. A level named twice (--levels L1,L1) is two "
+            "configurations, set=a and set=b, each with its own boots: an A/A test."
+        ),
+    ] = None,
     depth: Annotated[
         int | None,
         typer.Option(help="Nest guests N deep (1..3) and run at every level: --levels L0..LN."),
@@ -171,6 +181,8 @@ def run(
 
     Example: vmtax run --levels L0,L1 (or --depth 2 for L0, L1 and L2 nested in L1)
 
+    Example: vmtax run --levels L1,L1 --boots 4 (an A/A test: one guest, two sets of boots)
+
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid
 
     Example: vmtax run --levels L0,L1 --guest-net user --probe net --param peer=host
@@ -183,7 +195,7 @@ def run(
         levels=levels, depth=depth, preset=preset, accel=accel, inner_accel=inner_accel,
         guest_net=guest_net, ssh=target or [], fleet=targets,
         accept_new_host_key=accept_new_host_key, exits=exits, precision=precision,
-        budget=budget, min_runs=min_runs, argv=sys.argv[1:],
+        budget=budget, min_runs=min_runs, boots=boots, argv=sys.argv[1:],
     )  # fmt: skip
     request.validate()  # bad input is refused before --resume opens anything, too
     with sigterm_as_interrupt():

@@ -1,8 +1,11 @@
 """The experiment plan: every run of every entry on every target, in a recorded random order.
 
-Runs are the independent unit. The order is built in rounds: round r holds run r of every
-entry, shuffled with a seeded RNG, so a slow drift of the machine spreads over all probes
-instead of landing on one. The seed is stored with the plan, so the order can be replayed.
+Runs are the independent unit inside a boot, and boots above them: a guest level is measured
+in ``boots`` boots of its guest, each entry's runs split over them boot by boot. The order is
+built in rounds: round r holds run r of every entry, shuffled with a seeded RNG, so a slow
+drift of the machine spreads over all probes instead of landing on one; within a boot's rounds
+the levels still take turns run by run. The seed is stored with the plan, so the order can be
+replayed.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ def kill_after(timeout: float) -> float:
 
 @dataclass(frozen=True)
 class Step:
-    """One planned run: entry ``entry`` run number ``run`` on target slot ``target``."""
+    """One planned run: entry ``entry`` run number ``run`` on target slot ``target``, in
+    that target's boot number ``boot`` (0 for a target with one boot)."""
 
     index: int
     target: int
     entry: str
     run: int
+    boot: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,17 +75,19 @@ class Plan:
             "source": self.source,
             "seed": self.seed,
             "order": "rounds: run r of every entry, shuffled per round with random.Random(seed); "
-            "each entry's run on every target in turn, the targets shuffled too",
+            "each entry's run on every target in turn, the targets shuffled too; each entry's "
+            "runs split into equal consecutive parts, one per boot, boot by boot",
             "entries": self.entries,
             "targets": self.targets,
-            "steps": [[s.target, s.entry, s.run] for s in self.steps],
+            "steps": [[s.target, s.entry, s.run, s.boot] for s in self.steps],
         } | ({"sampling": self.sampling} if self.sampling else {})
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
+        # Plans stored before boots list [target, entry, run]: one boot per target.
         steps = [
-            Step(index=i, target=int(t), entry=str(e), run=int(r))
-            for i, (t, e, r) in enumerate(data["steps"])
+            Step(index=i, target=int(t), entry=str(e), run=int(r), boot=int(b[0]) if b else 0)
+            for i, (t, e, r, *b) in enumerate(data["steps"])
         ]
         return cls(
             suite=data["suite"],
@@ -140,23 +147,54 @@ class Plan:
         return Invocation(args=args, timeout=kill_after(float(e["timeout"])), scaling=scaling)
 
 
+def boots_of(target: dict[str, Any]) -> int:
+    """How many boots a plan's target spec asks for (1 unless it is a guest level)."""
+    return int(target.get("boots", 1))
+
+
+def boot_parts(runs: int, parts: int) -> list[range]:
+    """Runs 0..runs-1 split into ``parts`` consecutive parts as equal as can be, the first
+    ones taking the remainder (7 runs in 3 parts: 0-2, 3-4, 5-6; 2 runs in 3: 0, 1 and none),
+    so a boot is never left empty while a later one has runs."""
+    return [range(-(-p * runs // parts), -(-(p + 1) * runs // parts)) for p in range(parts)]
+
+
 def interleaved_steps(
-    entries: dict[str, dict[str, Any]], n_targets: int, rng: random.Random
+    entries: dict[str, dict[str, Any]],
+    n_targets: int,
+    rng: random.Random,
+    boots: list[int] | None = None,
 ) -> list[Step]:
     """Rounds of every entry in a shuffled order; within an entry's turn, every target in a
     shuffled order. Targets that share a machine run in exactly this order (the runner's
     turns), so the levels alternate run by run (ABBA-like, never A A A ... B B B), and which
-    level goes first is random rather than always the baseline."""
+    level goes first is random rather than always the baseline.
+
+    ``boots[t]`` is how many boots target t is measured in. The rounds go in phases, one per
+    boot of the target with the most: phase p holds part p of every entry's runs
+    (``boot_parts``), and target t runs phase p in its boot ``p * boots[t] // phases``. So a
+    guest's boots come one after the other, each with its share of every entry's runs, while
+    a target with one boot (this machine) keeps taking its turns beside it. With one boot
+    everywhere this is the plain rounds order, draw for draw."""
+    boots = list(boots) if boots is not None else [1] * n_targets
+    phases = max(boots, default=1)
     steps: list[Step] = []
-    rounds = max((e["runs"] for e in entries.values()), default=0)
-    for r in range(rounds):
-        names = [k for k, e in entries.items() if r < e["runs"]]
-        rng.shuffle(names)
-        for name in names:
-            order = list(range(n_targets))
-            rng.shuffle(order)
-            for t in order:
-                steps.append(Step(index=len(steps), target=t, entry=name, run=r))
+    for phase in range(phases):
+        parts = {k: boot_parts(e["runs"], phases)[phase] for k, e in entries.items()}
+        rounds = max((len(p) for p in parts.values()), default=0)
+        for k in range(rounds):
+            names = [name for name, part in parts.items() if k < len(part)]
+            rng.shuffle(names)
+            for name in names:
+                order = list(range(n_targets))
+                rng.shuffle(order)
+                for t in order:
+                    steps.append(
+                        Step(
+                            index=len(steps), target=t, entry=name, run=parts[name][k],
+                            boot=phase * boots[t] // phases,
+                        )
+                    )  # fmt: skip
     return steps
 
 
@@ -203,7 +241,9 @@ def build_plan(
             "params": dict(entry.params),
             "scale_to_memory": [s.model_dump() for s in entry.scale_to_memory],
         }
-    steps = interleaved_steps(entries, len(targets), random.Random(seed))
+    steps = interleaved_steps(
+        entries, len(targets), random.Random(seed), [boots_of(t) for t in targets]
+    )
     return Plan(
         suite=suite.name,
         source=source,

@@ -46,6 +46,7 @@ def make_targets(
                     inner_accel=spec.get("inner_accel", "tcg"),
                     guest_net=spec.get("guest_net", ""),
                     contents=contents,
+                    sets=[g.get("set") for g in group],
                 )
             )
             if len(made) != len(group):

@@ -8,6 +8,12 @@ machine spreads over every probe; levels on one machine take turns run by run, s
 the noise too. Steps stop being handed out when the time budget is spent, which depends on
 the clock, not on the values measured.
 
+A guest level measured in several boots (``--boots``) gets the extra runs of a look in its
+current boot, or in a new boot when the boots' means differ more than the runs inside a boot
+do: when, for most entries that need more runs, the between-boot share of the variance of the
+log run means (``stats.boots.variance_components``) is above one half, more runs in the same
+boot would add little, since every one of them shares that boot's offset.
+
 Every look is stored with the noise sampled just before the runs it judges and just after
 them; when the loop ends, each entry's outcome (precise or imprecise, the half-width reached,
 the run length chosen). Resume: completed runs are in the store and count as they are; new
@@ -28,8 +34,9 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import delete, func, select
 
-from vmtax.plan.plan import Plan, Step
+from vmtax.plan.plan import Plan, Step, boots_of
 from vmtax.sampling import design, noise
+from vmtax.stats.boots import variance_components
 from vmtax.store.models import Run, SamplingLook, SamplingOutcome
 from vmtax.targets.base import Target
 
@@ -90,11 +97,18 @@ class AdaptiveSampler:
     ) -> Iterator[Step]:
         before = self._noise(target)
         yield from planned
+        boot = max((s.boot for s in planned), default=0)
+        rebootable = boots_of(self.plan.targets[slot]) > 1 if self.plan.targets else False
         look_no = 0
         while True:
             after = self._noise(target)
             runs = store_call(self._runs_of, config_id=config_id)
             decisions = self._decide(runs)
+            if rebootable and new_boot_needed(decisions):
+                boot += 1
+            for d in decisions.values():
+                if d["status"] == "more":
+                    d["boot"] = boot
             store_call(
                 self._record_look,
                 config_id=config_id,
@@ -111,7 +125,7 @@ class AdaptiveSampler:
                 return
             look_no += 1
             before = after
-            for step in self._rounds(slot, look_no, pending, decisions):
+            for step in self._rounds(slot, look_no, pending, decisions, boot):
                 if not self.budget_left():
                     break
                 yield step
@@ -120,18 +134,20 @@ class AdaptiveSampler:
 
     def _runs_of(self, config_id: int) -> pd.DataFrame:
         t = Run.__table__
-        stmt = select(t.c.probe, t.c.status, t.c.mean, t.c.plan_index).where(
+        stmt = select(t.c.probe, t.c.status, t.c.mean, t.c.plan_index, t.c.boot_id).where(
             t.c.experiment_id == self.experiment_id, t.c.configuration_id == config_id
         )
         with self.store.engine.connect() as connection:
             rows = connection.execute(stmt).all()
-        return pd.DataFrame(rows, columns=["probe", "status", "mean", "plan_index"])
+        return pd.DataFrame(rows, columns=["probe", "status", "mean", "plan_index", "boot_id"])
 
     def _decide(self, runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for name in self.plan.entries:
             mine = runs[runs["probe"] == name]
-            ok = mine.loc[mine["status"] == "ok", "mean"].astype(float).to_numpy()
+            ok_rows = mine[mine["status"] == "ok"]
+            ok = ok_rows["mean"].astype(float).to_numpy()
+            share = between_share_of(ok, ok_rows["boot_id"])
             bad = int((mine["status"] != "ok").sum())
             result = design.look(
                 ok, self.target, min_runs=self.min_runs, confidence=self.confidence
@@ -151,11 +167,17 @@ class AdaptiveSampler:
                 "half_width": result.half_width if np.isfinite(result.half_width) else None,
                 "status": status,
                 "next_n": min(result.next_n, self.max_runs),
+                "between_share": share,
             }
         return out
 
     def _rounds(
-        self, slot: int, look_no: int, pending: dict[str, int], decisions: dict[str, Any]
+        self,
+        slot: int,
+        look_no: int,
+        pending: dict[str, int],
+        decisions: dict[str, Any],
+        boot: int = 0,
     ) -> Iterator[Step]:
         # The same order on every replay of this look: seeded by the plan, target and look.
         rng = random.Random(f"{self.plan.seed}:{slot}:{look_no}")
@@ -171,6 +193,7 @@ class AdaptiveSampler:
                     target=slot,
                     entry=name,
                     run=decisions[name]["n"] + decisions[name]["failed_runs"] + r,
+                    boot=boot,
                 )
 
     # -- recording -------------------------------------------------------------------------
@@ -232,6 +255,25 @@ class AdaptiveSampler:
             connection.execute(delete(t).where(t.c.configuration_id == config_id))
             if rows:
                 connection.execute(t.insert(), rows)
+
+
+def new_boot_needed(decisions: dict[str, dict[str, Any]]) -> bool:
+    """Whether a look's extra runs go into a new boot: the between-boot share is above one half
+    for most of the entries that need more runs (an entry whose share cannot be estimated yet,
+    with fewer than two boots, does not count for it)."""
+    shares = [d.get("between_share") for d in decisions.values() if d["status"] == "more"]
+    dominated = sum(1 for x in shares if x is not None and x > 0.5)
+    return bool(shares) and dominated > len(shares) / 2
+
+
+def between_share_of(means: np.ndarray, boot_ids: pd.Series) -> float | None:
+    """The between-boot share of the variance of log run means; None when undefined."""
+    if means.size < 3 or not np.all(means > 0):
+        return None
+    # Runs stored without a boot id were measured in the configuration's one boot.
+    boots = [b if isinstance(b, str) else "" for b in boot_ids]
+    share = variance_components(np.log(means), boots).between_share
+    return float(share) if np.isfinite(share) else None
 
 
 def _resume_point(store: Store, experiment_id: int) -> tuple[float, int]:

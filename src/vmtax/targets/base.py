@@ -153,6 +153,10 @@ class Target(ABC):
 
     last_stderr: str = ""
 
+    def reboot(self) -> None:  # noqa: B027 - optional hook, only guests vmtax boots have one
+        """Start a new boot for the runs that follow. Only a guest vmtax boots can: this
+        machine and SSH hosts have one boot, so here it does nothing."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most targets have nothing to free
         """Stop everything this target started and remove its temporary files."""
 

@@ -121,12 +121,12 @@ def size_levels(
     return out
 
 
-def _check_levels(levels: list[str]) -> None:
+def _check_levels(levels: list[str], sets: list[str | None]) -> None:
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad:
         raise UsageError(f"unknown level {bad[0]!r} (choose from {', '.join(LEVELS)})")
-    if len(set(levels)) != len(levels):
-        raise UsageError("a level is listed twice")
+    if len(set(zip(levels, sets, strict=True))) != len(levels):
+        raise UsageError("a level is listed twice without a set to tell the two apart")
 
 
 #: The nested-KVM testbed's presets (``--inner-accel kvm``): fixed sizes by level, (vCPUs,
@@ -200,10 +200,14 @@ def level_targets(
     inner_accel: str = "tcg",
     guest_net: str = "",
     contents: ImageContents = AGENT_ONLY,
+    sets: list[str | None] | None = None,
 ) -> list[Target]:
     """One target per level: L0 is this machine, L1..L3 are QEMU guests vmtax boots, whose
     images carry ``contents`` besides the agent (the workloads' servers, when a run may use
     them).
+
+    ``sets[i]`` (``a``, ``b``, ...) makes level i one of several configurations of the same
+    guest (``--levels L1,L1``): labelled ``set=<set>``, named ``qemu-L1-<set>``, booted apart.
 
     ``accel=auto`` boots a test guest under KVM first and falls back to TCG with a notice.
     ``timeout`` bounds each guest's boot (to the agent's ready line).
@@ -212,7 +216,8 @@ def level_targets(
     ``guest_net="user"`` gives L1 guests a NIC on QEMU's user network (this machine is
     10.0.2.2 there), for workloads whose peer is on this machine.
     """
-    _check_levels(levels)
+    sets = list(sets) if sets is not None else [None] * len(levels)
+    _check_levels(levels, sets)
     if image not in ("minimal", "full"):
         raise UsageError(f"unknown image mode {image!r} (choose minimal or full)")
     if inner_accel not in INNER_ACCELS:
@@ -246,11 +251,13 @@ def level_targets(
                     f"cannot nest under accel=kvm: {blocker}; use --accel tcg, or --inner-accel kvm"
                 )
     out: list[Target] = []
-    for lv in levels:
+    for lv, guest_set in zip(levels, sets, strict=True):
         if lv == "L0":
             out.append(LocalTarget(level="L0"))
             continue
-        out.append(_qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net, contents))
+        out.append(
+            _qemu_target(lv, sizing, chosen, timeout, inner_accel, guest_net, contents, guest_set)
+        )
     if len(out) == 1:
         return out
     # All levels share this machine's CPUs: one boot or run at a time, so that a guest
@@ -288,6 +295,10 @@ class OneAtATime(Target):
         with self.lock:
             yield from self.target.run_agent(args, timeout)
 
+    def reboot(self) -> None:
+        with self.lock:
+            self.target.reboot()
+
     def labels(self) -> dict[str, str]:
         return self.target.labels()
 
@@ -313,6 +324,7 @@ def _qemu_target(
     inner_accel: str,
     guest_net: str = "",
     contents: ImageContents = AGENT_ONLY,
+    guest_set: str | None = None,
 ) -> Target:
     n = int(level[1])
     outer = sizing["L1"]
@@ -325,6 +337,8 @@ def _qemu_target(
         "image_mode": "minimal" if n == 1 else f"nested{n}" + ("-kvm" if kvm_inside else ""),
     }
     labels = {"preset": size.preset}
+    if guest_set:
+        labels["set"] = guest_set
     if n > 1:
         # The labels describe the guest the agent runs in; the L1 under it is in provenance.
         labels["vcpus"], labels["mem_mb"] = str(size.vcpus), str(size.memory_mb)
@@ -340,7 +354,7 @@ def _qemu_target(
     else:
         # L2/L3 are booted by a guest (TCG inside TCG) and need far longer to come up.
         boot = timeout * (20 ** (n - 1))
-    return QemuTarget(
+    target = QemuTarget(
         level,
         spec,
         boot_timeout=boot,
@@ -350,3 +364,6 @@ def _qemu_target(
         inner_accel=inner_accel if n > 1 else "tcg",
         contents=contents,
     )
+    if guest_set:
+        target.name = f"{target.name}-{guest_set}"  # progress rows and stored targets differ
+    return target

@@ -595,6 +595,12 @@ class QemuTarget(Target):
                         f"({'; '.join(self.boot_hangs)}); console: {exc.console}"
                     ) from None
 
+    def reboot(self) -> None:
+        """Power the guest off and boot a fresh one: what a boot fixes (memory placement,
+        the host pages behind it, the vCPU threads' placement) is drawn anew."""
+        self.close()
+        self.prepare()
+
     def _refuse_if_cancelled(self) -> None:
         if self._cancelled.is_set():
             raise TargetError(f"{self.name}: stopped (interrupted); no guest is booted")

@@ -1,0 +1,104 @@
+"""The runner boots a target anew where the plan's boot changes, and a resume starts a new
+boot for what remains. The agent is real and runs on this machine; a stand-in guest whose
+"boot" is a counter puts its boot id into each header, as a guest's kernel would."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+
+from vmtax.plan.plan import build_plan
+from vmtax.plan.suite import parse_suite
+from vmtax.runner import Runner
+from vmtax.targets.base import find_agent
+from vmtax.targets.levels import OneAtATime
+from vmtax.targets.local import LocalTarget
+
+SUITE = """
+name = "boots"
+[defaults]
+runs = 3
+iterations = 200
+duration = 0.02
+warmup = 2
+timeout = 30
+[[probes]]
+probe = "cpuid"
+[[probes]]
+probe = "syscall"
+"""
+_IDS = itertools.count()
+
+
+class Rebooting(LocalTarget):
+    """This machine standing in for a guest: each boot (the first prepare, each reboot) has a
+    new id, which the agent's header then carries."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.boot: str | None = None
+        self.reboots = 0
+
+    def prepare(self) -> None:
+        super().prepare()
+        if self.boot is None:
+            self.boot = f"boot-{next(_IDS)}"
+
+    def labels(self) -> dict[str, str]:
+        return {"stand_in": "guest"}  # a configuration of its own, as a guest level has
+
+    def reboot(self) -> None:
+        self.reboots += 1
+        self.boot = None
+        self.prepare()
+
+    def run_agent(self, args, timeout):
+        for line in super().run_agent(args, timeout):
+            if line.startswith('{"type":"header"'):
+                line = json.dumps(json.loads(line) | {"boot_id": self.boot})
+            yield line
+
+
+def _execute(store, plan, done=frozenset()):
+    agent = find_agent()
+    lock = threading.Lock()
+    guest = Rebooting(agent, name="guest")
+    targets = [OneAtATime(LocalTarget(agent, name="host"), lock), OneAtATime(guest, lock)]
+    exp = store.create_experiment(
+        command=["vmtax"], suite="boots", seed=plan.seed, plan=plan.to_dict(),
+        vmtax_version="test", agent_version=None,
+    )  # fmt: skip
+    assert Runner(store, plan, targets, max_workers=2).execute(exp, set(done)).status == "ok"
+    runs = store.runs([f"exp={exp}"])
+    boot_of_step = {s.index: s.boot for s in plan.steps}
+    runs["planned_boot"] = runs["plan_index"].map(boot_of_step)
+    return guest, runs[runs["target"] == "guest"], runs[runs["target"] == "host"]
+
+
+def _plan(boots: int):
+    specs = [{"kind": "local", "level": "L0"}, {"kind": "local", "level": "L0", "boots": boots}]
+    return build_plan(parse_suite(SUITE, "b.toml"), source="b.toml", seed=7, targets=specs)
+
+
+def test_each_planned_boot_is_a_boot_of_its_own(store):
+    guest, mine, host = _execute(store, _plan(3))
+    assert guest.reboots == 2 and len(mine) == 6
+    # One boot id per planned boot, and no boot id shared by two planned boots.
+    pairs = set(zip(mine["planned_boot"], mine["boot"], strict=True))
+    assert len(pairs) == 3 == mine["boot"].nunique()
+    assert host["boot"].nunique() == 1
+
+
+def test_a_resume_starts_a_new_boot_for_what_remains(store):
+    plan = _plan(3)
+    steps = plan.steps_for(1)
+    # Interrupted in the middle of the guest's second boot: its first run there is stored.
+    cut = next(i for i, s in enumerate(steps) if s.boot == 1) + 1
+    done = {s.index for s in plan.steps if s.index <= steps[cut - 1].index}
+    guest, mine, _ = _execute(store, plan, done)
+    assert len(mine) == len(steps) - cut
+    # What remained of boot 1 runs in the resumed controller's first boot, boot 2 in another.
+    assert guest.reboots == 1
+    assert mine.groupby("planned_boot")["boot"].nunique().to_dict() == {1: 1, 2: 1}
+    assert mine["boot"].nunique() == 2

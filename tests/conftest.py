@@ -232,7 +232,8 @@ def sshd(tmp_path: Path) -> Iterator:
 def kvm_l1_l2_store(tmp_path_factory) -> tuple[str, str]:
     """One `vmtax run` of the nested-KVM testbed, measured once for the tests that read it
     (test_hostprof_testbed, test_levels_kvm): cpuid and timer at L1 (TCG) and at L2 (KVM
-    inside it), three runs each, L2's exits recorded by L1's KVM. Its store's URL and its
+    inside it), three runs each, L2's exits recorded by L1's KVM (traced, and counted by
+    KVM's own counters around each trace). Its store's URL and its
     stderr (the recorder's notes); the CLI has stopped every guest when it returns."""
     from vmtax.targets.base import find_agent
 
@@ -240,7 +241,7 @@ def kvm_l1_l2_store(tmp_path_factory) -> tuple[str, str]:
     env = {**os.environ, "VMTAX_PROBE": str(find_agent()), "VMTAX_RUN_REPORT": "none"}
     env.pop("VMTAX_DB", None)
     argv = ["run", "--levels", "L1,L2", "--inner-accel", "kvm", "--probe", "cpuid",
-            "--probe", "timer", "--runs", "3", "--exits", "--db", db]  # fmt: skip
+            "--probe", "timer", "--runs", "3", "--exits=trace", "--db", db]  # fmt: skip
     res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", *argv],
                          env=env, capture_output=True, text=True, timeout=3600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]

@@ -107,8 +107,8 @@ def test_run_with_exits_keeps_every_run_when_the_host_side_cannot_record(
     cli, tmp_path, monkeypatch
 ):
     """`vmtax run --exits` on this machine: the local target has no host side (one line);
-    with this machine as the host side (no tracefs) every run is kept and each gets a
-    profile marked incomplete that says why."""
+    with this machine as the host side of --exits=trace (no tracefs) every run is kept and
+    each gets a profile marked incomplete that says why."""
     db = f"sqlite:///{tmp_path / 'x.db'}"
     res = cli("run", "--probe", "cpuid", "--runs", "2", "--duration", "0.05", "--exits", "--db", db,
               agent_path=AGENT)  # fmt: skip
@@ -120,8 +120,8 @@ def test_run_with_exits_keeps_every_run_when_the_host_side_cannot_record(
     from vmtax.targets.local import LocalTarget
 
     monkeypatch.setattr(recorder, "host_sides", lambda target: {"L0": LocalTarget(AGENT)})
-    res = cli("run", "--probe", "cpuid", "--runs", "2", "--duration", "0.05", "--exits", "--db", db,
-              agent_path=AGENT)  # fmt: skip
+    res = cli("run", "--probe", "cpuid", "--runs", "2", "--duration", "0.05", "--exits=trace",
+              "--db", db, agent_path=AGENT)  # fmt: skip
     assert res.returncode == 0, res.stderr
     from vmtax.hostprof.store import exit_profiles
     from vmtax.store import Store

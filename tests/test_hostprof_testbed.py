@@ -29,8 +29,8 @@ def _profiles(db: str):
 
 
 def _run(cli, db: str, levels: str, probe: str, runs: int = 2, *extra: str):
-    res = cli("run", "--levels", levels, "--inner-accel", "kvm", "--probe", probe,
-              "--runs", str(runs), "--exits", "--db", db, *extra, agent_path=AGENT)  # fmt: skip
+    res = cli("run", "--levels", levels, "--inner-accel", "kvm", "--probe", probe, "--runs",
+              str(runs), "--exits=trace", "--db", db, *extra, agent_path=AGENT)  # fmt: skip
     assert res.returncode == 0, res.stderr
     return res
 
@@ -64,6 +64,35 @@ def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, 
     assert per["cpuid"]["per_iteration"] == pytest.approx(1.0, abs=0.02)
     assert per["cpuid"]["group"] == "Instruction emulation"
     assert per["total"]["share"] == pytest.approx(1.0)
+
+
+def test_l2_cpuid_exits_counted_by_kvm_itself_are_one_per_cpuid_and_a_few_more(kvm_l1_l2_store):
+    """KVM's own counters of L2's vCPU, read through L2's QEMU (QMP query-stats, what
+    `--exits` records) around each traced run: every exit the histograms saw, and per
+    iteration one CPUID exit plus the time-driven ones of the run's seconds."""
+    from vmtax.hostprof.store import kvm_counters
+    from vmtax.store import Store
+
+    db, said = kvm_l1_l2_store
+    runs, prof = _profiles(db)
+    with Store.open(db) as s:
+        counters = kvm_counters(s, int(runs["experiment_id"].iloc[0]))
+    kvm = counters[(counters["probe"] == "cpuid") & (counters["counter"] == "exits")]
+    assert len(kvm) == 3, (counters, said)
+    for row in kvm.itertuples():
+        mine = prof[prof["run_id"] == row.run_id]
+        traced, startup = int(mine["count"].sum()), int(mine["startup"].sum())
+        iterations = int(mine["iterations"].iloc[0])
+        # The readings enclose the histograms' window: they see every exit it saw, and more
+        # only while the recorder's requests ran (a few ticks of an idle L2).
+        assert traced <= row.count <= traced + 0.05 * iterations, (row.count, traced)
+        other = counters[
+            (counters["run_id"] == row.run_id) & (counters["counter"] == "other_exits")
+        ]
+        cpuids = int(mine.loc[mine["reason"] == "cpuid", "count"].iloc[0])
+        assert int(other["count"].iloc[0]) >= cpuids  # KVM counts a CPUID nowhere else
+        per_iteration = (row.count - startup) / iterations
+        assert 1.0 <= per_iteration <= 1.15, (row.count, startup, iterations)
 
 
 def _per_iteration(cli, db: str) -> dict[str, float]:

@@ -15,6 +15,7 @@ from types import ModuleType
 import typer
 from rich.console import Console
 
+from vmtax.cli import run_cmd
 from vmtax.errors import VmtaxError
 
 app = typer.Typer(
@@ -94,7 +95,7 @@ def main() -> None:
     with contextlib.suppress(OSError):
         _STARTED_ON_A_PIPE[0] = stat.S_ISFIFO(os.fstat(1).st_mode)
     try:
-        code = app(standalone_mode=False)
+        code = app(args=run_cmd.exits_alone_is_counts(sys.argv[1:]), standalone_mode=False)
         if code == 130:
             # typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM made one) inside a command
             # into a returned 130 when not in standalone mode: still an interruption.

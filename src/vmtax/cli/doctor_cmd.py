@@ -14,6 +14,7 @@ from rich.table import Table
 
 from vmtax import doctor as checks
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.hostprof import modes as exit_modes
 from vmtax.targets.accel import kvm_verdict
 from vmtax.targets.base import find_agent
 
@@ -24,6 +25,8 @@ ENABLES = {
     "kvm": "guests under KVM instead of TCG emulation",
     "testbed": "--inner-accel kvm: L2 under a real KVM, L3 nested (kvm_amd in a TCG L1)",
     "exits": "--exits and vmtax exits: exit counts from tracefs / perf",
+    "exits counts": "--exits (counts): KVM's per-vCPU exit counters via QMP, no tracing",
+    "exits trace": "--exits=trace: exits by reason with handling times (tracefs)",
     "peers": "bench/: sysbench, stress-ng, cyclictest and fio as peers",
     "oltp": "workload oltp (MariaDB, PostgreSQL, sysbench)",
     "http": "workload http (lighttpd, wrk)",
@@ -73,6 +76,8 @@ def doctor(
         )
         if c.capability.name == "levels":
             rows.append(_kvm_row(c.ok))
+        if c.capability.name == "exits":
+            rows += [_exits_mode_row(mode) for mode in exit_modes.MODES]
     rows.append(_driver_row())
     apt, dnf = checks.install_line(found, "apt"), checks.install_line(found, "dnf")
     pip = "pip install 'psycopg[binary]'" if not rows[-1]["ok"] else None
@@ -111,6 +116,11 @@ def _kvm_row(levels_ok: bool) -> dict[str, Any]:
         row["ok"] = verdict.kvm_ok
         row["detail"] = verdict.reason if verdict.kvm_ok else f"{verdict.reason}; guests use TCG"
     return row
+
+
+def _exits_mode_row(mode: str) -> dict[str, Any]:
+    ok, detail = exit_modes.availability(mode)
+    return {"capability": f"exits {mode}", "ok": ok, "detail": detail, "apt": []}
 
 
 def _driver_row() -> dict[str, Any]:

@@ -59,9 +59,11 @@ def exits_cmd(
     ] = None,
 ) -> None:
     """Exit profiles by reason: count, handling time, share of the baseline's total and
-    exits per probe iteration, one column per configuration (and recording level).
+    exits per probe iteration, one column per configuration (and recording level). Profiles
+    of `vmtax run --exits` (KVM's own counters) have categories for reasons and no time;
+    those of `--exits=trace` have exit reasons and handling times.
 
-    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits
+    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits=trace
 
     Example: vmtax exits exp=latest
 
@@ -100,6 +102,11 @@ def exits_cmd(
 def _notes(profiles: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     base = frame.attrs.get("baseline")
     out = [f"baseline: {base}"] if base else []
+    if (profiles["recorder"] == "kvm-stats").any():
+        out.append(
+            "counts from KVM's own counters (--exits): by category, no handling time; "
+            "--exits=trace gives exit reasons and their times"
+        )
     bad = profiles.drop_duplicates(["run_id", "recorded_at"])
     bad = bad[~bad["complete"]]
     if len(bad):

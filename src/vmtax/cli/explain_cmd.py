@@ -3,6 +3,7 @@ reason group (exits per operation × cost per exit) plus a residual (docs/model.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -88,6 +89,12 @@ def explain_cmd(
     )
     rendered = explain_format.render(rows, fmt, title)
     emit(rendered)
+    if any((p.reasons["basis"] == "counted").any() for p in chosen.probes):
+        print(
+            "vmtax: explain: these profiles are counts (--exits), with no handling time: each "
+            "exit is costed as a whole cpuid exit; --exits=trace records handling times",
+            file=sys.stderr,
+        )
     if fmt == "table":
         for line in explain_format.summary(rows):
             print(line)

@@ -18,6 +18,7 @@ from vmtax import runner as rn
 from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.request import RunRequest, command_line
+from vmtax.hostprof.modes import parse_mode
 from vmtax.hostprof.recorder import Recorder
 from vmtax.plan import bounds
 from vmtax.plan.params import apply_params
@@ -96,7 +97,9 @@ def run(
     built, limit = make_targets(
         specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
     )
-    options = {"level": request.level, "labels": checked.labels, "exits": request.exits}
+    options = {
+        "level": request.level, "labels": checked.labels, "exits": parse_mode(request.exits),
+    }  # fmt: skip
     exp_id = store.create_experiment(
         command=command_line(request.argv, store.url_display),
         suite=plan.suite,
@@ -109,8 +112,8 @@ def run(
     fps = {i: local_fp for i, s in enumerate(specs) if s["kind"] == "local"}
     return execute(
         store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
-        max_workers=limit or 4, fingerprints=fps, exits=request.exits, progress=progress,
-        started=request.started,
+        max_workers=limit or 4, fingerprints=fps, exits=parse_mode(request.exits),
+        progress=progress, started=request.started,
     )  # fmt: skip
 
 
@@ -148,7 +151,7 @@ def resume(
     return execute(
         store, plan, built, exp_id, done=done, level=options.get("level"),
         labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={},
-        exits=bool(options.get("exits")), progress=progress, started=None,
+        exits=_stored_exits(options.get("exits")), progress=progress, started=None,
     )  # fmt: skip
 
 
@@ -163,7 +166,7 @@ def execute(
     labels: dict[str, str],
     max_workers: int,
     fingerprints: dict[int, Any],
-    exits: bool,
+    exits: str,
     progress: rn.Progress | None,
     started: float | None,
 ) -> Finished:
@@ -211,10 +214,15 @@ def _require_workload_packages(plan: Plan) -> None:
         doctor.require(*chosen, what=f"workload {', '.join(chosen)}")
 
 
-def _exit_recorders(store: Store, exits: bool) -> list[Any]:
+def _exit_recorders(store: Store, exits: str) -> list[Any]:
     if not exits:
         return []
-    return [Recorder(store)]
+    return [Recorder(store, mode=exits)]
+
+
+def _stored_exits(stored: Any) -> str:  # noqa: ANN401 - a plan's JSON
+    """The --exits mode a stored experiment ran with; ``true`` was a tracing run."""
+    return "trace" if stored is True else parse_mode(stored or False)
 
 
 def _adaptive(store: Store, plan: Plan, exp_id: int, started: float | None) -> Any:

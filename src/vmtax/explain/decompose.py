@@ -167,6 +167,8 @@ def _basis(reasons: pd.DataFrame, source: ProbeRuns) -> str:
     kinds = set(reasons["basis"])
     if kinds == {"halt"}:
         return f"{trip} only (a halt's time is waiting)"
+    if "counted" in kinds:
+        return f"{trip} only (counts: no handling time)"
     if "untimed" in kinds:
         return f"mean timed handling + {trip}"
     return f"handling + {trip}"

@@ -68,6 +68,12 @@ _add(
     "INVLPG", "INVPCID", "PML_FULL", "INVEPT", "INVVPID",
 )  # fmt: skip
 _add("I/O", "io", "IO_INSTRUCTION")
+# KVM's own per-vCPU counters (``kvmstats``): each counts one kind of exit.
+_add("Halt", "halt_exits")
+_add("Interrupt", "irq_exits", "irq_window_exits", "nmi_window_exits")
+_add("I/O", "io_exits")
+_add("MMIO", "mmio_exits")
+_add("Instruction emulation", "hypercalls", "nested_run")
 
 
 def group_of(reason: str) -> str:

@@ -16,7 +16,8 @@ REASON_COLUMNS = ["run_id", "reason", "group", "exits_per_op", "handling_ns", "b
 def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
     """Per (run, reason) of the complete profiles recorded at ``recorded_at``: exits and
     handling ns per operation (the agent start-up's exits taken off), and how the handling
-    was had: ``timed``, ``untimed`` (the run's mean per timed exit) or ``halt`` (none)."""
+    was had: ``timed``, ``untimed`` (the run's mean per timed exit), ``halt`` (none) or
+    ``counted`` (none: KVM's counters, ``--exits`` without ``=trace``, give no time)."""
     done = profiles[profiles["complete"].astype(bool) & (profiles["recorded_at"] == recorded_at)]
     done = done.dropna(subset=["reason"])
     rows = []
@@ -38,7 +39,9 @@ def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
         mean_per_exit = time_ns[usable].sum() / timed[usable].sum() if usable.any() else 0.0
         per_exit = np.where(usable, time_ns / np.where(timed > 0, timed, 1.0), mean_per_exit)
         per_exit = np.where(halt, 0.0, per_exit)
-        basis = np.where(halt, "halt", np.where(usable, "timed", "untimed"))
+        counted = "recorder" in run and (run["recorder"] == "kvm-stats").all()
+        untimed = "counted" if counted else "untimed"
+        basis = np.where(halt, "halt", np.where(usable, "timed", untimed))
         for reason, group, n, cost, how in zip(
             run["reason"], run["group"], net, per_exit, basis, strict=True
         ):

@@ -1,11 +1,15 @@
-"""Record an exit profile around every probe run (``vmtax run --exits``).
+"""Record an exit profile around every probe run (``vmtax run --exits[=counts|trace]``).
 
 A ``Recorder`` is a run observer (``vmtax.runner.RunObserver``). Before a run it asks the
 agent on each host side of the target (``target.host_sides()``: the levels whose KVM runs the
-measured guest) to ``exits start``; after the run is stored it asks for ``exits stop`` and
-stores the profile against the run id. Nothing here can lose a run: a side that cannot
-record (no tracefs, not root, the guest gone) gets a profile marked incomplete with the
-reason, and a one-line note on stderr the first time.
+measured guest) to begin a recording; after the run is stored it ends it and stores the
+profile against the run id. In mode ``counts`` both ends are a reading of KVM's own per-vCPU
+counters (``exits stats``, see ``kvmstats``): nothing runs in the guest's way. In mode
+``trace`` they are ``exits start`` / ``exits stop`` (tracefs histograms: exits by reason and
+their handling time), and the counters are read around them too, into the profile's detail.
+Nothing here can lose a run: a side that cannot record (no tracefs, not root, no QMP, the
+guest gone) gets a profile marked incomplete with the reason, and a one-line note on stderr
+the first time.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
+from vmtax.hostprof import kvmstats
 from vmtax.hostprof.store import save_profile
 from vmtax.targets.local import LocalTarget
 from vmtax.workloads import run_lines
@@ -49,8 +54,8 @@ def _qemu_arg(target: Target, side: Target) -> list[str]:
     """Which qemu-system process a side records: this machine records the target's own QEMU
     (other guests may run beside it); inside a vmtax guest it is the only one there."""
     if isinstance(side, LocalTarget):
-        proc = getattr(getattr(target, "guest", None), "proc", None)
-        return ["--qemu", str(proc.pid)] if proc is not None else ["--qemu", "auto"]
+        pid = getattr(getattr(target, "guest", None), "qemu_pid", None)
+        return ["--qemu", str(pid)] if pid is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
 
 
@@ -89,6 +94,47 @@ def _start(target: Target, side: Target) -> str:
     return err
 
 
+def _reading(target: Target, side: Target) -> tuple[dict[str, Any] | None, str]:
+    """One reading of KVM's per-vCPU counters of ``target``'s guest on ``side``."""
+    return _request(side, ["exits", "stats", *_qemu_arg(target, side)])
+
+
+#: What a begun recording carries to its end: the error of its start ("" when it began) and
+#: the counters' reading before the run (None when they could not be read).
+Begun = tuple[str, dict[str, Any] | None]
+
+
+def begin(mode: str, target: Target, side: Target) -> Begun:
+    """Start recording ``target``'s exits on ``side``."""
+    before, err = _reading(target, side)
+    if mode == "counts":
+        return (f"stats: {err}" if before is None else ""), before
+    return _start(target, side), before
+
+
+def end(mode: str, target: Target, side: Target, begun: Begun) -> dict[str, Any]:
+    """End a recording: the profile to store (or one marked incomplete, saying why)."""
+    err, before = begun
+    if err:
+        if mode == "trace":
+            _request(side, ["exits", "stop"])  # removes whatever the failed start set up
+        return {"complete": False, "problems": [f"start: {err}" if mode == "trace" else err]}
+    if mode == "counts":
+        after, err = _reading(target, side)
+        if after is None or before is None:
+            return {"complete": False, "problems": [f"stats: {err}"]}
+        return kvmstats.profile(before, after)
+    got, err = _request(side, ["exits", "stop"])
+    if got is None:
+        return {"complete": False, "problems": [f"stop: {err}"]}
+    after, _ = _reading(target, side)
+    if before is not None and after is not None:
+        counted = kvmstats.profile(before, after)
+        got["kvm_stats"] = {r["name"]: r["count"] for r in counted["reasons"]}
+        got["kvm_stats"]["exits"] = counted["hits"]
+    return got
+
+
 class Recorder:
     """Brackets each run with ``exits start`` / ``exits stop`` on every host side."""
 
@@ -96,16 +142,20 @@ class Recorder:
         self,
         store: Store,
         *,
+        mode: str = "counts",
         note: Callable[[str], None] | None = None,
         sides: Callable[[Target], dict[str, Target]] | None = None,
     ) -> None:
+        if mode not in ("counts", "trace"):
+            raise ValueError(f"exit recorder mode must be counts or trace, not {mode!r}")
         self.store = store
+        self.mode = mode
         self._note = note or (lambda line: print(f"vmtax: {line}", file=sys.stderr))
         self._sides = sides
         self._lock = threading.Lock()
         self._noted: set[str] = set()
-        #: target name -> level -> (side, error of its start or "")
-        self._started: dict[str, dict[str, tuple[Target, str]]] = {}
+        #: target name -> level -> (side, what its begin() gave)
+        self._started: dict[str, dict[str, tuple[Target, Begun]]] = {}
         self.saved: list[int] = []
         #: (target name, plan entry) -> level -> exit code -> exits of one start-up of that
         #: entry's runs (``_calibrate``)
@@ -129,7 +179,7 @@ class Recorder:
         for level, side in sides.items():
             why = ""
             for _ in range(CALIBRATION_TRIES):
-                got, why = self._record(target, side, args)
+                got, why = self._record(self.mode, target, side, args)
                 if got is not None:
                     startup[level] = got
                     break
@@ -142,22 +192,23 @@ class Recorder:
             self._startup[key] = startup
 
     @staticmethod
-    def _record(target: Target, side: Target, args: list[str]) -> tuple[dict[int, int] | None, str]:
+    def _record(
+        mode: str, target: Target, side: Target, args: list[str]
+    ) -> tuple[dict[int, int] | None, str]:
         """One agent invocation of ``args`` on ``target``, recorded on ``side``: (its exits by
         code, "") when the profile is complete, else (None, why not)."""
-        err = _start(target, side)
-        if err:
-            return None, f"start: {err}"
+        begun = begin(mode, target, side)
+        if begun[0]:
+            end(mode, target, side, begun)
+            return None, f"start: {begun[0]}"
         try:
             # As a planned run runs: a workload's servers and tools, a probe's agent.
             for _ in run_lines(target, args, REQUEST_TIMEOUT_S):
                 pass
         except VmtaxError as exc:
-            _request(side, ["exits", "stop"])  # removes the recording's triggers
+            end(mode, target, side, begun)  # removes the recording's triggers
             return None, f"the agent: {exc.message}"
-        got, err = _request(side, ["exits", "stop"])
-        if got is None:
-            return None, f"stop: {err}"
+        got = end(mode, target, side, begun)
         if not got.get("complete"):
             return None, "; ".join(map(str, got.get("problems") or ["incomplete"]))
         return {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, ""
@@ -177,12 +228,12 @@ class Recorder:
         if sides and key not in self._startup:
             cut = probe_startup_args(args) if args else startup_args(_tsc_hz(target))
             self._calibrate(target, sides, key, cut)
-        started: dict[str, tuple[Target, str]] = {}
+        started: dict[str, tuple[Target, Begun]] = {}
         for level, side in sides.items():
-            err = _start(target, side)
-            if err:
-                self.note_once(f"exits: {target.name}: {level} cannot record: {err}")
-            started[level] = (side, err)
+            begun = begin(self.mode, target, side)
+            if begun[0]:
+                self.note_once(f"exits: {target.name}: {level} cannot record: {begun[0]}")
+            started[level] = (side, begun)
         with self._lock:
             self._started[target.name] = started
 
@@ -191,16 +242,13 @@ class Recorder:
         key = (str(target.name), str(getattr(step, "entry", "")))
         with self._lock:
             started = self._started.pop(target.name, {})
-        for level, (side, err) in started.items():
-            if err:
-                profile: dict[str, Any] = {"complete": False, "problems": [f"start: {err}"]}
-            else:
-                got, stop_err = _request(side, ["exits", "stop"])
-                profile = got or {"complete": False, "problems": [f"stop: {stop_err}"]}
+        for level, (side, begun) in started.items():
+            profile = end(self.mode, target, side, begun)
             startup = self._startup.get(key, {}).get(level)
             if startup is not None:
                 profile = {**profile, "startup": startup}
             try:
-                self.saved.append(save_profile(self.store, run_id, level, profile))
+                recorder = "kvm-stats" if self.mode == "counts" else "tracefs"
+                self.saved.append(save_profile(self.store, run_id, level, profile, recorder))
             except Exception as exc:  # the run is stored already; say why its profile is not
                 self.note_once(f"exits: {target.name}: profile of run {run_id} not stored: {exc}")

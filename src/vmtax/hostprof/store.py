@@ -40,9 +40,11 @@ def save_profile(
     isa = str(profile.get("isa") or "")
     problems = [str(p) for p in profile.get("problems") or []]
     reasons = list(profile.get("reasons") or [])
-    unknown = [
-        int(r["code"]) for r in reasons if reason_name(isa, int(r["code"])).startswith("unknown")
-    ]
+    # A reason with a name is a KVM counter (``kvmstats``); the others are exit codes.
+    names = {
+        int(r["code"]): str(r.get("name") or reason_name(isa, int(r["code"]))) for r in reasons
+    }
+    unknown = [c for c, n in names.items() if n.startswith("unknown")]
     if unknown:
         problems.append(f"unknown exit codes {', '.join(map(str, unknown))} (isa {isa or '?'})")
     dropped = int(profile.get("dropped") or 0)
@@ -72,7 +74,7 @@ def save_profile(
                     {
                         "profile_id": pid,
                         "code": int(r["code"]),
-                        "reason": reason_name(isa, int(r["code"])),
+                        "reason": names[int(r["code"])],
                         "count": int(r.get("count") or 0),
                         "time_ns": None if r.get("time_ns") is None else int(r["time_ns"]),
                         "timed": None if r.get("timed") is None else int(r["timed"]),
@@ -84,7 +86,8 @@ def save_profile(
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
-    out: dict[str, Any] = {k: profile[k] for k in ("threads", "timed", "untimed") if k in profile}
+    keep = ("threads", "timed", "untimed", "vcpus", "kvm_stats")
+    out: dict[str, Any] = {k: profile[k] for k in keep if k in profile}
     if profile.get("startup") is not None:
         out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}
     return out or None
@@ -152,3 +155,31 @@ def exit_profiles(store: Store, experiment_id: int) -> pd.DataFrame:
         df[col] = pd.to_numeric(df[col]).fillna(0).astype("int64")
     df["complete"] = df["complete"].astype(bool)
     return df[COLUMNS].reset_index(drop=True)
+
+
+def kvm_counters(store: Store, experiment_id: int) -> pd.DataFrame:
+    """KVM's own exit counters of every profiled run, one row per (run, recording level,
+    counter): from a counts profile's rows, or from the readings a trace profile took beside
+    its histograms (its detail's ``kvm_stats``). ``exits`` is KVM's count of every exit."""
+    p, r = ExitProfile.__table__, Run.__table__
+    stmt = (
+        select(p.c.run_id, r.c.probe, p.c.recorded_at, p.c.recorder, p.c.hits, p.c.detail)
+        .select_from(p.join(r, r.c.id == p.c.run_id))
+        .where(r.c.experiment_id == int(experiment_id))
+        .order_by(p.c.run_id, p.c.recorded_at)
+    )
+    with store._guard(), store.engine.connect() as connection:
+        rows = connection.execute(stmt).all()
+    profiles = exit_profiles(store, experiment_id)
+    out = []
+    for run_id, probe, level, recorder, hits, detail in rows:
+        if recorder == "kvm-stats":
+            mine = profiles[(profiles["run_id"] == run_id) & (profiles["recorded_at"] == level)]
+            counts = dict(zip(mine["reason"].dropna(), mine["count"], strict=False))
+            counts["exits"] = int(hits or 0)
+        else:
+            counts = dict((detail or {}).get("kvm_stats") or {})
+        for name, n in counts.items():
+            out.append([run_id, probe, level, recorder, str(name), int(n)])
+    columns = ["run_id", "probe", "recorded_at", "recorder", "counter", "count"]
+    return pd.DataFrame(out, columns=columns)

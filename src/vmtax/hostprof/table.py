@@ -25,11 +25,12 @@ def _column(config: str, recorded_at: str, several: bool) -> str:
     return f"{config} @ {recorded_at}" if several else config
 
 
-def matches(config_key: str, recorded_at: str, selector: str) -> bool:
-    """Whether a column matches ``KEY=VAL`` (``level=L2``, a label, ``recorded_at=L1``)."""
+def matches(config_key: str, recorded_at: str, selector: str, option: str = "--baseline") -> bool:
+    """Whether a column matches ``KEY=VAL`` (``level=L2``, a label, ``recorded_at=L1``);
+    ``option`` names the option the selector came from in the error."""
     key, sep, value = selector.partition("=")
     if not sep or not key.strip() or not value.strip():
-        raise UsageError(f"--baseline must be KEY=VAL (e.g. level=L2), got {selector!r}")
+        raise UsageError(f"{option} must be KEY=VAL (e.g. level=L2), got {selector!r}")
     key, value = key.strip().lower(), value.strip()
     words = config_key.split()
     if key == "level":
@@ -46,7 +47,8 @@ def table2(
 ) -> pd.DataFrame:
     """The Table 2 rows of ``profiles`` (``hostprof.store.exit_profiles``).
 
-    Per column: ``count`` and ``time_ns`` are means per profiled run; ``share`` is
+    Per column: ``count`` and ``time_ns`` are means per profiled run (``time_ns`` is NaN for
+    profiles of KVM's counters, which have no time); ``share`` is
     ``time_ns`` over the baseline column's total time for the same probe (over its total
     count when nothing was timed); ``per_iteration`` is exits per probe iteration (warm-up
     included) once the exits of the agent's own start-up (``startup``, measured once per
@@ -74,6 +76,7 @@ def table2(
             config=("config_key", "first"),
             recorded_at=("recorded_at", "first"),
             level=("level", "first"),
+            counts_only=("recorder", lambda r: bool((r == "kvm-stats").all())),
         )
         per_col = per_col.sort_values(["level", "recorded_at"], kind="stable")
         per_col.index.name = None
@@ -104,6 +107,9 @@ def table2(
         agg = sums.groupby("column", sort=False)[cols]
         total = per_col.join(agg.sum(min_count=1), how="left")
         total[["count", "time_ns", "startup"]] = total[["count", "time_ns", "startup"]].fillna(0)
+        # KVM's counters (--exits without =trace) give no handling time: none, not zero.
+        sums.loc[sums["counts_only"].astype(bool), "time_ns"] = float("nan")
+        total.loc[total["counts_only"].astype(bool), "time_ns"] = float("nan")
         total = total.rename_axis("column").reset_index()
         total["row"], total["group"], total["probe"] = "total", "", probe
         order = {c: i for i, c in enumerate(per_col.index)}

@@ -23,7 +23,16 @@ _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
 _LEVEL = re.compile(r"^L[0-3]$")
 _RESERVED = {
     "exp", "experiment", "config", "level", "probe", "target", "hypervisor", "status", "run",
+    "set",
 }  # fmt: skip
+#: Boots of each guest level when --boots is not given: the fewest that give a boot-level
+#: interval (two boots leave one degree of freedom between them); docs/levels.md, "Boots".
+DEFAULT_BOOTS = 3
+#: More boots than this is a typo: on TCG an L1 boot takes seconds, an L2 one minutes.
+MAX_BOOTS = 1000
+#: The label that tells apart two configurations of one level (--levels L1,L1): a, b, ...
+SET_LABEL = "set"
+_SETS = "abcdefghijklmnopqrstuvwxyz"
 
 
 @dataclass
@@ -54,6 +63,8 @@ class RunRequest:
     precision: str | None = None
     budget: str | None = None
     min_runs: int | None = None
+    #: Boots of each guest level (None: DEFAULT_BOOTS); this machine and SSH hosts have one.
+    boots: int | None = None
     #: The command line stored with the experiment (its --db shown without a password).
     argv: list[str] = field(default_factory=list)
     #: When the request was made (monotonic): an adaptive --budget bounds the whole command.
@@ -63,6 +74,7 @@ class RunRequest:
         """Refuse what cannot run, in one line (UsageError), before anything starts."""
         sampling = sampling_options(self.precision, self.budget, self.min_runs, self.runs)
         bounds.check_runs(self.runs)
+        check_boots(self.boots)
         bounds.check_seed(self.seed)
         bounds.check_seconds(self.timeout, "--timeout", bounds.MAX_TIMEOUT_S)
         bounds.check_seconds(self.duration, "--duration", bounds.MAX_DURATION_S)
@@ -88,6 +100,11 @@ class RunRequest:
             raise UsageError("--guest-net needs a guest level: --levels L0,L1")
         if self.guest_net and re.search(r"L[23]", upper):
             raise UsageError("--guest-net reaches L1 guests only; L2 and L3 have no NIC")
+        if self.boots is not None and not re.search(r"L[1-3]", upper):
+            raise UsageError(
+                "--boots applies to guest levels (this machine and SSH hosts have one boot): "
+                "add --levels L0,L1"
+            )
         if self.inner_accel == "kvm" and not re.search(r"L[23]", upper):
             raise UsageError("--inner-accel kvm needs a nested level: --levels L1,L2 or L1,L2,L3")
         exits = modes.parse_mode(self.exits)
@@ -104,6 +121,7 @@ class RunRequest:
             fleet=self.fleet,
             inner_accel=self.inner_accel,
             guest_net=self.guest_net,
+            boots=self.boots,
         )
         if self.level is not None and len(specs) > 1:
             raise UsageError("--level names one machine; with several targets each has its own")
@@ -137,6 +155,13 @@ def sampling_options(
     except ValueError as exc:
         raise UsageError(f"--budget {exc}") from None
     return {"precision": pct, "budget": seconds, "min_runs": min_runs}
+
+
+def check_boots(boots: int | None) -> None:
+    """--boots is a whole number of boots, 1..MAX_BOOTS."""
+    if boots is not None and not 1 <= boots <= MAX_BOOTS:
+        shown = str(boots) if len(str(boots)) <= 20 else f"{str(boots)[:20]}..."
+        raise UsageError(f"--boots must be in 1..{MAX_BOOTS}, got {shown}")
 
 
 def command_line(argv: list[str], db_display: str) -> list[str]:
@@ -182,14 +207,27 @@ def target_specs(
     fleet: str | None,
     inner_accel: str = "tcg",
     guest_net: str = "",
+    boots: int | None = None,
 ) -> list[dict[str, Any]]:
-    """What to run on, as plain data stored with the plan (so --resume rebuilds it)."""
+    """What to run on, as plain data stored with the plan (so --resume rebuilds it).
+
+    Each guest level gets ``boots`` boots (DEFAULT_BOOTS when None). A guest level named
+    twice or more (``L1,L1``) is that many configurations of the same guest, each measured in
+    boots of its own, told apart by the label ``set=a``, ``set=b``, ... (an A/A test)."""
     specs: list[dict[str, Any]] = []
     if levels:
         names = [x.strip().upper() for x in levels.split(",") if x.strip()]
         bad = [x for x in names if not _LEVEL.match(x)]
-        if bad or not names or len(set(names)) != len(names):
-            raise UsageError(f"--levels must be distinct levels like L0,L1,L2, got {levels!r}")
+        if bad or not names:
+            raise UsageError(f"--levels must be levels like L0,L1,L2, got {levels!r}")
+        if names.count("L0") > 1:
+            raise UsageError(
+                "--levels names L0 twice: this machine has one boot, so a second L0 would "
+                "measure the same boot again; name a guest level twice (L1,L1) for an A/A test"
+            )
+        repeated = {n for n in names if names.count(n) > 1}
+        if any(names.count(n) > len(_SETS) for n in repeated):
+            raise UsageError(f"--levels names a level more than {len(_SETS)} times")
         # L0 goes through the level provisioner too: levels on one machine then take turns,
         # so L0 is never measured while a guest is busy beside it.
         level_spec = {"kind": "level", "preset": preset, "accel": accel}
@@ -197,7 +235,15 @@ def target_specs(
             level_spec["inner_accel"] = inner_accel
         if guest_net:
             level_spec["guest_net"] = guest_net
-        specs += [{**level_spec, "level": name} for name in names]
+        seen: dict[str, int] = {}
+        for name in names:
+            spec: dict[str, Any] = {**level_spec, "level": name}
+            if name != "L0":
+                spec["boots"] = DEFAULT_BOOTS if boots is None else boots
+            if name in repeated:
+                spec[SET_LABEL] = _SETS[seen.get(name, 0)]
+                seen[name] = seen.get(name, 0) + 1
+            specs.append(spec)
     for url in ssh:
         if not url.startswith("ssh://") or len(url) <= len("ssh://"):
             raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")

@@ -1,6 +1,8 @@
-"""The runner boots a target anew where the plan's boot changes, and a resume starts a new
-boot for what remains. The agent is real and runs on this machine; a stand-in guest whose
-"boot" is a counter puts its boot id into each header, as a guest's kernel would."""
+"""The runner boots a target anew where the plan's boot changes, a resume starts a new boot
+for what remains, and adaptive sampling adds a boot when boots differ more than runs do.
+
+The agent is real and runs on this machine; a stand-in guest whose "boot" is a counter puts
+its boot id into each header, as a guest's kernel would."""
 
 from __future__ import annotations
 
@@ -8,9 +10,13 @@ import itertools
 import json
 import threading
 
+import numpy as np
+import pandas as pd
+
 from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import parse_suite
 from vmtax.runner import Runner
+from vmtax.sampling.adaptive import AdaptiveSampler
 from vmtax.targets.base import find_agent
 from vmtax.targets.levels import OneAtATime
 from vmtax.targets.local import LocalTarget
@@ -102,3 +108,54 @@ def test_a_resume_starts_a_new_boot_for_what_remains(store):
     assert guest.reboots == 1
     assert mine.groupby("planned_boot")["boot"].nunique().to_dict() == {1: 1, 2: 1}
     assert mine["boot"].nunique() == 2
+
+
+ADAPTIVE = """
+name = "adaptive-boots"
+precision = "0.1%"
+budget = "1h"
+min_runs = 6
+[defaults]
+timeout = 30
+[[probes]]
+probe = "cpuid"
+[[probes]]
+probe = "syscall"
+"""
+
+
+def _next_boot(store, boot_offsets) -> tuple[int, int]:
+    """(last planned boot, boot of the first step the look adds) when the stored run means of
+    each planned boot b are exp(5 + boot_offsets[b] + run noise of 1%)."""
+    specs = [{"kind": "level", "level": "L1", "preset": "seed-c", "accel": "tcg", "boots": 3}]
+    plan = build_plan(parse_suite(ADAPTIVE, "a.toml"), source="a", seed=2, targets=specs)
+    exp = store.create_experiment(
+        command=["vmtax"], suite="a", seed=2, plan=plan.to_dict(),
+        vmtax_version="test", agent_version=None,
+    )  # fmt: skip
+    sampler = AdaptiveSampler(store, plan, exp, sample_noise=lambda target: {})
+    rng = np.random.default_rng(1)
+    planned = plan.steps_for(0)
+    runs = pd.DataFrame(
+        {
+            "probe": [s.entry for s in planned],
+            "status": "ok",
+            "mean": [np.exp(5 + boot_offsets[s.boot] + rng.normal(0, 0.01)) for s in planned],
+            "plan_index": [s.index for s in planned],
+            "boot_id": [f"boot-{s.boot}" for s in planned],
+        }
+    )
+
+    def store_call(fn, **kwargs):
+        return runs if fn == sampler._runs_of else None  # looks and outcomes: not kept here
+
+    steps = sampler(0, 1, None, planned, store_call)
+    for _ in planned:
+        next(steps)
+    return max(s.boot for s in planned), next(steps).boot
+
+
+def test_adaptive_sampling_adds_a_boot_when_boots_differ_more_than_runs(store):
+    assert _next_boot(store, [0.0, 0.3, -0.2]) == (2, 3)
+    # Boots alike: the look's runs stay in the current boot.
+    assert _next_boot(store, [0.0, 0.0, 0.0]) == (2, 2)

@@ -23,7 +23,8 @@ def test_a_notebook_starts_the_same_experiment_vmtax_run_starts(sqlite_url):
     [
         ({"runs": 0}, "--runs must be in 1..10000"),
         ({"seed": 2**64}, "--seed must be in"),
-        ({"levels": "L0,L9"}, "--levels must be distinct levels"),
+        ({"levels": "L0,L9"}, "--levels must be levels like L0,L1,L2"),
+        ({"levels": "L0,L1", "boots": 0}, "--boots must be in 1..1000"),
         ({"runs": 3, "precision": "2%"}, "not both"),
     ],
 )

@@ -10,6 +10,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from vmtax.doctor.leftovers import pid_start
+from vmtax.store import Store
 from vmtax.targets.base import TargetError, find_agent
 from vmtax.targets.images import build_minimal
 from vmtax.targets.qemu import GuestSpec, QemuTarget
@@ -91,7 +94,7 @@ def test_ctrl_c_during_a_run_kills_qemu_and_removes_its_files(image, tmp_path):
         t = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=512, accel="tcg"), image=image)
         try:
             t.prepare()
-            print(json.dumps([t.guest.proc.pid, str(t.guest.workdir)]), flush=True)
+            print(json.dumps([t.guest.qemu_pid, str(t.guest.workdir)]), flush=True)
             for line in t.run_agent(["run", "cpu", "--runs", "500", "--duration", "0.5"], 600):
                 pass
         finally:
@@ -127,7 +130,7 @@ def test_exiting_without_close_still_kills_qemu_at_exit(image, tmp_path):
         image = Image("minimal", {image.digest!r}, Path({str(image.directory)!r}), {{}})
         g = QemuGuest(image, GuestSpec(vcpus=1, memory_mb=512, accel="tcg"))
         g.start()
-        print(json.dumps([g.proc.pid, str(g.workdir)]), flush=True)
+        print(json.dumps([g.qemu_pid, str(g.workdir)]), flush=True)
         raise SystemExit(3)  # no stop(): the atexit hook must do it
         """,
     )
@@ -206,3 +209,70 @@ def test_sigterm_of_vmtax_run_with_two_levels_boots_no_more_guests(tmp_path):
     booted = {pid: argv for pid, argv in seen_after.items() if pid not in at_signal}
     assert not booted, f"a guest was booted after SIGTERM: {booted}; stderr: {stderr}"
     assert _wait(lambda: not qemu_pids() - before, 10)
+
+
+def test_sigkill_of_vmtax_run_leaves_no_qemu_and_no_scratch_dir(tmp_path, cli, monkeypatch):
+    # SIGKILL runs no cleanup code in vmtax: the guest goes because the agent's watchdog,
+    # which QEMU runs under, sees vmtax's end of its pipe close.
+    from test_faults_qemu import _qemu_of
+    from test_fleet_netns import vmtax_cmd, vmtax_env
+    from test_leftovers import fake_guest, scratch
+
+    tmp = tmp_path / "tmp"  # vmtax's temporary directory, so others' guests do not count
+    tmp.mkdir()
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    env = dict(vmtax_env(), VMTAX_CACHE_DIR=str(tmp_path / "cache"), TMPDIR=str(tmp))
+    argv = [*vmtax_cmd(), "run", "--levels", "L0,L1", "--accel", "tcg", "--probe", "syscall",
+            "--runs", "20", "--db", db]  # fmt: skip
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        assert _wait(lambda: _qemu_of(child.pid) or child.poll() is not None, 300)
+        guests = set(_qemu_of(child.pid))
+        assert guests, f"no QEMU started: {child.communicate()[1][-2000:]!r}"
+        owner = {"host": socket.gethostname(), "pid": child.pid, "pid_start": pid_start(child.pid)}
+        time.sleep(1)  # the guest is booting
+        assert list(tmp.glob("vmtax-qemu-*"))
+        child.kill()
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert _wait(lambda: not guests & qemu_pids(), 5), "QEMU outlived its vmtax"
+    assert _wait(lambda: not list(tmp.glob("vmtax-qemu-*")), 5), "scratch directory left"
+    # A guest left by an older vmtax (made by hand, as this one no longer leaves any) stops
+    # the resumed runs, in one line that names it, before anything is measured.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    with Store.open(db, read_only=True) as store:
+        stored = len(store.runs())
+    with fake_guest(scratch(tmp, owner)) as leftover:
+        resumed = cli("run", "--resume", "latest", "--db", db)
+    assert resumed.returncode == 1, resumed.stderr
+    (line,) = resumed.stderr.strip().splitlines()
+    assert line.startswith("vmtax: error: ") and f"QEMU pid {leftover.pid} (" in line
+    assert "vmtax doctor --clean" in line
+    with Store.open(db, read_only=True) as store:
+        assert len(store.runs()) == stored
+
+
+def test_the_watchdog_exits_as_its_child_and_removes_only_a_vmtax_directory(tmp_path):
+    agent = str(find_agent())
+    refused = subprocess.run([agent, "watchdog", "--fd", "0", "--dir", str(tmp_path), "--",
+                              "true"], capture_output=True, text=True)  # fmt: skip
+    assert refused.returncode == 2 and "not a vmtax scratch directory" in refused.stderr
+    assert tmp_path.is_dir()
+    scratch = tmp_path / "vmtax-qemu-w"
+    scratch.mkdir()
+    lifeline_r, lifeline_w = os.pipe()
+    try:
+        for script, code in (("exit 7", 7), ("kill -9 $$", -9)):
+            out = subprocess.run(
+                [agent, "watchdog", "--fd", str(lifeline_r), "--dir", str(scratch), "--",
+                 "sh", "-c", script],
+                pass_fds=(lifeline_r,), capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert out.returncode == code and out.stdout.strip().isdigit(), out.stderr
+            assert scratch.is_dir()  # its controller lives: the directory is the controller's
+    finally:
+        os.close(lifeline_r)
+        os.close(lifeline_w)

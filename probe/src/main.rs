@@ -16,6 +16,7 @@ mod probes;
 mod run;
 mod serve;
 mod stats;
+mod watchdog;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -111,6 +112,20 @@ enum Cmd {
     /// Print a TCP port free on this machine's loopback now, for a server the controller is
     /// about to start here. Example: vmtax-probe free-port
     FreePort,
+    /// Run a guest's QEMU as a child and kill it, and remove its scratch directory, when the
+    /// controller that holds the pipe's write end exits, however. Example:
+    /// vmtax-probe watchdog --fd 3 --dir /tmp/vmtax-qemu-x -- qemu-system-x86_64 ...
+    Watchdog {
+        /// The read end of the controller's pipe
+        #[arg(long)]
+        fd: i32,
+        /// The guest's scratch directory (its name starts with vmtax-)
+        #[arg(long)]
+        dir: String,
+        /// The command to run: QEMU and its arguments
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -245,6 +260,13 @@ fn main() {
             println!("{}", probes::noise::sample(window));
             0
         }
+        Cmd::Watchdog { fd, dir, command } => match watchdog::run(fd, &dir, &command) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("vmtax-probe: error: watchdog: {e}");
+                e.exit_code()
+            }
+        },
         Cmd::Serve { device } => {
             let reconnect = device.rsplit('/').next().is_some_and(|n| n.starts_with("vport"));
             match serve::serve(&device, reconnect) {

@@ -13,20 +13,19 @@ flight are killed, what finished stays stored, and the experiment is marked inte
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from vmtax.contract import Fingerprint, ProbeInfo, read_stream, startup_args
+from vmtax.doctor.leftovers import controller_alive as controller_alive  # re-exported
+from vmtax.doctor.leftovers import controller_identity as controller_identity  # re-exported
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.plan.plan import Plan, Step
 from vmtax.store.runtimes import RunTimes
@@ -112,32 +111,6 @@ class Outcome:
                     f"(first: {t.first_problem})"
                 )
         return "; ".join(parts) + f" [experiment {self.experiment_id}]"
-
-
-def controller_identity() -> dict[str, Any]:
-    """Who is running an experiment, so a later command can tell a live run from a dead one."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _pid_start(os.getpid())}
-
-
-def controller_alive(ident: dict[str, Any] | None) -> bool | None:
-    """True/False for a controller on this host; None when it ran elsewhere (cannot tell)."""
-    if not ident or ident.get("host") != socket.gethostname():
-        return None
-    pid = int(ident.get("pid", 0))
-    if pid <= 0:
-        return False
-    start = _pid_start(pid)
-    # A recycled pid has a different start time.
-    return start is not None and start == ident.get("pid_start")
-
-
-def _pid_start(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22 (starttime) counts from after the ")" that closes the command name.
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def run_overhead(target: Target, fp: Fingerprint, timeout: float = ENV_TIMEOUT_S) -> float:

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from vmtax import doctor as checks
+from vmtax.doctor import leftovers
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.hostprof import modes as exit_modes
 from vmtax.targets.accel import kvm_verdict
@@ -39,6 +40,8 @@ ENABLES = {
     "ssh": "SSH targets and fleets (ssh client; sshd for the tests)",
     "tools": "file and ps, used by the image builder and cleanup",
     "postgres-store": "--db postgresql://... (the psycopg driver)",
+    "leftovers": "nothing of an earlier vmtax running beside your runs",
+    "leftover": "nothing: vmtax doctor --clean removes it",
 }
 
 
@@ -49,6 +52,12 @@ def register(app: typer.Typer) -> None:
 
 def doctor(
     fmt: Annotated[str, typer.Option("--format", help="text | json")] = "text",
+    clean: Annotated[
+        bool,
+        typer.Option(
+            "--clean", help="stop the guests and remove the scratch directories left behind"
+        ),
+    ] = False,
 ) -> None:
     """Check what vmtax can do here, with ✔/✘ and the reason, and end with one install line.
 
@@ -57,7 +66,12 @@ def doctor(
     installs all of it. KVM is checked by booting a tiny test guest (once; the verdict is
     cached until QEMU, the kernel image or /dev/kvm change, or the host reboots).
 
+    It also names, one row each, the guests and scratch directories an earlier vmtax left
+    behind (their vmtax has ended); --clean stops those guests and removes the directories.
+
     Example: vmtax doctor
+
+    Example: vmtax doctor --clean
 
     Example: vmtax doctor --format json | jq '.install.apt'
     """
@@ -81,16 +95,33 @@ def doctor(
     rows.append(_driver_row())
     apt, dnf = checks.install_line(found, "apt"), checks.install_line(found, "dnf")
     pip = "pip install 'psycopg[binary]'" if not rows[-1]["ok"] else None
+    left = leftovers.find()
+    rows += _leftover_rows(left)
+    cleaned = leftovers.remove(left) if clean else []
     if fmt == "json":
         typer.echo(
             json.dumps(
-                {"capabilities": rows, "install": {"apt": apt, "dnf": dnf, "pip": pip}}, indent=2
+                {
+                    "capabilities": rows,
+                    "install": {"apt": apt, "dnf": dnf, "pip": pip},
+                    "cleaned": cleaned,
+                },
+                indent=2,
             )
         )
     else:
         _print(rows, apt, dnf, pip)
+        for line in cleaned:
+            typer.echo(line)
     if not rows[0]["ok"]:
         raise typer.Exit(1)
+
+
+def _leftover_rows(left: list[leftovers.Leftover]) -> list[dict[str, Any]]:
+    if not left:
+        detail = "not detected: no vmtax guest or scratch directory outlives its vmtax"
+        return [{"capability": "leftovers", "ok": True, "detail": detail, "apt": []}]
+    return [{"capability": "leftover", "ok": False, "detail": x.line(), "apt": []} for x in left]
 
 
 def _need(need: str) -> str:

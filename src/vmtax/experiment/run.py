@@ -15,6 +15,7 @@ from typing import Any
 
 from vmtax import doctor
 from vmtax import runner as rn
+from vmtax.doctor import leftovers
 from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.request import RunRequest, command_line
@@ -143,6 +144,7 @@ def resume(
     if not missing and (not plan.sampling or exp["status"] == "ok"):
         notice(f"experiment {exp_id} has every planned run; nothing to resume")
         return Finished(exp_id, store, None)
+    _refuse_beside_leftovers(plan, notice)
     options = plan_data.get("options") or {}
     built, limit = make_targets(
         plan.targets, accept_new_host_key=accept_new_host_key, contents=image_contents()
@@ -153,6 +155,27 @@ def resume(
         labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={},
         exits=_stored_exits(options.get("exits")), progress=progress, started=None,
     )  # fmt: skip
+
+
+def _refuse_beside_leftovers(plan: Plan, notice: Notice) -> None:
+    """A guest an earlier vmtax left running (one killed before its guests died with it)
+    would load this machine while the resumed runs are measured on it: refused, in one line.
+    Its scratch directories only take disk space: named, one warning each."""
+    found = leftovers.find()
+    here = any(spec.get("kind") in ("local", "level") for spec in plan.targets)
+    guests = [x for x in found if x.kind == "guest"] if here else []
+    for item in found:
+        if item not in guests:
+            notice(
+                f"vmtax: warning: left by an earlier vmtax: {item.line()} "
+                "(`vmtax doctor --clean` removes it)"
+            )
+    if guests:
+        more = f" (and {len(guests) - 1} more)" if len(guests) > 1 else ""
+        raise VmtaxError(
+            f"a guest left by an earlier vmtax runs on this machine: {guests[0].line()}{more}; "
+            "the resumed runs would be measured beside it: `vmtax doctor --clean` stops it"
+        )
 
 
 def execute(

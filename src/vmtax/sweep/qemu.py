@@ -78,8 +78,8 @@ class QemuGuests:
         )
         target.name = f"qemu-guest{index + 1}"
         target.prepare()
-        assert target.guest is not None and target.guest.proc is not None
-        return Guest(target, vcpus, memory_mb, pid=target.guest.proc.pid)
+        assert target.guest is not None and target.guest.qemu_pid is not None
+        return Guest(target, vcpus, memory_mb, pid=target.guest.qemu_pid)
 
     def close(self) -> None:
         if self.ram_dir is not None:

@@ -3,7 +3,9 @@ virtio-serial channel to the agent, which runs as PID 1 inside the guest.
 
 Every guest lives in its own process group and temporary directory. ``stop()`` kills the
 group and removes the directory; it runs on success, error, timeout, Ctrl-C (``finally``)
-and at interpreter exit (``atexit``), so no QEMU process or socket is left behind.
+and at interpreter exit (``atexit``), so no QEMU process or socket is left behind. A
+controller killed outright runs none of that: then the agent's ``watchdog``, which QEMU runs
+under, kills QEMU and removes the directory (see ``QemuGuest.start``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from vmtax.doctor.leftovers import SCRATCH_PREFIX, write_owner
 from vmtax.targets.base import (
     AgentTimeout,
     Capabilities,
@@ -263,11 +266,16 @@ class QemuGuest:
     console_snapshot: str = ""
     #: Guest port -> this machine's loopback port, on a user network (``FORWARDED_PORTS``).
     forwards: dict[int, int] = field(default_factory=dict)
+    #: The QEMU process itself; ``proc`` is the watchdog it runs under, which exits as it does.
+    qemu_pid: int | None = None
+    #: The write end of the watchdog's pipe: closed when this process exits, however.
+    _lifeline: int | None = None
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Start QEMU paused, pin its vCPU threads, connect the channel, then let it run."""
-        self.workdir = Path(tempfile.mkdtemp(prefix="vmtax-qemu-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+        write_owner(self.workdir)  # so that `vmtax doctor` can tell a leftover
         if self.spec.network == "user":
             self.forwards = {port: free_port() for port in FORWARDED_PORTS}
         self.argv = qemu_argv(
@@ -284,14 +292,7 @@ class QemuGuest:
         with _live_lock:
             _live.add(self)
         try:
-            with (self.workdir / "qemu.stderr").open("wb") as err:
-                self.proc = subprocess.Popen(
-                    self.argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,  # its own process group: one killpg stops it all
-                )
+            self._spawn()
             qmp = self._monitor()
             try:
                 if self.spec.pin:
@@ -319,6 +320,37 @@ class QemuGuest:
         except BaseException:
             self.stop()
             raise
+
+    def _spawn(self) -> None:
+        """Start QEMU under the agent's watchdog, which holds the read end of a pipe whose
+        only write end is ours: when this process ends, however (SIGKILL included), the
+        watchdog reads EOF, kills QEMU and removes the directory. os.pipe() fds are not
+        inherited, so no other child holds the write end. The watchdog is the agent's, not a
+        Python module: on a loaded two-core machine it had QEMU started in 20 ms, where
+        Python took 340 ms to start at all, and it keeps 2.4 MiB resident against Python's
+        11 MiB, which would count inside a sweep's memory cap beside every guest."""
+        assert self.workdir is not None
+        lifeline_r, self._lifeline = os.pipe()
+        watchdog = [str(find_agent()), "watchdog", "--fd", str(lifeline_r),
+                    "--dir", str(self.workdir), "--", *self.argv]  # fmt: skip
+        try:
+            with (self.workdir / "qemu.stderr").open("wb") as err:
+                self.proc = subprocess.Popen(
+                    watchdog,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,  # QEMU's pid, one line
+                    stderr=err,
+                    pass_fds=(lifeline_r,),
+                    start_new_session=True,  # its own process group: one killpg stops it all
+                )
+        finally:
+            os.close(lifeline_r)
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            raise OSError(f"the watchdog started no QEMU (it printed {line[:80]!r})")
+        self.qemu_pid = int(line)
 
     def _connect(self, sock_name: str) -> AgentChannel:
         assert self.workdir is not None
@@ -380,6 +412,10 @@ class QemuGuest:
             self.console_snapshot = self.console_tail()
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+        if self._lifeline is not None:
+            # Only now: the watchdog is gone, and the directory with it.
+            os.close(self._lifeline)
+            self._lifeline = None
         with _live_lock:
             _live.discard(self)
 
@@ -421,6 +457,18 @@ class QemuGuest:
         """The next line from the agent, or None at the deadline. EOF -> TargetError."""
         assert self.channel is not None
         return self.channel.readline(deadline)
+
+
+def _drop_lifelines() -> None:
+    # A child forked without exec (multiprocessing) must not hold the write ends: a guest
+    # would then outlive its controller as long as that child lives.
+    for guest in list(_live):
+        if guest._lifeline is not None:
+            with contextlib.suppress(OSError):
+                os.close(guest._lifeline)
+
+
+os.register_at_fork(after_in_child=_drop_lifelines)
 
 
 @atexit.register

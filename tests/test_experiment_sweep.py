@@ -24,7 +24,7 @@ def test_a_notebook_starts_the_sweep_vmtax_sweep_starts(tmp_path):
     db = f"sqlite:///{tmp_path / 'sweep.db'}"
     cpus, _ = host_resources()
     steps = (1 / cpus, 2 / cpus)  # one guest, then two
-    exp = api.sweep(db=db, level="L0", steps=steps, replicates=2, order_seed=11, warmup=0,
+    exp = api.sweep(db=db, level="L0", steps=steps, replicates=3, order_seed=11, warmup=0,
                     window=0.5, interval=0.25, events=10, max_prime=5000)  # fmt: skip
     with Store.open(db) as store:
         stored = store.experiment(exp)
@@ -32,19 +32,19 @@ def test_a_notebook_starts_the_sweep_vmtax_sweep_starts(tmp_path):
     assert stored["status"] == "ok" and stored["suite"] == "sweep" and stored["seed"] == 11
     assert stored["command"] == ["vmtax", "(vmtax.api.sweep)"]
     plan = stored["plan"]
-    assert plan["level"] == "L0" and plan["sweep"]["replicates"] == 2
+    assert plan["level"] == "L0" and plan["sweep"]["replicates"] == 3
     spec = SweepSpec.from_plan(plan["sweep"])
     assert spec.order_seed == 11 and spec.ratios == pytest.approx(steps)
     # Every unit (step x replicate) stored once, run round by round in the seed's order.
-    assert sorted(rows["step_index"]) == [0, 1, 2, 3] and set(rows["status"]) == {"ok"}
-    assert list(rows.sort_values("step_index")["guests"]) == [1, 2, 1, 2]
+    assert sorted(rows["step_index"]) == [0, 1, 2, 3, 4, 5] and set(rows["status"]) == {"ok"}
+    assert list(rows.sort_values("step_index")["guests"]) == [1, 2] * 3
     details = {int(r["step_index"]): r["detail"] for _, r in rows.iterrows()}
     for position, (rep, index) in enumerate(spec.order()):
         d = details[spec.unit(rep, index)]
         assert (d["step"], d["replicate"], d["order"]) == (index, rep, position)
     summary = api.sweep_summary(exp, db=db)
-    assert summary.replicates == 2 and summary.order_seed == 11
-    assert [len(s.replicate_means) for s in summary.steps] == [2, 2]
+    assert summary.replicates == 3 and summary.order_seed == 11
+    assert [len(s.replicate_means) for s in summary.steps] == [3, 3]
     assert all(math.isfinite(m) for s in summary.steps for m in s.replicate_means)
 
 

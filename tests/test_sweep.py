@@ -75,6 +75,8 @@ def test_sizes_per_axis():
         ({"ratios": tuple(0.1 * i for i in range(1, 40))}, "1 to 32 steps"),
         ({"replicates": 10**21}, "1 to 50"),
         ({"replicates": 1, "intervals": True}, "--replicates 1 --no-intervals"),
+        ({"replicates": 2}, "--replicates 3 or more"),
+        ({"replicates": 2, "intervals": False}, "--replicates 3 or more"),
         ({"timing": Timing(1, 1e30, 1)}, "window must be at most"),
         ({"timing": Timing(float("nan"), 10, 1)}, "warm-up must be at most"),
         ({"timing": Timing(1, 10, 0.001)}, "at least 0.1 s"),
@@ -89,6 +91,15 @@ def test_sizes_per_axis():
 def test_bad_specs_are_usage_errors(kw, message):
     with pytest.raises(UsageError, match=message):
         _spec(**kw).check()
+
+
+@pytest.mark.parametrize("args", [["--replicates", "2"], ["--replicates", "2", "--no-intervals"]])
+def test_two_replicates_are_refused_in_one_line_before_a_store_is_opened(cli, tmp_path, args):
+    db = tmp_path / "s.db"
+    res = cli("sweep", "--level", "L0", *args, "--db", str(db))
+    assert res.returncode == 2 and res.stdout == "", res
+    assert res.stderr.count("\n") == 1 and "use --replicates 3 or more" in res.stderr
+    assert res.stderr.startswith("vmtax: error: ") and not db.exists()
 
 
 def test_study_b_preset_scales_the_csv_ratios_to_this_machine():
@@ -237,9 +248,9 @@ def test_cli_sweep_and_show_json(cli, tmp_path):
     db = str(tmp_path / "s.db")
     res = cli("sweep", "--level", "L0", "--steps", "0.5,1,1.5,2", "--warmup", "0.5",
               "--window", "1.5", "--interval", "0.5", "--events", "10", "--max-prime", "5000",
-              "--replicates", "2", "--db", db)  # fmt: skip
+              "--replicates", "3", "--db", db)  # fmt: skip
     assert res.returncode == 0, res.stderr
-    assert res.stderr.count(" step ") == 8 and "Sweep 1" in res.stdout
+    assert res.stderr.count(" step ") == 12 and "Sweep 1" in res.stdout
     res = cli("sweep", "show", "latest", "--format", "json", "--db", db)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)

@@ -203,6 +203,12 @@ class SweepSpec:
                 "one replicate per step gives no interval: use --replicates 3 or more, or "
                 "--replicates 1 --no-intervals"
             )
+        if self.replicates == 2:
+            # Two replicates give each step interval one degree of freedom (t = 12.7).
+            raise UsageError(
+                "--replicates 2 gives each step's interval one degree of freedom: use "
+                "--replicates 3 or more, or --replicates 1 --no-intervals"
+            )
         t = self.timing
         for name, value in (("warm-up", t.warmup_s), ("window", t.window_s)):
             if not (math.isfinite(value) and value <= MAX_SECONDS):

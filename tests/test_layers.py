@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),  # the results database and the selector language
     ("refs",),  # published reference datasets
     ("testing",),  # fixtures for tests: a store with known contents
-    ("turns", "contract", "outfile", "version", "limits"),  # small shared helpers
+    ("turns", "contract", "outfile", "infile", "version", "limits"),  # small shared helpers
     ("errors",),
 ]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 SCHEMA = "vmtax.probe/1"
 SCHEMA_MAJOR = 1
@@ -123,6 +123,19 @@ class Samples(_Model):
     warmup: bool = False
     values: list[float]
 
+    @field_validator("values")
+    @classmethod
+    def _finite_and_not_negative(cls, values: list[float]) -> list[float]:
+        # Every probe measures a time, a count or a size: the agent never writes NaN, an
+        # infinity or a negative value, and one that got in would break every mean after it.
+        arr = np.asarray(values, dtype=np.float64)
+        bad = np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))
+        if bad.size:
+            raise ValueError(
+                f"values[{bad[0]}] is {values[bad[0]]!r}: samples are finite and not negative"
+            )
+        return values
+
 
 class RunSummary(_Model):
     type: Literal["run_summary"]
@@ -163,7 +176,8 @@ def parse_record(line: str) -> Header | Samples | RunSummary | End:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
-        raise ValueError(f"invalid record at {where}: {first['msg']}") from None
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ValueError(f"invalid record at {where}: {msg}") from None
 
 
 @dataclass
@@ -184,21 +198,35 @@ class ProbeStream:
     lost_runs: list[int] = field(default_factory=list)
     end: End | None = None
     problem: str | None = None
+    #: Runs whose own records were broken, with the first reason (``keep_going`` only).
+    broken: dict[int, str] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
         return self.end is not None and self.problem is None
 
 
-def read_stream(lines: Iterable[str | bytes]) -> ProbeStream:
+def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> ProbeStream:
     """Read an agent stream, keeping every whole run even when the stream breaks off.
 
     It never raises for bad content: a malformed, out-of-order or truncated stream sets
     ``problem`` to a one-line reason, and any run that had samples but no summary is listed
     in ``lost_runs``. Callers decide whether that is an error.
+
+    ``keep_going`` reads on past a broken record instead of stopping there (a saved stream
+    being imported): the run the record belongs to is listed in ``broken`` and every whole
+    run after it is kept. A line that cannot be read names no run; it breaks the run that is
+    open (samples, no summary yet), or else the next one to start.
     """
     out = ProbeStream()
     pending: dict[int, tuple[list[float], list[float]]] = {}
+    blame_next: str | None = None  # an unreadable line between runs: the next run's record
+    whole: set[int] = set()
+
+    def broken(run: int, reason: str) -> None:
+        out.broken.setdefault(run, reason)
+        out.problem = out.problem or reason
+
     for lineno, raw in enumerate(lines, start=1):
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         line = line.strip()
@@ -210,8 +238,15 @@ def read_stream(lines: Iterable[str | bytes]) -> ProbeStream:
         try:
             rec = parse_record(line)
         except ValueError as exc:
-            out.problem = f"line {lineno}: {exc}"
-            break
+            reason = f"line {lineno}: {exc}"
+            if not (keep_going and out.header is not None):
+                out.problem = reason
+                break
+            for run in pending:
+                broken(run, reason)
+            if not pending:
+                blame_next = blame_next or reason
+            continue
         if isinstance(rec, Header):
             if out.header is not None:
                 out.problem = f"line {lineno}: a second header"
@@ -224,17 +259,32 @@ def read_stream(lines: Iterable[str | bytes]) -> ProbeStream:
         if out.header is None:
             out.problem = f"line {lineno}: {rec.type} record before the header"
             break
+        if isinstance(rec, (Samples, RunSummary)) and blame_next is not None:
+            broken(rec.run, blame_next)
+            blame_next = None
         if isinstance(rec, Samples):
             measured, warm = pending.setdefault(rec.run, ([], []))
             (warm if rec.warmup else measured).extend(rec.values)
         elif isinstance(rec, RunSummary):
             measured, warm = pending.pop(rec.run, ([], []))
+            wrong: str | None = None
             if rec.n != len(measured):
-                out.problem = (
+                wrong = (
                     f"line {lineno}: run {rec.run} summary says n={rec.n} "
                     f"but {len(measured)} samples arrived"
                 )
-                break
+            elif keep_going and rec.run in whole:
+                wrong = f"line {lineno}: a second summary of run {rec.run}"
+                out.runs = [r for r in out.runs if r.summary.run != rec.run]
+            if wrong is not None:
+                if not keep_going:
+                    out.problem = wrong
+                    break
+                broken(rec.run, wrong)
+                continue
+            if rec.run in out.broken:
+                continue
+            whole.add(rec.run)
             out.runs.append(
                 CompletedRun(
                     summary=rec,
@@ -244,7 +294,7 @@ def read_stream(lines: Iterable[str | bytes]) -> ProbeStream:
             )
         else:
             out.end = rec
-    out.lost_runs = sorted(pending)
+    out.lost_runs = sorted(set(pending) - set(out.broken))
     if out.problem is None and out.end is None:
         out.problem = "stream ended without an end record (agent killed or truncated output)"
         if out.header is None:

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from vmtax import infile
 from vmtax.errors import UsageError
 from vmtax.plan import bounds
 
@@ -217,7 +218,7 @@ def load_suite(name_or_path: str) -> tuple[Suite, str]:
         )
     path = Path(name_or_path)
     try:
-        text = path.read_text("utf-8")
+        text = infile.read_text(path)  # a FIFO with no writer yet: said after a second
     except FileNotFoundError:
         raise UsageError(f"suite file not found: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:

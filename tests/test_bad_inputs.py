@@ -412,3 +412,68 @@ def test_one_set_of_limits_refused_at_the_door(tmp_path, monkeypatch, cli, args,
     one_line_error(r, needle)
     assert r.returncode == 2
     assert not missing.exists()
+
+
+@pytest.fixture
+def two_levels(tmp_path) -> str:
+    """A store of one experiment at L0 and L1 (cpuid, no exit profiles)."""
+    from vmtax.testing.report_store import populate
+
+    url = f"sqlite:///{tmp_path / 'two.db'}"
+    with Store.open(url) as store:
+        populate(store, levels=("L0", "L1"), probes=("cpuid",), runs=4, iterations=200)
+    return url
+
+
+def test_db_info_on_a_newer_schema_says_to_upgrade_vmtax(tmp_path, cli):
+    # It said "run 'vmtax db upgrade'", which refuses a schema it does not know.
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'future.db'}"
+    Store.open(url).close()
+    with sqlite3.connect(tmp_path / "future.db") as c:
+        c.execute("UPDATE alembic_version SET version_num = '0099_future'")
+    info = cli("db", "info", "--db", url)
+    assert info.returncode == 0, info.stderr
+    assert "newer than this vmtax" in info.stdout and "upgrade vmtax" in info.stdout
+    assert "db upgrade" not in info.stdout
+    upgrade = cli("db", "upgrade", "--db", url)
+    one_line_error(upgrade, "newer than this vmtax", "upgrade vmtax")
+
+
+def test_a_missing_exit_profile_is_exit_1_in_exits_and_explain(two_levels, cli):
+    # The same absence exited 1 in exits and 2 in explain: it is the store's, not the input's.
+    exits = cli("exits", "1", "--db", two_levels)
+    one_line_error(exits, "no exit profiles")
+    explain = cli("explain", "exp=1", "--db", two_levels)
+    one_line_error(explain, "exit profile")
+    assert exits.returncode == explain.returncode == 1
+
+
+def test_explain_config_names_config(two_levels, cli):
+    # --config garbage complained about --baseline.
+    r = cli("explain", "exp=1", "--config", "garbage", "--db", two_levels)
+    line = one_line_error(r, "--config must be KEY=VAL")
+    assert "--baseline" not in line and r.returncode == 2
+
+
+@pytest.mark.parametrize("level", ["L9", "L3", "l99999999999999999999999", "x"])
+def test_model_vm_level_is_a_level_vmtax_nests(two_levels, cli, level):
+    # --vm-level L9 answered about "L10", the nested level that cannot exist.
+    r = cli("model", "exp=1", "--vm-level", level, "--db", two_levels)
+    line = one_line_error(r, "--vm-level must be L0, L1 or L2", repr(level))
+    assert "L10" not in line and r.returncode == 2
+
+
+def test_results_list_counts_runs_by_outcome(tmp_path, cli):
+    # After a resume the lost run stays beside its replacement: "40/41" read as one missing.
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    from vmtax.testing.report_store import populate
+
+    with Store.open(url) as store:
+        exp = populate(store, levels=("L0",), probes=("cpuid",), runs=3, iterations=50)
+        run = int(store.runs([f"exp={exp}"])["run_id"].iloc[0])
+        with store._engine.begin() as c:  # one run recorded as lost, as a killed agent's is
+            c.exec_driver_sql(f"UPDATE runs SET status = 'lost' WHERE id = {run}")
+    out = cli("results", "list", "--db", url).stdout
+    assert "2 ok, 1 failed or lost" in out and "2/3" not in out

@@ -175,7 +175,9 @@ def _usage_error(res, *words: str) -> None:
 def test_bad_input_is_one_line_and_exit_2(cli, store, sqlite_url):
     _populate(store, np.random.default_rng(5), runs=3)
     db = ("--db", sqlite_url)
-    _usage_error(cli("explain", *db, "--config", "level=L1"), "no exit profile")
+    # A configuration without an exit profile is the store's lack, exit 1 as in vmtax exits.
+    unprofiled = cli("explain", *db, "--config", "level=L1")
+    assert unprofiled.returncode == 1 and "no exit profile" in unprofiled.stderr
     _usage_error(cli("explain", *db, "--baseline", "level=L0"), "not one level below L2")
     _usage_error(cli("explain", *db, "--probe", "nosuch"), "'nosuch'", "mechanism is unknown")
     _usage_error(cli("explain", *db, "--round-trip-probe", "timer"), "not the null exit")

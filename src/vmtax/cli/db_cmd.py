@@ -46,7 +46,12 @@ def info(
     table.add_column()
     table.add_row("store", data["url"])
     version = data["schema_version"] or "none (empty database)"
-    if data["schema_version"] != data["schema_head"]:
+    if data["schema_version"] and not migrate.known(data["schema_version"]):
+        # db upgrade cannot help: it refuses a schema it does not know, as every command does.
+        version += (
+            f" (newer than this vmtax, which knows up to {data['schema_head']}: upgrade vmtax)"
+        )
+    elif data["schema_version"] != data["schema_head"]:
         version += f" (this vmtax: {data['schema_head']}; run 'vmtax db upgrade')"
     table.add_row("schema version", version)
     for name, count in data["counts"].items():

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from vmtax.cli import options
 from vmtax.errors import UsageError
 from vmtax.targets.base import find_agent
 from vmtax.targets.images import build_nested, cache_dir, list_images
@@ -31,7 +32,11 @@ def build(
         ),
     ] = "minimal",
     depth: Annotated[
-        int, typer.Option(help="For --mode full: how many levels the image holds (2 = L2, 3 = L3).")
+        int,
+        typer.Option(
+            callback=options.count(2, 3),
+            help="For --mode full: how many levels the image holds (2 = L2, 3 = L3).",
+        ),
     ] = 2,
     kernel: Annotated[
         str | None, typer.Option(help="Guest kernel (default: newest /boot/vmlinuz-*).")

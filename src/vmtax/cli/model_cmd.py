@@ -43,8 +43,9 @@ def model_cmd(
     vm_level: Annotated[
         str | None,
         typer.Option(
-            help="The measured level that plays the VM (default: the lowest level under KVM, "
-            "else the lowest level)."
+            callback=options.level(0, 2),
+            help="The measured level that plays the VM, L0, L1 or L2: its nested VM is one "
+            "level up, at most L3 (default: the lowest level under KVM, else the lowest level).",
         ),
     ] = None,
     probe: Annotated[

@@ -122,3 +122,16 @@ def selectors(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any
         if text is not None:
             select.parse(text)
     return value
+
+
+def level(low: int, high: int) -> Callable[..., Any]:
+    """A level label L<low>..L<high>: vmtax nests at most three deep (L0 to L3)."""
+    names = [f"L{n}" for n in range(low, high + 1)]
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+        if value is not None and value.strip().upper() not in names:
+            listed = f"{', '.join(names[:-1])} or {names[-1]}"
+            raise UsageError(f"{_name(param)} must be {listed}, got {value!r}")
+        return value
+
+    return check

@@ -49,8 +49,8 @@ def list_cmd(db: DbOption = None) -> None:
     reconcile(store)
     df = store.experiments()
     table = Table(header_style="bold")
-    for col in ("ID", "Started (UTC)", "Suite", "Status", "Runs ok", "Configs", "Host", "Agent"):
-        table.add_column(col, justify="right" if col in ("ID", "Runs ok", "Configs") else "left")
+    for col in ("ID", "Started (UTC)", "Suite", "Status", "Runs", "Configs", "Host", "Agent"):
+        table.add_column(col, justify="right" if col in ("ID", "Runs", "Configs") else "left")
     for exp_id, started_at, suite, status, n_ok, n_runs, n_configs, host, agent in zip(
         df["experiment_id"], df["started_at"], df["suite"], df["status"], df["n_ok"],
         df["n_runs"], df["n_configurations"], df["host"], df["agent_version"], strict=True,
@@ -61,7 +61,7 @@ def list_cmd(db: DbOption = None) -> None:
             started,
             str(suite),
             str(status),
-            f"{n_ok}/{n_runs}",
+            runs_cell(int(n_ok), int(n_runs)),
             str(n_configs),
             str(host or "-"),
             str(agent or "-"),
@@ -69,6 +69,13 @@ def list_cmd(db: DbOption = None) -> None:
     out_console().print(table)
     if df.empty:
         typer.echo(f"no experiments in {store.url_display}; run `vmtax run` to make one")
+
+
+def runs_cell(n_ok: int, n_runs: int) -> str:
+    """The stored runs by outcome. A resumed experiment keeps its lost run beside the run
+    that replaced it: "40/41" read as one run missing from an experiment that is ok."""
+    lost = n_runs - n_ok
+    return f"{n_ok:,} ok" + (f", {lost:,} failed or lost" if lost else "")
 
 
 @results_app.command("show")

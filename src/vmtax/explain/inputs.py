@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from vmtax.errors import UsageError
+from vmtax.errors import UsageError, VmtaxError
 from vmtax.explain.decompose import ProbeRuns
 from vmtax.hostprof.perop import per_reason
 from vmtax.hostprof.store import COLUMNS, exit_profiles
@@ -112,7 +112,7 @@ def select(
 
 def _one_match(configs: pd.DataFrame, option: str, selector: str) -> pd.Series:
     """The one configuration a KEY=VAL selector matches; UsageError for none or several."""
-    hits = configs[[matches(str(c), "", selector) for c in configs["config"]]]
+    hits = configs[[matches(str(c), "", selector, option) for c in configs["config"]]]
     if len(hits) != 1:
         raise UsageError(
             f"{option} {selector} matches {len(hits)} configurations; one is needed (have: "
@@ -128,14 +128,15 @@ def _pick_config(
     if selector is None:
         cands = configs[configs["config"].isin(with_profile)]
         if cands.empty:
-            raise UsageError(
+            # Exit 1, as `vmtax exits` says it: the store lacks the profile, the input is fine.
+            raise VmtaxError(
                 "no configuration in the selection has an exit profile; record them with "
                 "vmtax run --exits"
             )
         return cands.iloc[int(np.argmax(cands["level"].map(level_number).to_numpy()))]
     row = _one_match(configs, "--config", selector)
     if row["config"] not in with_profile:
-        raise UsageError(f"{row['config']} has no exit profile; record one with vmtax run --exits")
+        raise VmtaxError(f"{row['config']} has no exit profile; record one with vmtax run --exits")
     return row
 
 

@@ -8,10 +8,11 @@ the guests, the store and the summary with its knee.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -205,7 +206,8 @@ def run_sweep(
             vmtax_version=__version__,
             agent_version=None,
         )
-        factory = _factory(spec, request.level, request.boot_timeout)
+        with _marked_if_stopped(store, exp_id):  # the guests' image can take minutes
+            factory = _factory(spec, request.level, request.boot_timeout)
         units = _execute(store, spec, factory, exp_id, request.level, progress, notice)
     except BaseException:
         store.close()
@@ -229,7 +231,8 @@ def resume_sweep(
         spec = spec_for_resume(plan)
         level = str(plan.get("level", "L1"))
         store.reopen_experiment(experiment_id, controller_identity())
-        factory = _factory(spec, level, boot_timeout)
+        with _marked_if_stopped(store, experiment_id):
+            factory = _factory(spec, level, boot_timeout)
         units = _execute(store, spec, factory, experiment_id, level, progress, notice)
     except BaseException:
         store.close()
@@ -336,6 +339,18 @@ def _triplet_can_run(level: str) -> None:
     if level != "L1":
         raise UsageError("the triplet workload runs its tiers in QEMU guests: use --level L1")
     webapp.extension_dir(webapp.php_cgi())
+
+
+@contextlib.contextmanager
+def _marked_if_stopped(store: Store, experiment_id: int) -> Iterator[None]:
+    """Until the runner owns the sweep's status: a Ctrl-C (or an error) here marks the
+    experiment interrupted (or failed) instead of leaving it "running"."""
+    try:
+        yield
+    except BaseException as exc:
+        status = "failed" if isinstance(exc, Exception) else "interrupted"
+        store.finish_experiment(experiment_id, status)
+        raise
 
 
 def _factory(spec: SweepSpec, level: str, boot_timeout: float) -> GuestFactory:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -51,6 +53,8 @@ from vmtax.targets.base import Target
 GUEST_HZ = 100
 #: Grace after the window for the agents to stop by their own --timeout.
 END_GRACE_S = 30.0
+#: How long an interrupted step waits for its clients once their agents are killed.
+HALT_S = 5.0
 
 
 class SweepError(VmtaxError):
@@ -170,7 +174,9 @@ class Client(threading.Thread):
                     raise VmtaxError(f"the workload ended without a transaction: {why}")
                 if self.spec.think_time_s > 0:
                     self.stop.wait(self.spec.think_time_s)
-        except (VmtaxError, ValueError, KeyError) as exc:
+        except Exception as exc:  # noqa: BLE001 - a thread's error is the step's, in one line
+            if self.stop.is_set():
+                return  # stopped (Ctrl-C): the guest it read from went away on purpose
             self.error = f"{self.label}: {' '.join(str(exc).split())}"
 
 
@@ -275,6 +281,11 @@ class SweepRunner:
                 if broken:
                     outcome.status, outcome.error = "failed", broken[0]
                     break
+        except BaseException:
+            # Ctrl-C or SIGTERM: the clients stop, their guests' agents are killed so that
+            # no read waits for them, and no client outlives the step.
+            self._halt(clients)
+            raise
         finally:
             for c in clients:
                 c.stop.set()
@@ -298,6 +309,19 @@ class SweepRunner:
             "guests": [{**g.target.provenance(), **g.detail} for g in self.active],
         }
         return outcome
+
+    def _halt(self, clients: list[Client]) -> None:
+        """Stop the step's clients at once: set their stop events, cancel every target they
+        drive (so no agent call waits and none starts), and wait briefly for them to end."""
+        for c in clients:
+            c.stop.set()
+        targets = [g.target for g in self.active]
+        targets += [t for c in clients if (t := getattr(c, "local", None)) is not None]
+        for target in targets:
+            with contextlib.suppress(Exception):
+                target.cancel()
+        for c in clients:
+            c.join(timeout=HALT_S)
 
     def _clients(self, end: float, out: list[Transaction]) -> list[Client]:
         """One client per guest, or the factory's own (the triplet's, on this machine)."""
@@ -430,13 +454,15 @@ class SweepRunner:
                 status = "interrupted"
             raise
         finally:
-            self._stop_guests()
-            close = getattr(self.factory, "close", None)
-            if close is not None:
-                close()
-            if self.cap is not None:
-                self.cap.close()
-            self.store.finish_experiment(experiment_id, status)
+            # The status first, and no second Ctrl-C halfway: it left the sweep "running".
+            with interrupts_deferred():
+                self.store.finish_experiment(experiment_id, status)
+                self._stop_guests()
+                close = getattr(self.factory, "close", None)
+                if close is not None:
+                    close()
+                if self.cap is not None:
+                    self.cap.close()
         return out
 
     def _commit(
@@ -473,6 +499,30 @@ class SweepRunner:
             error=outcome.error,
             samples=outcome.samples,
         )
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (cleanup that must finish: the stored
+    status, the guests); one that came meanwhile is raised then, unless an exception is
+    already on its way out. Outside the main thread signals cannot be set: nothing changes."""
+    got: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        got.append(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if got and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt
 
 
 def _steal(mine: list[Transaction]) -> float | None:

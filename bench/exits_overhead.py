@@ -1,25 +1,28 @@
 """What recording exit profiles costs the measured guest: cpuid in L2 (under L1's KVM on the
-nested-KVM testbed) with the recorder on vs off, in the same run.
+nested-KVM testbed) with each recorder mode, in the same run.
 
 One L1+L2 stack is booted once. Each round runs the agent's cpuid probe once per mode in
 L2, in an order that rotates from round to round so that drift of the (shared,
 TCG-emulated) machine hits all modes alike:
 
-- ``off``: no recorder;
-- ``counts``: bracketed by ``vmtax-probe exits start --no-time`` / ``exits stop`` on L1's
-  host-side port (one histogram trigger on kvm_exit);
-- ``timed``: the same with handling times (the five triggers ``vmtax run --exits`` uses).
+- ``none``: no recorder;
+- ``counts``: ``vmtax run --exits`` (the default): KVM's own per-vCPU counters read through
+  L2's QEMU with QMP ``query-stats`` (``vmtax-probe exits stats`` on L1's host-side port)
+  before and after the run; nothing is traced;
+- ``trace``: ``vmtax run --exits=trace``: bracketed by ``vmtax-probe exits start`` /
+  ``exits stop`` (the five tracefs histogram triggers: exits by reason with handling times).
 
 A run's figure is its median CPUID cost (the runs' means swing with the machine's
-interruptions, their medians much less). A round's ratio is a recorder mode's median over
-the ``off`` median of the same round; the table gives the median of those paired ratios with
-a 95% bootstrap interval (scipy.stats.bootstrap), their min and max, and what the recorder
-adds per recorded exit: (on - off) / (exits per CPUID). That last figure is what makes the
-overhead predictable for another workload: overhead = added cycles per exit x exits per
-unit of work.
+interruptions, their medians much less). A round's ratio is a mode's median over the
+``none`` median of the same round; the table gives the median of those paired ratios with
+a 95% bootstrap interval over rounds (scipy.stats.bootstrap; rounds are the unit, all on
+one boot), their min and max, and what the recorder adds per recorded exit:
+(on - none) / (exits per CPUID). That last figure is what makes the overhead predictable for
+another workload: overhead = added cycles per exit x exits per unit of work.
 
-An ``exits start`` or ``stop`` that fails ends the rounds; what was measured before it is
-still reported, and the command exits 1.
+An ``exits`` request that fails ends the rounds; what was measured before it is still
+reported, and the command exits 1. ``--readings DIR`` keeps the first round's two
+``exits stats`` readings (the JSON the agent printed) there.
 
 Example:
     VMTAX_PROBE=target/x86_64-unknown-linux-gnu/release/vmtax-probe \
@@ -33,14 +36,16 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
+from vmtax.hostprof import kvmstats
 from vmtax.targets.base import TargetError
 from vmtax.targets.levels import level_targets
 
-MODES = {"off": None, "counts": ["--mount", "--no-time"], "timed": ["--mount"]}
+MODES = ("none", "counts", "trace")
 
 
 def cpuid_run(target, iterations: int) -> tuple[float, int]:
@@ -52,10 +57,21 @@ def cpuid_run(target, iterations: int) -> tuple[float, int]:
     return float(summary["median"]), int(summary["n"]) + int(header.get("warmup") or 0)
 
 
-def recorded_exits(side, target, flags: list[str], iterations: int) -> tuple[float, int, int]:
-    """One cpuid run between ``exits start`` and ``exits stop`` on the host side: its median,
-    the exits recorded (all reasons) and the CPUIDs executed."""
-    list(side.run_agent(["exits", "start", "--qemu", "auto", *flags], 120))
+def _reading(side) -> dict:
+    return json.loads("".join(side.run_agent(["exits", "stats", "--qemu", "auto"], 120)))
+
+
+def recorded_exits(side, target, mode: str, iterations: int, keep: list | None = None):
+    """One cpuid run recorded in ``mode`` on the host side: its median, the exits recorded
+    (all reasons or categories) and the CPUIDs executed."""
+    if mode == "counts":
+        before = _reading(side)
+        med, cpuids = cpuid_run(target, iterations)
+        after = _reading(side)
+        if keep is not None:
+            keep += [before, after]
+        return med, kvmstats.profile(before, after)["hits"], cpuids
+    list(side.run_agent(["exits", "start", "--qemu", "auto", "--mount"], 120))
     med, cpuids = cpuid_run(target, iterations)
     prof = json.loads("".join(side.run_agent(["exits", "stop"], 120)))
     return med, sum(x["count"] for x in prof["reasons"]), cpuids
@@ -82,6 +98,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--iterations", type=int, default=3000)
+    ap.add_argument("--readings", type=Path, help="keep the first two exits stats readings here")
     a = ap.parse_args()
     (target,) = level_targets(["L2"], accel="tcg", inner_accel="kvm")
     t0 = time.monotonic()
@@ -89,21 +106,24 @@ def main() -> int:
     print(f"L1+L2 booted in {time.monotonic() - t0:.0f} s", flush=True)
     side = target.host_sides()["L1"]
     medians: dict[str, list[float]] = {m: [] for m in MODES}
-    exits_per_cpuid: dict[str, list[float]] = {m: [] for m in MODES if MODES[m]}
+    exits_per_cpuid: dict[str, list[float]] = {m: [] for m in MODES if m != "none"}
+    kept: list = []
     failure = None
     try:
         cpuid_run(target, 500)  # warm the guest's page cache, the agent and L1's translations
         # The agent's start-up executes CPUIDs and exits of its own: a recorded run of the
-        # fewest iterations (two) gives them, to be taken off each run's exits.
-        base_exits, base_cpuids = recorded_exits(side, target, MODES["counts"], 2)[1:]
+        # fewest iterations (two) gives them, per mode, to be taken off each run's exits.
+        base = {m: recorded_exits(side, target, m, 2)[1:] for m in MODES if m != "none"}
         order = list(MODES)
         for r in range(a.rounds):
             row: dict[str, float] = {}
             for mode in order[r % 3 :] + order[: r % 3]:
-                if MODES[mode] is None:
+                if mode == "none":
                     row[mode] = cpuid_run(target, a.iterations)[0]
                     continue
-                row[mode], n, cpuids = recorded_exits(side, target, MODES[mode], a.iterations)
+                keep = kept if mode == "counts" and not kept else None
+                row[mode], n, cpuids = recorded_exits(side, target, mode, a.iterations, keep)
+                base_exits, base_cpuids = base[mode]
                 exits_per_cpuid[mode].append((n - base_exits) / (cpuids - base_cpuids))
             for mode, med in row.items():  # a round counts whole or not at all
                 medians[mode].append(med)
@@ -111,22 +131,26 @@ def main() -> int:
                 f"round {r + 1}: " + ", ".join(f"{m} {v:,.0f}" for m, v in row.items()), flush=True
             )
     except TargetError as exc:
-        failure = f"round {len(medians['off']) + 1}: {exc}"
+        failure = f"round {len(medians['none']) + 1}: {exc}"
         print(f"stopped: {failure}", file=sys.stderr)
     finally:
         target.close()
-    if not medians["off"]:
+    if a.readings is not None and kept:
+        a.readings.mkdir(parents=True, exist_ok=True)
+        for name, reading in zip(("before", "after"), kept, strict=True):
+            (a.readings / f"kvm_stats_{name}.json").write_text(json.dumps(reading, indent=1))
+    if not medians["none"]:
         return 1
-    off = medians["off"]
+    off = medians["none"]
     print()
     print(
-        "| recorder | rounds | median cycles per CPUID (min..max) | paired ratio to off [95% CI] "
-        "| ratio min..max | exits per CPUID | cycles added per exit |"
+        "| recorder | rounds | median cycles per CPUID (min..max) | paired ratio to none "
+        "[95% CI] | ratio min..max | exits per CPUID | cycles added per exit |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     for mode, values in medians.items():
         spread = f"{statistics.median(values):,.0f} ({min(values):,.0f}..{max(values):,.0f})"
-        if MODES[mode] is None:
+        if mode == "none":
             print(f"| {mode} | {len(values)} | {spread} | 1 | | | |")
             continue
         ratio, low, high = paired_ratio(values, off)

@@ -59,7 +59,7 @@ def explain_cmd(
     overhead over the baseline one level down; then the residual and the explained
     fraction with a 95% interval.
 
-    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --probe timer --exits
+    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --probe timer --exits=trace
 
     Example: vmtax explain exp=latest
 

@@ -238,7 +238,7 @@ def test_noise_sample_from_the_agent_and_clock_change(agent, monkeypatch):
         (["--precision", "two"], "--precision must be a percentage like 2%"),
         (["--budget", "-5s"], "--budget must be a positive duration"),
         (["--budget", "soon"], "--budget must be a duration like 60s"),
-        (["--min-runs", "1"], "--min-runs must be at least 2"),
+        (["--min-runs", "1"], "--min-runs must be in 2..10000"),
     ],
 )
 def test_bad_sampling_options_are_one_line_usage_errors(tmp_path, cli, args, message):

@@ -17,7 +17,7 @@ from rich.console import Console
 from sqlalchemy.engine import make_url
 
 from vmtax import limits, outfile
-from vmtax.cli import options
+from vmtax.cli import background_report, options
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line as _command_line
 from vmtax.report import write_report
@@ -165,6 +165,17 @@ def after_run(store: Store, exp_id: int) -> None:
     name = where.replace("{id}", str(exp_id)).replace("{store}", store_tag(store.url_display))
     out = Path(name).expanduser()
     replaced = out.exists()
+    # At a terminal the run ends when the measuring does: a child writes the report
+    # (vmtax.cli.background_report); elsewhere it is written before the run returns.
+    pid = background_report.start(store, exp_id, out) if background_report.wanted() else None
+    if pid is not None:
+        if replaced:
+            print(f"vmtax: replacing the earlier {out}", file=sys.stderr)
+        typer.echo(
+            f"report: {out} (being written in the background by process {pid}; a line "
+            "says when it is there)"
+        )
+        return
     try:
         with _progress() as step:
             result = write_report(

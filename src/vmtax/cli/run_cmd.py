@@ -172,7 +172,11 @@ def run(
         ),
     ] = None,
     min_runs: Annotated[
-        int | None, typer.Option(help="Runs every probe gets before adaptive sampling looks.")
+        int | None,
+        typer.Option(
+            callback=options.count(2, limits.MAX_RUNS),
+            help="Runs every probe gets before adaptive sampling looks, 2..10000.",
+        ),
     ] = None,
 ) -> None:
     """Run a suite of probes, store every run and print the study-A table.

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from vmtax.sweep.summary import SweepSummary
 
 SHOW_FORMATS = ("table", "markdown", "json", "html")
+#: The cpu probe's own range of max_prime (`vmtax probes`).
+MAX_PRIME = 100_000_000
 
 sweep_app = typer.Typer(
     help="Overcommitment sweeps: scale guests, vCPUs or memory in steps, each step in "
@@ -74,9 +76,10 @@ def sweep(
     replicates: Annotated[
         int,
         typer.Option(
+            callback=options.count(1, MAX_REPLICATES),
             help=f"Replicates of each step, 2 to {MAX_REPLICATES} (3): rounds of fresh "
             "boots, each measuring every step once in a random order. 1 only with "
-            "--no-intervals."
+            "--no-intervals.",
         ),
     ] = DEFAULT_REPLICATES,
     intervals: Annotated[
@@ -99,17 +102,24 @@ def sweep(
     ] = "small",
     warmup: Annotated[
         float | None,
-        typer.Option(help=f"Warm-up seconds (overrides --timing; at most {MAX_SECONDS:g})."),
+        typer.Option(
+            callback=options.finite(0, MAX_SECONDS),
+            help=f"Warm-up seconds (overrides --timing; at most {MAX_SECONDS:g}).",
+        ),
     ] = None,
     window: Annotated[
         float | None,
-        typer.Option(help=f"Window seconds (overrides --timing; at most {MAX_SECONDS:g})."),
+        typer.Option(
+            callback=options.seconds(MAX_SECONDS),
+            help=f"Window seconds (overrides --timing; at most {MAX_SECONDS:g}).",
+        ),
     ] = None,
     interval: Annotated[
         float | None,
         typer.Option(
+            callback=options.finite(MIN_INTERVAL_S, MAX_SECONDS),
             help=f"Sample interval, seconds (at least {MIN_INTERVAL_S:g}; at most "
-            f"{MAX_SAMPLES} samples a window)."
+            f"{MAX_SAMPLES} samples a window).",
         ),
     ] = None,
     workload: Annotated[
@@ -121,29 +131,45 @@ def sweep(
     ] = "cpu",
     think_time: Annotated[
         float,
-        typer.Option(help=f"Seconds between a client's transactions (at most {MAX_THINK_S:g})."),
+        typer.Option(
+            callback=options.finite(0, MAX_THINK_S),
+            help=f"Seconds between a client's transactions (at most {MAX_THINK_S:g}).",
+        ),
     ] = 0.0,
     events: Annotated[
         int | None,
         typer.Option(
+            callback=options.count(1, MAX_EVENTS),
             help=f"Probe events per transaction (200); triplet: page views ({TRIPLET_EVENTS}); "
-            f"at most {MAX_EVENTS:,}."
+            f"at most {MAX_EVENTS:,}.",
         ),
     ] = None,
-    max_prime: Annotated[int, typer.Option(help="cpu workload: max_prime per event.")] = 2000,
+    max_prime: Annotated[
+        int,
+        typer.Option(
+            callback=options.count(3, MAX_PRIME), help="cpu workload: max_prime per event."
+        ),
+    ] = 2000,
     guest_vcpus: Annotated[
         int | None,
         typer.Option(
-            help=f"vCPUs of each guest (guests axis; 1; at most {MAX_RATIO:g} per host CPU)."
+            callback=options.count(1, limits.MAX_ID),
+            help=f"vCPUs of each guest (guests axis; 1; at most {MAX_RATIO:g} per host CPU).",
         ),
     ] = None,
     guest_memory: Annotated[
         int | None,
-        typer.Option(help="MiB of each guest (160); at most this machine's memory."),
+        typer.Option(
+            callback=options.count(1, limits.MAX_ID),
+            help="MiB of each guest (160); at most this machine's memory.",
+        ),
     ] = None,
     guests: Annotated[
         int,
-        typer.Option(help=f"Guests (vcpus and memory axes; at most {MAX_RATIO:g} per host CPU)."),
+        typer.Option(
+            callback=options.count(1, limits.MAX_ID),
+            help=f"Guests (vcpus and memory axes; at most {MAX_RATIO:g} per host CPU).",
+        ),
     ] = 1,
     tiers: Annotated[
         str,
@@ -151,13 +177,17 @@ def sweep(
     ] = "small",
     clients: Annotated[
         int | None,
-        typer.Option(help="triplet: clients per triplet (small 2, study-b 4)."),
+        typer.Option(
+            callback=options.count(1, limits.MAX_ID),
+            help="triplet: clients per triplet (small 2, study-b 4).",
+        ),
     ] = None,
     cap_mb: Annotated[
         int | None,
         typer.Option(
+            callback=options.count(1, limits.MAX_ID),
             help="cgroup memory cap around all guests, MiB (memory axis; at most this "
-            "machine's memory)."
+            "machine's memory).",
         ),
     ] = None,
     level: Annotated[str, typer.Option(help="L1: QEMU guests; L0: agent processes here.")] = "L1",
@@ -170,7 +200,10 @@ def sweep(
         ),
     ] = 2.0,
     boot_timeout: Annotated[
-        float, typer.Option(help="Seconds a guest may take to boot (at most 3600).")
+        float,
+        typer.Option(
+            callback=options.seconds(3600), help="Seconds a guest may take to boot (at most 3600)."
+        ),
     ] = 300.0,
     resume: Annotated[
         int | None,

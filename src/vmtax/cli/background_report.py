@@ -1,0 +1,86 @@
+"""The report of a `vmtax run` at a terminal, written by a child process after the run ends.
+
+Measuring ends, the table is printed and the prompt comes back; the report (most of a
+minute on a busy two-core machine) follows in a child in its own session, so a Ctrl-C at
+the terminal does not reach it and nothing measures beside it. The child runs at the lowest
+CPU priority, writes the file atomically (``vmtax.outfile``: a reader never sees half of
+it, an interrupted child leaves none) and says in one line on the terminal where the report
+is or why it was not written. Output that is not a terminal (a script, CI) gets the report
+before the run returns, so the file is there when the next command looks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vmtax.errors import VmtaxError
+from vmtax.report import write_report
+from vmtax.store import Store
+
+if TYPE_CHECKING:
+    from vmtax.report import Written
+
+_CHILD = "from vmtax.cli.background_report import main; main()"
+
+
+def wanted() -> bool:
+    """Whether a run's report goes to the background: someone is at a terminal."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def start(store: Store, exp_id: int, out: Path) -> int | None:
+    """Start the child writing experiment ``exp_id``'s report to ``out``; its process id,
+    or None when it could not be started (the caller then writes the report itself)."""
+    # The store's URL with its password goes through the environment, not the command
+    # line, which every user of the machine can read.
+    env = {**os.environ, "VMTAX_DB": store.engine.url.render_as_string(hide_password=False)}
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(exp_id), str(out)],
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    return child.pid
+
+
+def main() -> None:
+    """The child: write the report, then one line on stderr (exit 1 when not written)."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the measuring, and below anything else
+    exp_id, out = int(sys.argv[1]), Path(sys.argv[2])
+    try:
+        with Store.open(None, read_only=True) as store:
+            result = write_report(
+                store,
+                [f"exp={exp_id}"],
+                out,
+                command=["vmtax", "report", f"exp={exp_id}", "-o", str(out)],
+            )
+    except VmtaxError as exc:
+        _say(f"vmtax: report of experiment {exp_id} not written: {exc.message}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    _say(f"vmtax: report of experiment {exp_id} written: {described(result)}")
+
+
+def described(result: Written) -> str:
+    return (
+        f"{result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
+        + (f", PNGs in {result.extra}" if result.extra else "")
+        + ")"
+    )
+
+
+def _say(line: str) -> None:
+    # The terminal may be gone by now: the report is on disk either way.
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)

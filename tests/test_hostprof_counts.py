@@ -18,6 +18,7 @@ from vmtax.errors import UsageError
 from vmtax.hostprof import kvmstats, modes
 from vmtax.hostprof.store import exit_profiles, kvm_counters, save_profile
 from vmtax.hostprof.table import table2
+from vmtax.report.exits import section
 from vmtax.store import Store
 from vmtax.targets.base import find_agent
 
@@ -109,8 +110,12 @@ def test_counts_are_stored_with_the_run_and_shown_by_category_without_a_time(cli
     res = cli("exits", "exp=latest", "--db", db, "--by", "group")
     assert res.returncode == 0, res.stderr
     assert "Halt" in res.stdout and "no handling time" in res.stdout
+    figs, tables = section(prof)  # the report's exit section says what the shares are of
+    assert "recorded with KVM's own exit counters" in figs[0].caption
+    assert "total exits" in tables[0].note and tables[0].rows[0][4] == "–"
     rows = json.loads(cli("exits", "exp=latest", "--db", db, "--format", "json").stdout)
     assert {r["reason"] for r in rows} == {"halt_exits", "other_exits", "total"}
+    assert all(r["time_ns"] is None for r in rows)
 
 
 def test_exits_alone_means_counts_and_a_value_is_kept():

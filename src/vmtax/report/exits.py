@@ -40,7 +40,11 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
     tables: list[Table] = []
     by_group = table2(profiles, by="group")
     by_reason = table2(profiles, by="reason")
+    # Shares are of handling time, or of exits where only counts were recorded (--exits).
     for probe in dict.fromkeys(by_group["probe"]):
+        counted = (profiles.loc[profiles["probe"] == probe, "recorder"] == "kvm-stats").all()
+        what = "exits" if counted else "exit-handling time"
+        how = "KVM's own exit counters" if counted else "tracefs histograms"
         groups = by_group[(by_group["probe"] == probe) & (by_group["row"] != "total")]
         bars = groups[["column", "row", "share"]].set_axis(["config", "group", "value"], axis=1)
         base = str(by_group.attrs.get("baseline", ""))
@@ -48,14 +52,14 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
             FigureSpec(
                 key=f"exits-{probe}",
                 section="exits",
-                title=f"{probe}: exit-handling time by reason group",
+                title=f"{probe}: {what} by reason group",
                 caption="Measured on the hypervisor that runs each configuration (its KVM, "
-                "recorded with tracefs histograms); time per run, normalised to the total of "
+                f"recorded with {how}); {what} per run, normalised to the total of "
                 f"{base or 'the first configuration'}.",
                 draw=partial(
                     figures.exit_reasons,
                     bars,
-                    title=f"{probe}: exit-handling time by group, normalised",
+                    title=f"{probe}: {what} by group, normalised",
                 ),
             )
         )
@@ -82,7 +86,7 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
                 columns=["reason", "group", "config", "exits/run", "time/run", "share", "/iter"],
                 rows=body,
                 numeric=[False, False, False, True, True, True, True],
-                note=f"Share: of {cols[0]}'s total handling time; "
+                note=f"Share: of {cols[0]}'s total {'exits' if counted else 'handling time'}; "
                 f"/iter: exits per probe iteration (warm-up included).{lost}",
             )
         )

@@ -240,8 +240,11 @@ def kvm_l1_l2_store(tmp_path_factory) -> tuple[str, str]:
     db = f"sqlite:///{tmp_path_factory.mktemp('kvm_l1_l2') / 'e.db'}"
     env = {**os.environ, "VMTAX_PROBE": str(find_agent()), "VMTAX_RUN_REPORT": "none"}
     env.pop("VMTAX_DB", None)
+    # One boot a level: the tests that share this run count exits, and a reboot of the
+    # nested stack costs minutes (tests/test_levels.py covers boots).
     argv = ["run", "--levels", "L1,L2", "--inner-accel", "kvm", "--probe", "cpuid",
-            "--probe", "timer", "--runs", "3", "--exits=trace", "--db", db]  # fmt: skip
+            "--probe", "timer", "--runs", "3", "--exits=trace", "--boots", "1",
+            "--db", db]  # fmt: skip
     res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", *argv],
                          env=env, capture_output=True, text=True, timeout=3600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]

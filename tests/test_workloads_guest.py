@@ -77,6 +77,8 @@ def test_workloads_at_l0_and_l1(tmp_path):
         "tcg",
         "--guest-net",
         "user",
+        "--boots",
+        "1",
         timeout=900,
     )
     rows = (

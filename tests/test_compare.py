@@ -107,14 +107,14 @@ def _aa(design: str, trials: int, seed: int, **frame) -> tuple[np.ndarray, np.nd
     return np.array(raw), np.array(adj)
 
 
-AA_TRIALS = 30
+AA_TRIALS = 20
 #: Family-wise: at most alpha of the A/A experiments may have any adjusted p below alpha; with
-#: 30 experiments, a share above 6/30 (the 99.9% point of Binomial(30, 0.05)) fails. That
+#: 20 experiments, a share above 5/20 (the 99.9% point of Binomial(20, 0.05)) fails. That
 #: bound alone cannot tell 5% from 10% in experiments CI can afford, hence the second check.
 AA_MAX_FAMILIES = int(stats.binom.ppf(0.999, AA_TRIALS, ALPHA))
-#: Holm's guarantee needs valid p-values: of the 360 raw p-values, the share below 0.5 must
-#: lie in the central 99.9% of Binomial(360, 0.5) widened for the tests' conservatism at few
-#: boots (0.40..0.60); a p-value halved puts all of them below 0.5, one forced to 0 too.
+#: Holm's guarantee needs valid p-values: of the 240 raw p-values, the share below 0.5 must
+#: lie in 0.40..0.60 (the central 99.8% of Binomial(240, 0.5)); a p-value halved puts all
+#: of them below 0.5, one forced to 0 too.
 AA_HALF_BAND = (0.40, 0.60)
 
 
@@ -141,7 +141,7 @@ def test_the_aa_check_fails_on_a_halved_or_zero_p_value(monkeypatch, broken):
         real = getattr(significance, name)
         monkeypatch.setattr(significance, name, lambda *a, _real=real, **k: change(_real(*a, **k)))
     for design in sorted(AA_DESIGNS):
-        raw, adj = _aa(design, 6, seed=12)
+        raw, adj = _aa(design, 4, seed=12)
         family_ok, calibrated = _aa_checks(raw, adj)
         assert not calibrated
         if broken == "zero":

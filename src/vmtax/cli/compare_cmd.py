@@ -120,8 +120,10 @@ def compare_cmd(
 
     Overhead is direction-aware: above 1 means slower, for every metric.
 
-    Columns: mean, ΔL(n−1), StdErr, StdErr%, overhead with its 95% CI (Welch's t on the
-    log ratio), p, adjusted p.
+    Columns: runs, boots, between-boot share of the variance, runs per boot (Kalibera and
+    Jones), mean, ΔL(n−1), StdErr, StdErr%, overhead with its 95% CI (on the log ratio of run
+    means, or of boot means for a level measured in several boots; with one boot a side it
+    holds for that boot only), p, adjusted p.
 
     The verdict is ~ unless the adjusted p < 0.05 AND the whole CI lies outside 1±noise.
 

@@ -470,16 +470,31 @@ def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
                 f"{fmt_ci(r.ci_low, r.ci_high)}×",
                 fmt_p(r.p_adjusted) or "-",
                 words.short_verdict(str(r.verdict)),
+                str(r.boots),
+                _share(r.between_share),
+                _count(r.runs_per_boot),
             ]
         )
     if not body:
         return None
     return Table(
         title="Overhead per probe",
-        columns=["Probe", "Configuration", "Overhead", "95% CI", "p (adjusted)", "Verdict"],
+        columns=[
+            *("Probe", "Configuration", "Overhead", "95% CI", "p (adjusted)", "Verdict"),
+            *("Boots", "Between-boot share", "Runs per boot (Kalibera & Jones)"),
+        ],
         rows=body,
-        numeric=[False, False, True, True, True, False],
+        numeric=[False, False, True, True, True, False, True, True, True],
     )
+
+
+def _share(x: object) -> str:
+    """A variance share in percent; '-' when it is undefined (one boot)."""
+    return f"{100 * x:.0f}%" if isinstance(x, float | int) and np.isfinite(x) else "-"
+
+
+def _count(x: object) -> str:
+    return str(int(x)) if isinstance(x, float | int) and np.isfinite(x) else "-"
 
 
 def _flatten(obj: Any, prefix: str = "", *, argv: bool = False) -> dict[str, str]:  # noqa: ANN401

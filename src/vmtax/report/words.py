@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from vmtax.report.compare_format import fmt_ratio
+from vmtax.stats.boots import ONE_BOOT
 
 ALPHA = 0.05
 
@@ -64,6 +65,11 @@ def summary(rows: pd.DataFrame) -> list[str]:
             f"{config}: {fmt_ratio(ratio)}× the baseline's cost ({what}, "
             f"{_ci(float(head['ci_low']), float(head['ci_high']))}): "
             f"{verdict(str(head['verdict']))}."
+            + (
+                " One boot a side: this holds for these boots only."
+                if sub["warnings"].astype(str).str.contains(ONE_BOOT, regex=False).any()
+                else ""
+            )
         )
     return lines
 

@@ -591,6 +591,7 @@ def _geomean_rows(
             np.log(est).tolist(),
             [(c.values, c.clusters) for c, _ in pairs],
             [(b.values, b.clusters) for _, b in pairs],
+            behrens_fisher=any(c.boot_level != b.boot_level for c, b in pairs),
         )
         unit = "boots" if any(c.boot_level or b.boot_level for c, b in pairs) else "rounds"
         rows.append(

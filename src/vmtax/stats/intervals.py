@@ -33,7 +33,8 @@ and a guest's probes share its boots, so a slow round or boot moves every probe 
 :func:`geomean_clustered` therefore takes the round (or the boot) as the resampled unit: each
 unit's linearised contribution to the log geomean, ``(u/m − 1)/(n K)``, is summed per cluster,
 and the cluster sums give the variance (the cluster-robust sandwich, with ``C/(C − 1)``) and
-C − 1 degrees of freedom per side, combined with the Behrens–Fisher quantile as above. With
+C − 1 degrees of freedom per side, combined as above (Behrens–Fisher when one side's clusters
+are boots and the other's rounds, Welch–Satterthwaite otherwise). With
 one run per probe in each round this is the variance of the per-round geomean ratios over R.
 The same holds for a chain of levels (ΔL): a ratio of
 neighbours is a ratio of means like any other.
@@ -272,9 +273,13 @@ def geomean_clustered(
     cfg: Sequence[tuple[np.ndarray, np.ndarray]],
     base: Sequence[tuple[np.ndarray, np.ndarray]],
     confidence: float = CONFIDENCE,
+    *,
+    behrens_fisher: bool = False,
 ) -> RatioInterval:
     """The geometric mean of the probes' ratios, with its interval from the clusters (rounds
-    or boots) the probes share; ``cfg`` and ``base`` hold each probe's (units, clusters)."""
+    or boots) the probes share; ``cfg`` and ``base`` hold each probe's (units, clusters).
+    ``behrens_fisher`` when one side's clusters are boots and the other's rounds (as for
+    :func:`boot_ratio_interval`), Welch–Satterthwaite otherwise."""
     logs = np.asarray(log_ratios, dtype=np.float64)
     if not logs.size or not np.isfinite(logs).all():
         return RatioInterval(math.nan, math.nan, math.nan)
@@ -282,6 +287,9 @@ def geomean_clustered(
     vc, vb = (cluster_log_variance(side, logs.size) for side in (cfg, base))
     if vc is None or vb is None:
         return RatioInterval(est, math.nan, math.nan)
+    if not behrens_fisher:
+        low, high = t_interval(math.log(est), (vc, vb), confidence=confidence)
+        return RatioInterval(est, low, high, (vc, vb))
     total = vc.var + vb.var
     if total == 0:
         return RatioInterval(est, est, est, (vc, vb))
@@ -291,7 +299,11 @@ def geomean_clustered(
 
 
 def geomean_intervals_by_round(
-    cfg_runs: np.ndarray, base_runs: np.ndarray, confidence: float = CONFIDENCE
+    cfg_runs: np.ndarray,
+    base_runs: np.ndarray,
+    confidence: float = CONFIDENCE,
+    *,
+    behrens_fisher: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`geomean_clustered` for many comparisons at once: arrays of shape (..., probes,
     clusters), unit j of every probe in cluster j (run j of a round, or the boot means of
@@ -307,7 +319,11 @@ def geomean_intervals_by_round(
         parts.append(((u * u).sum(-1) * n / (n - 1), n - 1))
     (vc, dc), (vb, db) = parts
     total = vc + vb
-    half = behrens_fisher_quantile(vc / total, dc, db, confidence) * np.sqrt(total)
+    if behrens_fisher:
+        q = behrens_fisher_quantile(vc / total, dc, db, confidence)
+    else:
+        q = stats.t.ppf(0.5 + confidence / 2, total * total / (vc * vc / dc + vb * vb / db))
+    half = q * np.sqrt(total)
     return np.exp(log_est), np.exp(log_est - half), np.exp(log_est + half)
 
 

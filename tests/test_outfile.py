@@ -114,3 +114,54 @@ def test_sweep_show_refuses_a_fifo_before_opening_anything(tmp_path, cli):
     r = cli("sweep", "show", "latest", "-o", str(fifo), "--db", f"sqlite:///{tmp_path / 'no.db'}")
     assert r.returncode == 2 and "it is a FIFO; -o writes regular files only" in r.stderr
     assert not (tmp_path / "no.db").exists()
+
+
+def test_files_written_together_appear_together_or_not_at_all(tmp_path):
+    runs, samples = tmp_path / "r.csv", tmp_path / "r.samples.csv"
+    runs.write_text("old runs")
+    with pytest.raises(OSError), outfile.open_outputs([runs, samples]) as (a, b):
+        a.write("new runs")
+        b.write("half the samples")
+        raise OSError(28, "No space left on device")
+    assert runs.read_text() == "old runs" and not samples.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["r.csv"]  # no temporary file left
+    with outfile.open_outputs([runs, samples]) as (a, b):
+        a.write("new runs")
+        b.write("samples")
+    assert runs.read_text() == "new runs" and samples.read_text() == "samples"
+
+
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("{nosuchfield}-{id}.html", "'{nosuchfield}' is not a field"),
+        ("r-{id:03d}.html", "'{id:03d}' is not a field"),
+        ("r-{id.html", "'{id.html' is not a field"),
+        ("nodir/{id}.html", "directory"),
+    ],
+)
+def test_a_bad_report_template_is_refused_before_anything_runs(template, message, cli,
+                                                               tmp_path, monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VMTAX_RUN_REPORT", template)
+    db = tmp_path / "t.db"
+    res = cli("run", "--probe", "cpuid", "--runs", "1", "--db", str(db))
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and message in res.stderr
+    assert "VMTAX_RUN_REPORT" in res.stderr
+    assert not db.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--levels", "L0,L1", "--preset", "bogus", "--probe", "cpuid"],
+        ["run", "--target", "ssh://bench@host:99999", "--probe", "cpuid"],
+        ["run", "--resume", "1"],
+        ["sweep", "--resume", "999"],
+    ],
+)
+def test_a_command_that_fails_before_storing_anything_leaves_no_store(args, cli, tmp_path):
+    db = tmp_path / "t.db"
+    res = cli(*args, "--db", str(db))
+    assert res.returncode in (1, 2) and res.stderr.count("\n") == 1, res.stderr
+    assert not db.exists()

@@ -11,10 +11,11 @@ that does this whole check, hence this module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -61,18 +62,38 @@ def open_output(path: str | Path, *, binary: bool = False) -> Iterator[IO[Any]]:
 
     The file gets the umask's usual mode (0666 less the umask), not mkstemp's 0600: reports
     and exports are for sharing."""
-    real = destination(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
+    with open_outputs([path], binary=binary) as (fh,):
+        yield fh
+
+
+@contextmanager
+def open_outputs(paths: Sequence[str | Path], *, binary: bool = False) -> Iterator[list[IO[Any]]]:
+    """Handles of several files that appear together or not at all (an export's runs and
+    its samples): each is written to a temporary file beside its destination, and only when
+    the block ends without error are they renamed over their destinations. A failure (a full
+    disk, Ctrl-C) removes every temporary file and leaves the destinations as they were."""
+    reals = [destination(p) for p in paths]
+    made: list[tuple[IO[Any], str]] = []
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        mode = "wb" if binary else "w"
-        with os.fdopen(fd, mode, encoding=None if binary else "utf-8") as fh:
-            yield fh
-        # Checked again: something may have taken the name while the content was made.
-        destination(real)
-        os.replace(tmp, real)
+        for real in reals:
+            fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
+            made.append((os.fdopen(fd, "wb" if binary else "w",
+                                   encoding=None if binary else "utf-8"), tmp))  # fmt: skip
+            os.fchmod(fd, 0o666 & ~_umask())
+        yield [fh for fh, _ in made]
+        for fh, _ in made:
+            fh.close()  # a full disk can fail the last flush here: still nothing replaced
+        # Checked again, all before the first rename: something may have taken a name while
+        # the content was made.
+        for real in reals:
+            destination(real)
+        for (_, tmp), real in zip(made, reals, strict=True):
+            os.replace(tmp, real)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for fh, tmp in made:
+            with contextlib.suppress(OSError):
+                fh.close()
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -91,6 +92,14 @@ def show_cmd(
             "the table (runs stored before vmtax recorded times come last, without them).",
         ),
     ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="table | json: json prints the runs (with --executed, in the order they "
+            "ran), each with its start and end times, and nothing else on stdout.",
+        ),
+    ] = "table",
     db: DbOption = None,
 ) -> None:
     """Print the study-A table of one experiment from the store.
@@ -98,10 +107,23 @@ def show_cmd(
     Example: vmtax results show 3
 
     Example: vmtax results show latest --executed
+
+    Example: vmtax results show latest --executed --format json
     """
+    if fmt not in ("table", "json"):
+        raise UsageError(f"--format must be table or json, got {fmt!r}")
     store = _open(db)
     reconcile(store)
     exp_id = experiment_id(store, experiment)
+    if fmt == "json":
+        rows = (
+            store.executed_order(exp_id)
+            if executed
+            else exporter.runs_with_times(store, store.runs([f"exp={exp_id}"]))
+        )
+        exporter.write_json(rows, sys.stdout)
+        typer.echo(f"experiment {exp_id}", err=True)
+        return
     if executed:
         print_executed_order(out_console(), store.executed_order(exp_id))
     else:
@@ -131,7 +153,12 @@ def export_cmd(
 
     Parquet (the default) writes the samples too, at a few bytes each. CSV and JSON take
     tens to hundreds of bytes a sample, so they write the run-level rows unless --samples is
-    given; the size is estimated before anything is written.
+    given. The size is estimated and checked against the free space before anything is
+    written; the runs and samples files appear together and whole, or not at all. Every
+    run row carries its start and end times.
+
+    With -o -, stdout carries the runs and nothing else (every message goes to stderr), so
+    `-o - > runs.parquet` is a whole file; --samples needs -o FILE.
 
     Example: vmtax results export latest -o runs.parquet
 
@@ -139,16 +166,24 @@ def export_cmd(
     """
     if fmt not in ("csv", "json", "parquet"):
         raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
-
-    if str(output) != "-":
+    to_stdout = str(output) == "-"
+    if to_stdout and samples:
+        raise UsageError(
+            "--samples needs -o FILE: stdout carries one table, the runs; the samples go "
+            "beside FILE as <stem>.samples<suffix>"
+        )
+    if not to_stdout:
         outfile.destination(output)  # a FIFO, device or directory is refused before any work
     store = _open(db)
     exp_id = experiment_id(store, experiment)
-    with_samples = fmt == "parquet" if samples is None else samples
+    with_samples = (fmt == "parquet" if samples is None else samples) and not to_stdout
     n, size = exporter.estimate(store, exp_id, fmt)
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)  # a line per message
     if with_samples:
         err.print(f"exporting {n:,} samples: about {_size(size)} as {fmt}", markup=False)
+    elif n and to_stdout:
+        err.print(f"run-level rows only on stdout; the {n:,} raw samples need -o FILE",
+                  markup=False)  # fmt: skip
     elif n:
         err.print(
             f"run-level rows only; the {n:,} raw samples would take about {_size(size)} as "
@@ -157,10 +192,14 @@ def export_cmd(
             markup=False,
         )
     with _export_progress(err) as progress:
-        written = exporter.export(
-            store, exp_id, fmt, output, samples=with_samples, progress=progress
-        )
-    typer.echo(f"wrote {written if written else output}")
+        done = exporter.export(store, exp_id, fmt, output, samples=with_samples,
+                               progress=progress)  # fmt: skip
+    wrote = "stdout" if to_stdout else str(output)
+    line = f"wrote {wrote} ({done.runs:,} runs)"
+    if done.samples_file is not None:
+        line += f" and {done.samples_file} ({done.samples:,} samples"
+        line += f" and {done.warmup:,} warm-up samples)" if done.warmup else ")"
+    err.print(line, markup=False)
 
 
 def _size(nbytes: float) -> str:

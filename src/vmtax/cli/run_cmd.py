@@ -3,7 +3,10 @@ run, and print the study-A table."""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -13,10 +16,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from vmtax import experiment, limits
 from vmtax.cli import options
-from vmtax.cli.report_cmd import after_run
+from vmtax.cli.report_cmd import RUN_REPORT_DEFAULT, RUN_REPORT_ENV, after_run
 from vmtax.cli.results_cmd import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
-from vmtax.errors import VmtaxError
+from vmtax.errors import UsageError, VmtaxError
+from vmtax.outfile import destination
 from vmtax.sampling.outcome import lines as precision_lines
 
 if TYPE_CHECKING:
@@ -202,6 +206,7 @@ def run(
         budget=budget, min_runs=min_runs, boots=boots, argv=sys.argv[1:],
     )  # fmt: skip
     request.validate()  # bad input is refused before --resume opens anything, too
+    check_report_template()  # and a report name that could not be written, before any run
     with sigterm_as_interrupt():
         if resume is not None:
             done = experiment.resume(
@@ -216,6 +221,27 @@ def run(
     _show(done.store, done.experiment_id)
     if done.problem:
         raise VmtaxError(done.problem)
+
+
+def check_report_template() -> None:
+    """VMTAX_RUN_REPORT may name {id} and {store} and nothing else, in a directory that
+    exists: refused in one line before anything runs (it made a file named after the
+    unknown field, once the runs were done)."""
+    where = os.environ.get(RUN_REPORT_ENV, RUN_REPORT_DEFAULT).strip()
+    if where.lower() in ("", "none", "0", "off"):
+        return
+    left = re.search(r"\{[^{}]*\}?|\}", where.replace("{id}", "").replace("{store}", ""))
+    if left:
+        raise UsageError(
+            f"{RUN_REPORT_ENV}={where!r}: {left.group()!r} is not a field; the fields are "
+            "{id} (the experiment) and {store} (the store's tag), or 'none' for no report"
+        )
+    example = Path(where.replace("{id}", "1").replace("{store}", "store")).expanduser()
+    if "{" not in str(Path(where).parent):
+        try:
+            destination(example)
+        except VmtaxError as exc:
+            raise UsageError(f"{RUN_REPORT_ENV}={where!r}: {exc.message}") from None
 
 
 def _progress() -> RichProgress:

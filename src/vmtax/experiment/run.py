@@ -92,12 +92,12 @@ def run(
     rn.check_probes(plan, available)
     _require_workload_packages(plan)
     bounds.check_params(plan.entries, [*available, *rn.workload_infos()])
-    # Opened once the request and the machine are known to be able to run it: a run refused
-    # for a missing package leaves no empty store behind.
-    store = Store.open(request.db)
     built, limit = make_targets(
         specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
     )
+    # Opened once the request, the machine and the targets (a preset, an SSH port) are known
+    # to be able to run it: a run refused for any of them leaves no empty store behind.
+    store = Store.open(request.db)
     options = {
         "level": request.level, "labels": checked.labels, "exits": parse_mode(request.exits),
     }  # fmt: skip
@@ -127,7 +127,7 @@ def resume(
     notice: Notice = _to_stderr,
 ) -> Finished:
     """Finish the missing runs of an interrupted experiment (``ref``: an id or 'latest')."""
-    store = Store.open(db)
+    store = open_existing(db)
     exp_id = experiment_id(store, ref)
     reconcile(store)
     exp = store.experiment(exp_id)
@@ -176,6 +176,13 @@ def _refuse_beside_leftovers(plan: Plan, notice: Notice) -> None:
             f"a guest left by an earlier vmtax runs on this machine: {guests[0].line()}{more}; "
             "the resumed runs would be measured beside it: `vmtax doctor --clean` stops it"
         )
+
+
+def open_existing(db: str | None) -> Store:
+    """A store that must exist already (to resume in it): opened read-only first, which
+    refuses a missing one in one line, where a writable open would create it empty."""
+    Store.open(db, read_only=True, check_schema=False).close()
+    return Store.open(db)
 
 
 def execute(

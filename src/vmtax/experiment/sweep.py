@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line
+from vmtax.experiment.run import open_existing
 from vmtax.runner import controller_identity
 from vmtax.store import Store
 from vmtax.store.models import Experiment
@@ -225,7 +226,7 @@ def resume_sweep(
 ) -> SweepResult:
     """Run the units of sweep ``experiment_id`` without an ``ok`` row, in its stored order."""
     SweepRequest(boot_timeout=boot_timeout).check(resuming=True)
-    store = Store.open(db)
+    store = open_existing(db)  # a missing store is refused, not created empty
     try:
         plan = store.experiment(experiment_id).get("plan") or {}
         spec = spec_for_resume(plan)

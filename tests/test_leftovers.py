@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from vmtax.doctor import leftovers
 from vmtax.doctor.leftovers import (
     OWNER_FILE,
+    RAM_PREFIX,
     SCRATCH_PREFIX,
     UNOWNED_AFTER_S,
     controller_identity,
@@ -37,8 +39,8 @@ def dead_owner() -> dict:
     return ident
 
 
-def scratch(root: Path, owner: dict | None) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=root))
+def scratch(root: Path, owner: dict | None, prefix: str = SCRATCH_PREFIX) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
     if owner is not None:
         (directory / OWNER_FILE).write_text(json.dumps(owner))
     (directory / "console.log").write_text("")
@@ -70,10 +72,12 @@ def fake_guest(directory: Path) -> Iterator[subprocess.Popen]:
 
 @pytest.fixture
 def tmp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary directory vmtax looks in, private to the test."""
+    """The temporary directories vmtax looks in, private to the test: ``root`` for guests'
+    scratch directories, ``root / "var"`` for a sweep's memory directories."""
     root = tmp_path / "tmp"
-    root.mkdir()
+    (root / "var").mkdir(parents=True)
     monkeypatch.setattr(tempfile, "tempdir", str(root))
+    monkeypatch.setattr(leftovers, "RAM_ROOT", root / "var")
     return root
 
 
@@ -91,9 +95,15 @@ def test_doctor_names_each_leftover_in_one_row_and_nothing_a_live_vmtax_owns(tmp
     live_guest_dir = scratch(tmp_root, controller_identity())
     fresh_unowned = scratch(tmp_root, None)  # a vmtax may be writing its record this instant
     old_unowned = scratch(tmp_root, None)
+    # No owner record, but the process that started the guest (this one) lives.
+    unowned_guest_dir = scratch(tmp_root, None)
     old = time.time() - 2 * UNOWNED_AFTER_S
     os.utime(old_unowned, (old, old))
-    with fake_guest(guest_dir) as guest, fake_guest(live_guest_dir) as live_guest:
+    os.utime(unowned_guest_dir, (old, old))
+    with contextlib.ExitStack() as guests:
+        guest = guests.enter_context(fake_guest(guest_dir))
+        live_guest = guests.enter_context(fake_guest(live_guest_dir))
+        guests.enter_context(fake_guest(unowned_guest_dir))
         rows, _ = leftover_rows(cli)
     assert len(rows) == 3, rows
     (guest_row,) = [r for r in rows if str(guest_dir) in r]
@@ -104,19 +114,23 @@ def test_doctor_names_each_leftover_in_one_row_and_nothing_a_live_vmtax_owns(tmp
     named = " ".join(rows)
     assert str(live_dir) not in named and str(live_guest_dir) not in named
     assert str(fresh_unowned) not in named and f"pid {live_guest.pid} " not in named
+    assert str(unowned_guest_dir) not in named
 
 
 def test_doctor_clean_stops_leftover_guests_and_removes_their_directories(tmp_root, cli):
     left_dir = scratch(tmp_root, dead_owner())
     guest_dir = scratch(tmp_root, dead_owner())
     live_dir = scratch(tmp_root, controller_identity())
+    ram_dir = scratch(tmp_root / "var", dead_owner(), RAM_PREFIX)  # a sweep's guests' RAM
+    live_ram_dir = scratch(tmp_root / "var", controller_identity(), RAM_PREFIX)
     with fake_guest(guest_dir) as guest:
         rows, data = leftover_rows(cli, "--clean")
         assert guest.wait(10) == -9  # SIGKILLed by doctor
-    assert len(rows) == 2
+    assert len(rows) == 3
+    assert [r for r in rows if r.startswith(f"sweep memory directory {ram_dir} ")]
     assert f"stopped QEMU pid {guest.pid}" in data["cleaned"]
-    assert not guest_dir.exists() and not left_dir.exists()
-    assert live_dir.exists()  # a live vmtax's directory stays
+    assert not guest_dir.exists() and not left_dir.exists() and not ram_dir.exists()
+    assert live_dir.exists() and live_ram_dir.exists()  # a live vmtax's directories stay
     rows, data = leftover_rows(cli)
     assert rows == []
     (row,) = [r for r in data["capabilities"] if r["capability"] == "leftovers"]

@@ -114,7 +114,7 @@ enum Cmd {
     FreePort,
     /// Run a guest's QEMU as a child and kill it, and remove its scratch directory, when the
     /// controller that holds the pipe's write end exits, however. Example:
-    /// vmtax-probe watchdog --fd 3 --dir /tmp/vmtax-qemu-x -- qemu-system-x86_64 ...
+    /// vmtax-probe watchdog --fd 3 --dir vmtax-qemu-x -- qemu-system-x86_64 ...
     Watchdog {
         /// The read end of the controller's pipe
         #[arg(long)]

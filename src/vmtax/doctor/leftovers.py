@@ -10,7 +10,9 @@ its guest:
   ended; for a directory without an owner record (a vmtax before the records), a QEMU whose
   parent has exited (it was the controller's own child);
 - a *scratch* directory with no guest, whose owner has ended (or, without a record, that
-  nothing has touched for ``UNOWNED_AFTER_S``).
+  nothing has touched for ``UNOWNED_AFTER_S``);
+- a sweep's *memory* directory (``vmtax-sweep-ram-*`` in ``RAM_ROOT``: the files that back
+  its guests' RAM under a memory cap) that no QEMU uses, by the same rule.
 
 A controller on another host (a shared temporary directory) cannot be checked, so what it
 owns is never counted.
@@ -34,6 +36,10 @@ from typing import Any
 
 #: The name every guest's scratch directory starts with.
 SCRATCH_PREFIX = "vmtax-qemu-"
+#: Where a sweep keeps the files behind its guests' RAM (on disk, not a tmpfs), and their
+#: directory's name.
+RAM_ROOT = Path("/var/tmp")  # noqa: S108 - mkdtemp makes a private directory in it
+RAM_PREFIX = "vmtax-sweep-ram-"
 OWNER_FILE = "owner.json"
 #: A scratch directory without an owner record counts as left over once untouched this long
 #: (a controller writes its record right after making the directory).
@@ -88,7 +94,7 @@ def read_owner(directory: Path) -> dict[str, Any] | None:
 class Leftover:
     """One thing an earlier vmtax left: a running guest (with its directory) or a directory."""
 
-    kind: str  # "guest" | "scratch"
+    kind: str  # "guest" | "scratch" | "sweep memory"
     directory: Path
     why: str
     pid: int | None = None  # the guest's QEMU
@@ -98,7 +104,7 @@ class Leftover:
     def line(self) -> str:
         if self.kind == "guest":
             return f"QEMU pid {self.pid} ({self.size} resident) on {self.directory}: {self.why}"
-        return f"scratch directory {self.directory} ({self.size} on disk): {self.why}"
+        return f"{self.kind} directory {self.directory} ({self.size} on disk): {self.why}"
 
 
 def _mib(n_bytes: int) -> str:
@@ -112,29 +118,38 @@ def _owner_why(owner: dict[str, Any]) -> str | None:
     return None
 
 
-def _guests(root: Path) -> dict[int, tuple[Path, list[str]]]:
-    """QEMU processes whose command line names a scratch directory under ``root``."""
-    named = re.compile(re.escape(str(root / SCRATCH_PREFIX)) + r"[^/,\s]+")
+def _qemus() -> dict[int, list[str]]:
+    """The command line of every QEMU process."""
     out = {}
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):
             argv = cmdline.read_bytes().decode("utf-8", "replace").split("\0")
-            if not Path(argv[0]).name.startswith("qemu-system"):
-                continue
-            for arg in argv[1:]:
-                match = named.search(arg)
-                if match:
-                    out[int(cmdline.parent.name)] = (Path(match[0]), argv)
-                    break
+            if Path(argv[0]).name.startswith("qemu-system"):
+                out[int(cmdline.parent.name)] = argv
     return out
 
 
+def _named(argv: list[str], root: Path, prefix: str) -> Path | None:
+    """The directory under ``root`` named ``prefix*`` that a command line names, if any."""
+    named = re.compile(re.escape(str(root / prefix)) + r"[^/,\s]+")
+    for arg in argv[1:]:
+        match = named.search(arg)
+        if match:
+            return Path(match[0])
+    return None
+
+
 def find(root: Path | None = None) -> list[Leftover]:
-    """What earlier vmtax processes left under ``root`` (the temporary directory)."""
+    """What earlier vmtax processes left under ``root`` (the temporary directory) and in
+    ``RAM_ROOT``."""
     root = Path(root or tempfile.gettempdir())
     found: list[Leftover] = []
+    qemus = _qemus()
     guest_dirs = set()
-    for pid, (directory, _argv) in sorted(_guests(root).items()):
+    for pid, argv in sorted(qemus.items()):
+        directory = _named(argv, root, SCRATCH_PREFIX)
+        if directory is None:
+            continue
         guest_dirs.add(directory)
         stat = _stat(pid)
         if stat is None:
@@ -149,8 +164,17 @@ def find(root: Path | None = None) -> list[Leftover]:
         if why:
             rss = int(stat[21]) * os.sysconf("SC_PAGE_SIZE")
             found.append(Leftover("guest", directory, why, pid, int(stat[19]), _mib(rss)))
-    for directory in sorted(root.glob(SCRATCH_PREFIX + "*")):
-        if directory in guest_dirs or not directory.is_dir():
+    # A leftover guest's memory directory goes with it (``remove`` stops guests first).
+    left_pids = {x.pid for x in found}
+    in_use = {_named(argv, RAM_ROOT, RAM_PREFIX) for p, argv in qemus.items() if p not in left_pids}
+    unused = [
+        ("scratch", d) for d in sorted(root.glob(SCRATCH_PREFIX + "*")) if d not in guest_dirs
+    ]
+    unused += [
+        ("sweep memory", d) for d in sorted(RAM_ROOT.glob(RAM_PREFIX + "*")) if d not in in_use
+    ]
+    for kind, directory in unused:
+        if not directory.is_dir():
             continue
         owner = read_owner(directory)
         try:
@@ -165,7 +189,7 @@ def find(root: Path | None = None) -> list[Leftover]:
         else:
             why = None
         if why:
-            found.append(Leftover("scratch", directory, why, size=_mib(used)))
+            found.append(Leftover(kind, directory, why, size=_mib(used)))
     return found
 
 

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from vmtax.doctor.leftovers import RAM_PREFIX, RAM_ROOT, write_owner
 from vmtax.sweep.cgroup import swap_total_kb
 from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
@@ -57,7 +58,8 @@ class QemuGuests:
         extra: tuple[str, ...] = ("-name", "debug-threads=on")
         if self.file_backed:
             if self.ram_dir is None:
-                self.ram_dir = Path(tempfile.mkdtemp(prefix="vmtax-sweep-ram-", dir="/var/tmp"))
+                self.ram_dir = Path(tempfile.mkdtemp(prefix=RAM_PREFIX, dir=RAM_ROOT))
+                write_owner(self.ram_dir)  # so that `vmtax doctor` can tell a leftover
             self._made += 1
             ram = self.ram_dir / f"guest{self._made}.ram"
             extra += (

@@ -77,7 +77,7 @@ def sweep(
         int,
         typer.Option(
             callback=options.count(1, MAX_REPLICATES),
-            help=f"Replicates of each step, 2 to {MAX_REPLICATES} (3): rounds of fresh "
+            help=f"Replicates of each step, 3 to {MAX_REPLICATES} (3): rounds of fresh "
             "boots, each measuring every step once in a random order. 1 only with "
             "--no-intervals.",
         ),

@@ -234,3 +234,31 @@ def test_the_agent_asks_qemu_over_qmp_and_says_in_one_line_what_is_missing(tmp_p
         sleeper.wait()
     res = _stats("--qemu", "first")
     assert res.returncode == 1 and "--qemu takes auto or a PID" in res.stderr
+
+
+def test_explain_costs_counted_exits_as_whole_round_trips_and_says_so(
+    cli, store, sqlite_url, monkeypatch
+):
+    """Profiles of KVM's counters have no handling time: explain still splits an overhead by
+    group, every exit costing one round trip of cpuid's (calibrated on cpuid's whole exit),
+    says so in each group's cost basis and in one line on stderr."""
+    import test_explain
+
+    real = test_explain.hp.save_profile
+
+    def counts_only(store, run, level, profile, recorder="tracefs"):  # noqa: ARG001
+        reasons = [{**r, "time_ns": None, "timed": None} for r in profile["reasons"]]
+        return real(store, run, level, {**profile, "reasons": reasons}, "kvm-stats")
+
+    monkeypatch.setattr(test_explain.hp, "save_profile", counts_only)
+    test_explain._populate(store, np.random.default_rng(3))
+    res = cli("explain", "exp=latest", "--db", sqlite_url, "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("\n") == 1 and "counts (--exits), with no handling time" in res.stderr
+    groups = [r for r in json.loads(res.stdout) if r["group"] != "residual"]
+    worked = [r for r in groups if r["group"] != "Halt"]  # a halt costs a round trip anyway
+    assert worked and all("counts: no handling time" in r["cost_basis"] for r in worked)
+    for r in groups:
+        assert r["handling_ns"] == 0 and r["cost_ns"] == pytest.approx(r["round_trip_ns"])
+    cpuid = [r for r in groups if r["probe"] == "cpuid"]
+    assert cpuid and sum(r["share"] for r in cpuid) == pytest.approx(1.0)

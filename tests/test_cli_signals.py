@@ -59,7 +59,7 @@ def store_with_a_run(tmp_path_factory) -> str:
     [
         ("results", "show", "1"),
         ("results", "list"),
-        ("results", "export", "1", "--format", "csv", "--samples", "-o", "-"),
+        ("results", "export", "1", "--format", "csv", "-o", "-"),
         ("compare", "1", "--baseline", "probe=cpuid"),
         ("refs", "show", "fitzgerald2014"),
     ],

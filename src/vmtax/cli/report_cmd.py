@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from vmtax import limits, outfile
 from vmtax.cli import background_report, options
+from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line as _command_line
 from vmtax.report import write_report
@@ -92,7 +93,8 @@ def report(
     outfile.destination(out)  # a FIFO, device or directory is refused before any work
     store = Store.open(db, read_only=True)
     try:
-        with _progress() as step:
+        # SIGTERM stops a report as Ctrl-C does: one line, exit 130, no partial file.
+        with sigterm_as_interrupt(), _progress() as step:
             result = write_report(
                 store,
                 list(selectors or ["exp=latest"]),

@@ -68,7 +68,7 @@ def test_qemu_guest_sigkilled_mid_run(tmp_path):
     env = dict(vmtax_env(), VMTAX_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.Popen(
         [*vmtax_cmd(), "run", "--levels", "L0,L1", "--accel", "tcg", "--suite", str(suite),
-         "--db", db],
+         "--boots", "1", "--db", db],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
@@ -105,4 +105,8 @@ def test_qemu_guest_sigkilled_mid_run(tmp_path):
     assert len(ok_after) == 20 and set(ok["run_id"]) <= set(ok_after["run_id"])
     new = ok_after[~ok_after["run_id"].isin(ok["run_id"])]
     assert set(new["level"]) == {"L1"}  # only the killed level's missing runs were redone
+    # The resumed runs are in a new boot of L1, and their boot id says so (the first session
+    # had booted L1 anew after the kill too: its runs name both of its boots).
+    first = set(ok.loc[ok["level"] == "L1", "boot"])
+    assert new["boot"].nunique() == 1 and set(new["boot"]).isdisjoint(first)
     assert not ok_after.duplicated(["plan_index", "run_index"]).any()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from test_faults_qemu import _qemu_of
 from vmtax.doctor.leftovers import pid_start
 from vmtax.store import Store
 from vmtax.targets.base import TargetError, find_agent
@@ -145,7 +146,6 @@ def test_exiting_without_close_still_kills_qemu_at_exit(image, tmp_path):
 
 def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
     vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
-    before = qemu_pids()
     env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
     child = subprocess.Popen(
         [
@@ -168,7 +168,9 @@ def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
         env=env,
     )
     try:
-        assert _wait(lambda: qemu_pids() - before, 60), "no QEMU started"
+        # Its own guest, found under it: other guests on the machine are not its.
+        assert _wait(lambda: _qemu_of(child.pid), 60), "no QEMU started"
+        guests = set(_qemu_of(child.pid))
         time.sleep(2)
         child.send_signal(signal.SIGINT)
         child.wait(60)
@@ -176,27 +178,26 @@ def test_ctrl_c_of_vmtax_run_with_a_level_leaves_no_qemu(tmp_path):
         if child.poll() is None:
             child.kill()
     assert child.returncode == 130
-    assert _wait(lambda: not qemu_pids() - before, 10)
+    assert _wait(lambda: not guests & qemu_pids(), 10)
 
 
 def test_sigterm_of_vmtax_run_with_two_levels_boots_no_more_guests(tmp_path):
     # Levels take turns (one boot or run at a time): the level that waits for its turn must
     # not boot its guest after the interrupt, as it once did (two more QEMUs after SIGTERM).
     vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
-    before = qemu_pids()
     env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
     argv = [vmtax, "run", "--levels", "L1,L2", "--accel", "tcg", "--probe", "cpu",
             "--runs", "50", "--db", f"sqlite:///{tmp_path / 't.db'}"]  # fmt: skip
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     seen_after: dict[int, str] = {}
     try:
-        assert _wait(lambda: qemu_pids() - before, 120), "no QEMU started"
+        assert _wait(lambda: _qemu_of(child.pid), 120), "no QEMU started"
         time.sleep(2)
-        at_signal = qemu_pids() - before
+        at_signal = set(_qemu_of(child.pid))
         child.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 60
         while child.poll() is None and time.monotonic() < deadline:
-            for pid in qemu_pids() - before - seen_after.keys():
+            for pid in set(_qemu_of(child.pid)) - seen_after.keys():
                 with contextlib.suppress(OSError):
                     seen_after[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().decode()[-200:]
             time.sleep(0.05)
@@ -208,13 +209,12 @@ def test_sigterm_of_vmtax_run_with_two_levels_boots_no_more_guests(tmp_path):
     assert "interrupted" in stderr
     booted = {pid: argv for pid, argv in seen_after.items() if pid not in at_signal}
     assert not booted, f"a guest was booted after SIGTERM: {booted}; stderr: {stderr}"
-    assert _wait(lambda: not qemu_pids() - before, 10)
+    assert _wait(lambda: not (at_signal | seen_after.keys()) & qemu_pids(), 10)
 
 
 def test_sigkill_of_vmtax_run_leaves_no_qemu_and_no_scratch_dir(tmp_path, cli, monkeypatch):
     # SIGKILL runs no cleanup code in vmtax: the guest goes because the agent's watchdog,
     # which QEMU runs under, sees vmtax's end of its pipe close.
-    from test_faults_qemu import _qemu_of
     from test_fleet_netns import vmtax_cmd, vmtax_env
     from test_leftovers import fake_guest, scratch
 

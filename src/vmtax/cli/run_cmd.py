@@ -154,12 +154,15 @@ def run(
         bool, typer.Option(help="Trust an SSH host key seen for the first time.")
     ] = False,
     exits: Annotated[
-        bool,
+        str | None,
         typer.Option(
-            help="Record each run's VM exits by reason on the level whose KVM runs it "
-            "(see vmtax exits and docs/exits.md)."
+            metavar="[=counts|trace]",
+            help="Record each run's VM exits on the level whose KVM runs it (see vmtax exits "
+            "and docs/exits.md). --exits alone (counts): KVM's own counters by category, at "
+            "no cost to the run; --exits=trace: by exit reason with handling times (tracing, "
+            "slower).",
         ),
-    ] = False,
+    ] = None,
     precision: Annotated[
         str | None,
         typer.Option(
@@ -242,6 +245,21 @@ def check_report_template() -> None:
             destination(example)
         except VmtaxError as exc:
             raise UsageError(f"{RUN_REPORT_ENV}={where!r}: {exc.message}") from None
+
+
+def exits_alone_is_counts(argv: list[str]) -> list[str]:
+    """``vmtax run ... --exits`` with no value is ``--exits=counts``. Hand-written: the
+    option parser typer vendors has no option whose value may be left out (click's
+    ``flag_value``), so a bare ``--exits`` would take the next argument as its value."""
+    if not argv or argv[0] != "run":
+        return argv
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--exits" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out[i] = "--exits=counts"
+    return out
 
 
 def _progress() -> RichProgress:

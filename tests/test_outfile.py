@@ -158,6 +158,7 @@ def test_a_bad_report_template_is_refused_before_anything_runs(template, message
         ["run", "--target", "ssh://bench@host:99999", "--probe", "cpuid"],
         ["run", "--resume", "1"],
         ["sweep", "--resume", "999"],
+        ["sweep", "--accel", "bogus"],
     ],
 )
 def test_a_command_that_fails_before_storing_anything_leaves_no_store(args, cli, tmp_path):

@@ -190,11 +190,12 @@ def run_sweep(
     """Start a sweep as `vmtax sweep` does and run every unit (or up to a failure: the units
     before it stay stored, and SweepError says which step failed)."""
     spec = request.validate()
+    if request.level == "L1":
+        # After the checks: probing KVM can take seconds, a usage error should not. Before
+        # the store: an accelerator refused leaves no empty store behind.
+        spec = replace(spec, accel=choose_accel(request.accel))
     store = Store.open(request.db)
     try:
-        if request.level == "L1":
-            # After the checks: probing KVM can take seconds, a usage error should not.
-            spec = replace(spec, accel=choose_accel(request.accel))
         exp_id = store.create_experiment(
             command=command_line(request.argv, store.url_display),
             suite="sweep",

@@ -53,7 +53,7 @@ class _Watch:
                 self._what = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(min(0.2, self._after)):
+        while not self._stop.wait(max(0.01, min(0.2, self._after))):
             with self._lock:
                 what = self._what
                 due = (

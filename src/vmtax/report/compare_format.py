@@ -57,6 +57,10 @@ def _num(x: Any, digits: int = 4) -> str:
     return f"{x:,.{decimals}f}" if magnitude >= 3 else f"{x:.{decimals}f}"
 
 
+def _count(x: Any) -> str:
+    return str(int(x)) if isinstance(x, int | float) and math.isfinite(x) else ""
+
+
 def fmt_p(x: Any) -> str:
     """A p-value as every output shows it (compare, report, markdown): one place, one rounding."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
@@ -94,7 +98,7 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
                 "n_runs": str(rec["n_runs"]),
                 "boots": str(rec["boots"]),
                 "between_share": _num(100.0 * rec["between_share"], 2),
-                "runs_per_boot": _num(rec["runs_per_boot"], 3),
+                "runs_per_boot": _count(rec["runs_per_boot"]),
                 "mean": _num(rec["mean"]),
                 "unit": rec["unit"] or "",
                 "delta_prev_pct": _num(rec["delta_prev_pct"], 3),

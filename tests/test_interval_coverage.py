@@ -260,8 +260,10 @@ def test_geomean_covers_with_shared_round_effects(probes):
     rng = np.random.default_rng(70 + probes)
     for rounds in (3, 5, 10):
         cfg, base, truth = shared_rounds(rng, TRIALS, probes, rounds)
-        _, low, high = intervals.geomean_intervals_by_round(cfg, base)
+        est, low, high = intervals.geomean_intervals_by_round(cfg, base)
         assert LOW <= coverage(low, high, truth) <= HIGH, (probes, rounds)
+        half = np.sqrt(np.sqrt(high / low))  # exp of half the log half-width
+        assert coverage(est / half, est * half, truth) < LOW
         # The interval that took the probes as independent undercovers, more so with more
         # probes (their shared part does not average out).
         assert coverage(*independent_geomean(cfg, base), truth) < LOW

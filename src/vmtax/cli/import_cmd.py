@@ -24,7 +24,8 @@ def import_cmd(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="Saved streams: vmtax-probe run PROBE ... > FILE; several make one experiment."
+            metavar="FILE",
+            help="Saved streams: vmtax-probe run PROBE ... > FILE; several make one experiment.",
         ),
     ],
     level: Annotated[

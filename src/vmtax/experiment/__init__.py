@@ -2,7 +2,8 @@
 
 ``run(RunRequest(...))`` validates once, plans, opens the store, sizes runs and executes;
 ``resume(ref, db=...)`` finishes an interrupted one. ``run_sweep(SweepRequest(...))`` and
-``resume_sweep(exp, db=...)`` do the same for an overcommitment sweep (``vmtax.sweep``).
+``resume_sweep(exp, db=...)`` do the same for an overcommitment sweep (``vmtax.sweep``), and
+``importing.import_files(paths, ...)`` stores saved agent streams as one experiment.
 The CLI parses and renders, nothing more.
 """
 

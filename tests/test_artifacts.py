@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -286,5 +287,7 @@ def test_artifacts_command_reports_the_period(tmp_path, cli):
         res = cli("artifacts", "level=L1", "--db", url, "--format", fmt)
         assert res.returncode == 0, res.stderr
         assert needle in res.stdout
+        if fmt == "table":  # the family and its control are named
+            assert re.search(r"Holm-adjusted over \d tests, family-wise 1%", res.stdout)
     res = cli("artifacts", "level=L3", "--db", url)
     assert res.returncode == 2 and res.stderr.startswith("vmtax: error: no completed runs")

@@ -1,5 +1,5 @@
-"""Artifact findings across a command: one family, Benjamini-Hochberg, and words that never
-call a rejected test an absence."""
+"""Artifact findings across a command: one family, Holm (family-wise), and words that say what
+each test found: never a rejected test as an absence, nor a small one as a change."""
 
 from __future__ import annotations
 
@@ -42,10 +42,10 @@ def test_a_null_report_rarely_finds_anything_once_the_family_is_adjusted():
         unadjusted_any += min(_raw_p(results)) < ALPHA  # one test at a time, as before
         control_family(results)
         adjusted_any += any(a.found() and set(a.found()) - {"bimodal"} for a in results)
-    # Under the null, a false discovery rate of 1% is a 1% chance of any finding per report:
-    # 3 or more of 20 has probability 0.001. Tested one at a time, about a quarter of these
-    # reports had a false finding (the tests are conservative here; with exact p-values,
-    # 72 tests at 1% give one in a report of two more often than not).
+    # Under the null, a family-wise error rate of 1% is at most a 1% chance of any finding
+    # per report: 3 or more of 20 has probability 0.001. Tested one at a time, about a
+    # quarter of these reports had a false finding (the tests are conservative here; with
+    # exact p-values, 72 tests at 1% give one in a report of two more often than not).
     assert adjusted_any <= 2
     assert stats.binom.sf(2, TRIALS, ALPHA) < 0.002
     assert unadjusted_any >= 3
@@ -102,3 +102,40 @@ def test_a_clear_period_stops_at_the_look_with_the_full_tests_verdict():
     for planted in (early, full):
         control_family([planted, *others])
         assert planted.periodic.found and planted.periodic.period == 25
+
+
+def test_the_family_is_holms():
+    from statsmodels.stats.multitest import multipletests
+
+    results = _null_report(5)[:6]
+    raw = _raw_p(results)
+    assert control_family(results) == len(raw)
+    adjusted = [
+        part.p_adjusted
+        for a in results
+        for part in (a.periodic, a.cross_run, a.warmup, a.shape)
+        if part.p_value is not None
+    ]
+    assert np.allclose(adjusted, multipletests(raw, method="holm")[1])
+
+
+def test_a_small_shape_difference_is_worded_as_detected_but_small():
+    # A skewed distribution (gamma, shape 3) against a normal one: KS rejects, but the
+    # standardised distributions differ by under 0.1 (0.08).
+    rng = np.random.default_rng(6)
+    base = rng.normal(100, 5, (6, 2000))
+    other = 100 + 5 * rng.gamma(3, 1, base.shape)
+    art = detect(other, base)
+    assert art.shape.p_adjusted < ALPHA and art.shape.distance < 0.1
+    assert art.shape.small and not art.shape.changed and "shape" not in art.found()
+    words = finding("syscall", "L1", art)
+    line = next(w for w in words.clear if w.startswith("A change of distribution shape"))
+    assert "detected but small" in line and "not detected" not in line
+
+
+def test_two_runs_say_the_warm_up_test_cannot_reach_a_small_p():
+    m = np.random.default_rng(9).lognormal(np.log(100), 0.05, (2, 400))
+    m[:, :10] *= 2.0
+    words = finding("syscall", "L1", detect(m))
+    line = next(w for w in words.clear if w.startswith("Leftover warm-up"))
+    assert "with 2 runs the sign-flip test over runs cannot give a p below 0.25" in line

@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
 def _p(p: float | None, adjusted: float | None = None) -> str:
     if p is None:
         return "n/a"
-    return f"{p:.2g}" if adjusted is None else f"{p:.2g}, adjusted {adjusted:.2g}"
+    return f"{p:.2g}" if adjusted is None else f"{p:.2g}, Holm-adjusted {adjusted:.2g}"
 
 
 def _list(values: list[Any], limit: int = 12) -> str:
@@ -62,14 +62,15 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
         )
     rows.append(("cross_run", "yes" if cross.found else "no", text))
     slow = "n/a" if warm.slowdown is None else f"{warm.slowdown:.2f}x"
-    rows.append(
-        (
-            "warmup",
-            "yes" if warm.found else "no",
-            f"first {warm.n_slow} iterations slow; first window/steady {slow} "
-            f"(p={_p(warm.p_value, warm.p_adjusted)})",
+    if warm.p_value is None:
+        text = "not tested (it needs 2 runs and 20 iterations)"
+    else:
+        text = (
+            f"first {warm.n_slow} iterations slow; first window/steady {slow} (sign-flip "
+            f"test over {warm.runs} runs, p={_p(warm.p_value, warm.p_adjusted)}"
+            + (f"; it cannot go below {warm.min_p:.2g})" if (warm.min_p or 0) >= 0.01 else ")")
         )
-    )
+    rows.append(("warmup", "yes" if warm.found else "no", text))
     text = f"mvalue {shp.mvalue:.2f} ({shp.modality})"
     if shp.ad_stat is not None:
         text = (
@@ -77,7 +78,10 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
             f"{shp.distance:.2f} vs baseline; "
             f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})"
         )
-    rows.append(("shape", "changed" if shp.changed else shp.modality, text))
+    if shp.small:
+        text = f"detected but small (distance under 0.1): {text}"
+    found = "changed" if shp.changed else "small" if shp.small else shp.modality
+    rows.append(("shape", found, text))
     first = ", ".join(f"run {r} it {i}" for r, i in out.indices[:6])
     rows.append(
         (
@@ -120,7 +124,7 @@ def artifacts_cmd(
         typer.Option(
             callback=options.resamples(19),
             help="Least permutations per test; raised to what the command's family of tests "
-            "needs (Benjamini-Hochberg at 1% across all of them).",
+            "needs (Holm, family-wise 1% across all of them).",
         ),
     ] = 199,
     seed: Annotated[
@@ -186,7 +190,7 @@ def artifacts_cmd(
                 detect(matrix, ref_matrix, resamples=resamples, seed=seed, family=family),
             )
         )
-    control_family([a for _, _, a in results])
+    tests = control_family([a for _, _, a in results])
     if fmt == "json":
         emit(
             json.dumps(
@@ -200,4 +204,5 @@ def artifacts_cmd(
     frame = pd.DataFrame(
         [r for c, p, a in results for r in evidence_rows(c, p, a)], columns=COLUMNS
     )
-    emit(fmt_mod.render_frame(frame, fmt, f"timing artifacts in {selector}"))
+    title = f"timing artifacts in {selector} (Holm-adjusted over {tests} tests, family-wise 1%)"
+    emit(fmt_mod.render_frame(frame, fmt, title))

@@ -95,11 +95,11 @@ def _num(value: Any, spec: str = ".3g") -> str:  # noqa: ANN401
 
 
 def _pq(part: Any) -> str:  # noqa: ANN401
-    """``p = …`` and, once the command's family is adjusted, ``adjusted p = …``."""
+    """``p = …`` and, once the command's family is adjusted, ``Holm-adjusted …``."""
     adjusted = getattr(part, "p_adjusted", None)
     text = f"p = {_num(part.p_value)}"
     if adjusted is not None and adjusted != part.p_value:
-        text += f", adjusted {_num(adjusted)}"
+        text += f", Holm-adjusted {_num(adjusted)}"
     return text
 
 
@@ -145,10 +145,19 @@ def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
         out.clear.append(f"Memory between runs: not detected ({_pq(cross)}).")
 
     warm = result.warmup
+    runs = getattr(warm, "runs", 0)
     if warm.found:
         out.found.append(
             f"Warm-up not over: the first {warm.n_slow} iterations of a run are "
-            f"{_num(warm.slowdown)}× the steady state ({_pq(warm)})."
+            f"{_num(warm.slowdown)}× the steady state (sign-flip test over {runs} runs, "
+            f"{_pq(warm)})."
+        )
+    elif warm.p_value is None:
+        out.clear.append("Leftover warm-up: not tested (it needs 2 runs and 20 iterations).")
+    elif getattr(warm, "min_p", None) is not None and warm.min_p >= 0.01:
+        out.clear.append(
+            f"Leftover warm-up: not detected ({_pq(warm)}); with {runs} runs the sign-flip "
+            f"test over runs cannot give a p below {_num(warm.min_p)}."
         )
     else:
         out.clear.append(f"Leftover warm-up: not detected ({_pq(warm)}).")
@@ -158,6 +167,11 @@ def finding(probe: str, config: str, result: Any) -> Finding:  # noqa: ANN401
         out.found.append(
             f"The distribution's shape differs from the baseline's "
             f"(KS distance {_num(shp.distance)}, {_pq(shp)})."
+        )
+    elif getattr(shp, "small", False):
+        out.clear.append(
+            f"A change of distribution shape: detected but small (KS distance "
+            f"{_num(shp.distance)}, under 0.1; {_pq(shp)}), so not counted as a change."
         )
     elif shp.p_value is not None:
         out.clear.append(f"A change of distribution shape: not detected ({_pq(shp)}).")

@@ -22,29 +22,39 @@
   alignment between runs (it reads the same first iterations as the period test, and stops
   as it does).
 - **Warm-up**: each run's first iterations against its steady state (the second half).
-  The p-value is a one-sided Wilcoxon signed-rank test over runs (first window mean vs
-  steady mean), or Mann-Whitney over iterations when there are fewer than 6 runs; the test
-  decides, and ``n_slow`` says how long the slow start is: the leading stretch whose
-  across-run median exceeds the steady state's noise, or the tested window when the test
-  finds a slow start that no single iteration shows above the noise.
+  The unit is the run: one difference per run (the median of its first window minus the
+  median of its steady state), tested one-sided by flipping their signs (an exact
+  permutation test over all 2^runs sign patterns, as ``scipy.stats.permutation_test``'s).
+  Runs are independent and, with no warm-up, each difference is as likely negative as
+  positive however autocorrelated the iterations inside a run are, so the test holds its
+  level at any number of runs (2 and more); its smallest p-value is 2^-runs, which it
+  reports (``min_p``). Iterations are never
+  the unit: a test over them (Mann-Whitney, used below 6 runs before) counts autocorrelated
+  iterations as independent. The test decides, and ``n_slow`` says how long the slow start
+  is: the leading stretch whose across-run median exceeds the steady state's noise, or the
+  tested window when the test finds a slow start that no single iteration shows above the
+  noise.
 - **Shape vs baseline**: the two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``)
   on the pooled samples after removing each side's location and scale
   (median and IQR), so it answers "did the shape change", not "did it shift". With thousands
   of samples KS finds differences too small to matter, so "changed" also needs the
-  standardised ECDFs to differ by at least 0.1 somewhere (or the modality to differ). Modality is an
-  mvalue (Brendan Gregg's measure, used by BenchmarkDotNet): the total variation of the
-  density divided by its maximum; about 2 for one mode, about 4 for two. The density is a
-  Gaussian KDE on a grid over the central 99% of the data, which keeps the measure from
-  counting histogram noise as modes (its bandwidth is at least the timer's quantum, so
-  quantised values are not read as modes). mvalue >= 3.2 (BenchmarkDotNet's threshold) is
-  "bimodal".
+  standardised ECDFs to differ by at least 0.1 somewhere (or the modality to differ); a
+  rejection with a smaller distance is "detected but small" (``small``), not a change.
+  Modality is an mvalue (Brendan Gregg's measure, used by BenchmarkDotNet): the total
+  variation of the density divided by its maximum; about 2 for one mode, about 4 for two.
+  The density is a Gaussian KDE on a grid over the central 99% of the data, which keeps
+  the measure from counting histogram noise as modes (its bandwidth is at least the timer's
+  quantum, so quantised values are not read as modes). mvalue >= 3.2 (BenchmarkDotNet's
+  threshold) is "bimodal".
 
 **One family per command.** A report of two levels runs about a hundred of these tests, so
 a test at ALPHA each would make about one false finding per report. Every command (vmtax
-artifacts, the report) adjusts all its tests' p-values together with Benjamini-Hochberg
-(statsmodels' ``multipletests``, false discovery rate ALPHA = 1%) and decides each finding on
-its adjusted p-value; the permutation tests get enough resamples (``family_resamples``) for
-their smallest p-value to clear the family's smallest threshold. The shape test's p-value is
+artifacts, the report) adjusts all its tests' p-values together with Holm's step-down
+method (``stats.significance.adjust``, checked against statsmodels' ``multipletests``),
+which holds the family-wise error rate at ALPHA = 1%: the chance of any false finding in the
+whole command is at most 1%. It decides each finding on its adjusted p-value; the
+permutation tests get enough resamples (``family_resamples``) for their smallest p-value to
+clear the family's smallest threshold. The shape test's p-value is
 KS's (the Anderson-Darling statistic is kept as evidence): a permutation p-value could not
 get small enough for a family of a hundred at a cost a report can pay. A test that finds
 nothing is worded "not detected (p = …)", never as absence.
@@ -60,11 +70,12 @@ from typing import Any
 
 import numpy as np
 from scipy import fft as sfft
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
+from scipy import ndimage, stats
 
-#: The false discovery rate of a command's or report's artifact findings (Benjamini-Hochberg
-#: across all of its tests): artifacts are hints, so only strong evidence is reported.
+from vmtax.stats.significance import adjust
+
+#: The family-wise error rate of a command's or report's artifact findings (Holm across all of
+#: its tests): the chance of any false finding in one command or report is at most 1%.
 ALPHA = 0.01
 MIN_ACF = 0.5  # a period needs most spikes to recur at it; bursts of slow iterations (clustering)
 # give small, significant autocorrelations at short lags that are not a period
@@ -116,6 +127,8 @@ class Warmup:
     p_adjusted: float | None = None
     window: int = 0  # the first iterations the test compares with the steady state
     stretch: int = 0  # the leading stretch above the steady state's noise (may be 0)
+    runs: int = 0
+    min_p: float | None = None  # the smallest p-value the sign-flip test can give: 2^-runs
 
     def decide(self) -> None:
         # The test decides; the stretch only says how long the slow start is. A significant
@@ -136,11 +149,15 @@ class Shape:
     distance: float | None = None  # largest gap between the standardised ECDFs (KS statistic)
     p_adjusted: float | None = None
 
+    small: bool = False  # KS rejects, but the distance is under MIN_SHAPE_DISTANCE
+
     def decide(self) -> None:
         visible = (self.distance or 0.0) >= MIN_SHAPE_DISTANCE or (
             self.modality_baseline is not None and self.modality != self.modality_baseline
         )
-        self.changed = self.p_value is not None and visible and _significant(self.p_adjusted)
+        rejected = self.p_value is not None and _significant(self.p_adjusted)
+        self.changed = rejected and visible
+        self.small = rejected and not visible
 
 
 @dataclass
@@ -204,13 +221,12 @@ def as_matrix(runs: list[np.ndarray]) -> np.ndarray:
 
 
 def resolution(matrix: np.ndarray) -> np.ndarray:
-    """Per run, the smallest positive gap between distinct values: the timer's quantum."""
-    out = np.zeros(matrix.shape[0])
-    for r, row in enumerate(matrix):
-        gaps = np.diff(np.unique(row[np.isfinite(row)]))
-        gaps = gaps[gaps > 0]
-        out[r] = gaps.min() if gaps.size else 0.0
-    return out
+    """Per run (last axis), the smallest positive gap between distinct values: the timer's
+    quantum (0 when all values are equal)."""
+    gaps = np.diff(np.sort(np.asarray(matrix, dtype=np.float64), axis=-1), axis=-1)
+    gaps = np.where(gaps > 0, gaps, np.inf)  # NaN (sorted last) and ties are no gap
+    out = gaps.min(axis=-1) if gaps.shape[-1] else np.full(gaps.shape[:-1], np.inf)
+    return np.where(np.isfinite(out), out, 0.0)
 
 
 def tukey(
@@ -297,8 +313,8 @@ def monte_carlo_p(
 def early_look(tests: int, resamples: int) -> int | None:
     """Where a family of ``tests`` may stop a permutation test that nothing matched: the draw
     count whose smallest p is EARLY_LOOK_MARGIN times below the family's smallest
-    Benjamini-Hochberg threshold (ALPHA / tests); None when that is not well short of
-    ``resamples``."""
+    Holm threshold (ALPHA / tests), which a p-value there always passes; None when that is
+    not well short of ``resamples``."""
     look = math.ceil(EARLY_LOOK_MARGIN * max(tests, 1) / ALPHA)
     return look if look <= resamples // 2 else None
 
@@ -455,34 +471,93 @@ def cross_run(
     return out
 
 
-def warmup(matrix: np.ndarray) -> Warmup:
-    """Are the first iterations of the runs slower than their steady state (second half)?"""
-    runs, n = matrix.shape
-    if n < 20:
-        return Warmup(False, 0, None, None)
-    steady = matrix[:, n // 2 :]
-    level = float(np.median(steady))
-    quantum = float(np.median(resolution(matrix)))
-    profile = np.median(matrix, axis=0)  # the typical run, iteration by iteration
-    smooth = np.convolve(profile, np.ones(5) / 5, mode="same")
-    tail = smooth[n // 2 :]
-    spread = max(1.4826 * float(np.median(np.abs(tail - np.median(tail)))), quantum / 2)
-    above = smooth[: n // 2] > level + 3 * spread + quantum
-    n_slow = int(np.argmin(above)) if not above.all() else n // 2
-    window = min(max(n_slow, 5), n // 4)
-    first = np.median(matrix[:, :window], axis=1)
-    rest = np.median(steady, axis=1)
-    slowdown = float(np.median(matrix[:, :window]) / level) if level > 0 else None
-    if runs >= 6:
-        diff = first - rest
-        p = float(stats.wilcoxon(diff, alternative="greater").pvalue) if np.any(diff) else 1.0
-    else:
-        p = float(
-            stats.mannwhitneyu(
-                matrix[:, :window].ravel(), steady.ravel(), alternative="greater"
+def _first(x: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The matrices with iterations from ``width`` on (one width per leading index) as NaN."""
+    return np.where(np.arange(x.shape[-1]) < np.asarray(width)[..., None, None], x, np.nan)
+
+
+#: Runs up to which the warm-up test enumerates every sign pattern (2^16 of them).
+EXACT_RUNS = 16
+
+
+def sign_flip_p(diff: np.ndarray, *, resamples: int = 199, seed: int = 0) -> np.ndarray:
+    """One-sided sign-flip p-value of the mean of ``diff`` (last axis; leading axes batched):
+    the share of sign patterns whose mean is at least the data's, over all 2^n patterns up to
+    EXACT_RUNS (hand-written: one matrix product, where scipy's ``permutation_test`` loops
+    over the patterns in Python, 0.1 s a test), else ``scipy.stats.permutation_test``'s."""
+    n = diff.shape[-1]
+    if n > EXACT_RUNS:
+        return np.asarray(
+            stats.permutation_test(
+                (diff,),
+                lambda d, axis: np.mean(d, axis=axis),
+                permutation_type="samples",
+                vectorized=True,
+                axis=-1,
+                alternative="greater",
+                n_resamples=resamples,
+                random_state=seed,
             ).pvalue
         )
-    out = Warmup(False, 0, slowdown, p, p, window, n_slow)
+    signs = 1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)  # (2^n, n)
+    flat = diff.reshape(-1, n)
+    out = np.empty(flat.shape[0])
+    step = max(1, 2**22 // 2**n)  # bounded memory for batches of many matrices
+    for i in range(0, flat.shape[0], step):
+        d = flat[i : i + step]
+        null = d @ signs.T  # sums; the first pattern (all +1) is the data's own
+        tie = 1e-9 * np.abs(d).sum(axis=-1, keepdims=True)
+        out[i : i + step] = (null >= null[:, :1] - tie).mean(axis=-1)
+    return out.reshape(diff.shape[:-1])
+
+
+def warmup_tests(
+    matrix: np.ndarray, *, resamples: int = 199, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """The warm-up test of every (..., runs, iterations) matrix at once (see :func:`warmup`):
+    p-value, tested window, stretch above the noise, slowdown and the test's smallest p."""
+    x = np.asarray(matrix, dtype=np.float64)
+    runs, n = x.shape[-2:]
+    steady = x[..., n // 2 :]
+    level = np.median(steady, axis=(-2, -1))
+    quantum = np.median(resolution(x), axis=-1)
+    profile = np.median(x, axis=-2)  # the typical run, iteration by iteration
+    smooth = ndimage.convolve1d(profile, np.ones(5) / 5, axis=-1, mode="constant")
+    tail = smooth[..., n // 2 :]
+    mad = np.median(np.abs(tail - np.median(tail, axis=-1, keepdims=True)), axis=-1)
+    spread = np.maximum(1.4826 * mad, quantum / 2)
+    above = smooth[..., : n // 2] > (level + 3 * spread + quantum)[..., None]
+    stretch = np.where(above.all(axis=-1), n // 2, np.argmin(above, axis=-1))
+    window = np.minimum(np.maximum(stretch, 5), n // 4)
+    # One pair per run: its first window's median against its steady state's. Runs are
+    # independent, and under no warm-up each difference is as likely negative as positive,
+    # whatever the autocorrelation inside a run: the test flips the signs (all 2^runs
+    # patterns up to 16 runs, ``resamples`` drawn beyond), so its smallest p-value is 2^-runs.
+    first = _first(x, window)
+    diff = np.nanmedian(first, axis=-1) - np.median(steady, axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slowdown = np.nanmedian(first, axis=(-2, -1)) / level
+    if runs < 2:
+        p = np.full(level.shape, np.nan)
+    else:
+        p = sign_flip_p(diff, resamples=resamples, seed=seed)
+        p = np.where(np.all(diff == 0, axis=-1), 1.0, p)
+    min_p = np.full(level.shape, 2.0**-runs if runs <= EXACT_RUNS else 1 / (resamples + 1))
+    return {"p": np.asarray(p), "window": window, "stretch": stretch,
+            "slowdown": np.where(level > 0, slowdown, np.nan), "min_p": min_p}  # fmt: skip
+
+
+def warmup(matrix: np.ndarray, *, resamples: int = 199, seed: int = 0) -> Warmup:
+    """Are the first iterations of the runs slower than their steady state (second half)?"""
+    runs, n = matrix.shape
+    if n < 20 or runs < 2:
+        return Warmup(False, 0, None, None, runs=runs)
+    tests = warmup_tests(matrix, resamples=resamples, seed=seed)
+    t = {k: v.item() for k, v in tests.items()}
+    slowdown = float(t["slowdown"]) if math.isfinite(t["slowdown"]) else None
+    p = float(t["p"])
+    out = Warmup(False, 0, slowdown, p, p, int(t["window"]), int(t["stretch"]), runs,
+                 float(t["min_p"]))  # fmt: skip
     out.decide()
     return out
 
@@ -575,15 +650,15 @@ MAX_RESAMPLES = 20_000  # the period test's cost where there is one to find
 
 def family_resamples(tests: int) -> int:
     """Permutations each test needs so that its smallest possible p-value, 1/(B+1), is well
-    below the smallest Benjamini-Hochberg threshold of a family of ``tests`` (ALPHA/tests).
+    below the smallest Holm threshold of a family of ``tests`` (ALPHA/tests).
     The permutation tests stop early once the data are plainly not extreme, so the extra
     resamples cost only where there may be a finding."""
     return min(MAX_RESAMPLES, max(199, math.ceil(RESOLUTION * max(tests, 1) / ALPHA)))
 
 
-def control_family(results: Sequence[Artifacts]) -> None:
-    """Benjamini-Hochberg across every test of one command or report (false discovery rate
-    ALPHA): each test's ``p_adjusted`` is set and its finding decided on it."""
+def control_family(results: Sequence[Artifacts]) -> int:
+    """Holm across every test of one command or report (family-wise error rate ALPHA): each
+    test's ``p_adjusted`` is set and its finding decided on it. Returns the family's size."""
     parts = [
         part
         for a in results
@@ -591,11 +666,12 @@ def control_family(results: Sequence[Artifacts]) -> None:
         if part.p_value is not None and math.isfinite(part.p_value)
     ]
     if not parts:
-        return
-    adjusted = multipletests([part.p_value for part in parts], method="fdr_bh")[1]
+        return 0
+    adjusted = adjust(np.asarray([part.p_value for part in parts], dtype=np.float64), "holm")
     for part, q in zip(parts, adjusted, strict=True):
         part.p_adjusted = float(q)
         part.decide()
+    return len(parts)
 
 
 def detect(
@@ -635,7 +711,7 @@ def detect(
         iterations=n,
         periodic=periodic(spikes, resamples=resamples, seed=seed, look=look),
         cross_run=cross_run(spikes, resamples=resamples, seed=seed, look=look),
-        warmup=warmup(matrix),
+        warmup=warmup(matrix, resamples=resamples, seed=seed),
         shape=shape(matrix, baseline, resamples=resamples, seed=seed),
         outliers=outliers,
     )

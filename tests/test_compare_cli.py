@@ -208,6 +208,7 @@ def test_beside_reference_rows(cli, db):
         (["--baseline", "level=L0", "--metric", "speed"], "unknown metric 'speed'"),
         (["--baseline", "level=L0", "--noise", "2"], "noise must be a fraction"),
         (["--baseline", "lvl"], "malformed selector"),
+        (["--baseline", "level=L0", "--boot-cost", "-1"], "--boot-cost"),
         (
             ["--baseline", "level=L0", "--dataset", "fitzgerald2014", "--ref-where", "arch"],
             "--ref-where: 'arch' is not key=value",
@@ -235,3 +236,19 @@ def test_beside_csv_is_one_table(cli, db):
         "stderr_pct",
     }
     assert len(rows) == 6 + 6  # 2 probes x 3 levels measured, 3 levels x 2 metrics published
+
+
+def test_boot_cost_reaches_the_runs_per_boot(cli, db, monkeypatch):
+    from vmtax.stats import compare as compare_mod
+
+    seen = []
+    real = compare_mod.compare
+    monkeypatch.setattr(
+        compare_mod, "compare", lambda *a, **k: seen.append(k["boot_cost_s"]) or real(*a, **k)
+    )
+    code, out, _ = cli("compare", "--baseline", "level=L0", "--boot-cost", "90", "--db", db,
+                       "--format", "json", "--resamples", "100")  # fmt: skip
+    assert code == 0 and seen == [90.0]
+    rows = json.loads(out)["rows"]
+    # Runs stored without a boot id: one boot each, so no components and no runs per boot.
+    assert all(r["boots"] == 1 and r["runs_per_boot"] is None for r in rows)

@@ -97,6 +97,14 @@ def compare_cmd(
             help=f"Seed of the resampling, 0..{limits.MAX_SEED} (results reproduce).",
         ),
     ] = 0,
+    boot_cost: Annotated[
+        float,
+        typer.Option(
+            callback=options.seconds(limits.MAX_TIMEOUT_S),
+            help="What one boot of a guest costs, in seconds, for the runs per boot that "
+            "Kalibera and Jones' formula picks.",
+        ),
+    ] = 60.0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     dataset: Annotated[
         str | None,
@@ -131,6 +139,8 @@ def compare_cmd(
 
     Example: vmtax compare exp=latest --baseline level=L0 --format markdown
 
+    Example: vmtax compare exp=latest --baseline level=L0 --boot-cost 90 (L2 boots slowly)
+
     Example: vmtax compare --dataset fitzgerald2014 --format csv
     """
     if fmt not in fmt_mod.FORMATS:
@@ -145,7 +155,16 @@ def compare_cmd(
             "(or use --dataset NAME alone to recompute a reference table)"
         )
     comp = measured(
-        selectors, baseline, metric or ["auto"], test, adjust, noise, resamples, seed, db
+        selectors,
+        baseline,
+        metric or ["auto"],
+        test,
+        adjust,
+        noise,
+        resamples,
+        seed,
+        db,
+        boot_cost_s=boot_cost,
     )
     if dataset:
         frame = beside.beside(comp.rows, dataset, _where(ref_where))
@@ -183,6 +202,7 @@ def measured(
     resamples: int,
     seed: int,
     db: str | None,
+    boot_cost_s: float = 60.0,
 ) -> Comparison:
     """Load runs (selectors OR baseline) and samples from the store and compare them."""
     # heavy: scipy and statsmodels, only when measured runs are compared
@@ -213,6 +233,7 @@ def measured(
         noise=noise,
         resamples=resamples,
         seed=seed,
+        boot_cost_s=boot_cost_s,
     )
 
 

@@ -9,19 +9,30 @@ store's bytes per sample, each beside a peer measured in the same run.
   beside delta / offset + zstd encodings of the same arrays (the candidates for a new codec).
 
 The experiment is either given (--db URL, --exp ID) or measured first with
-`vmtax run --levels L0,L1 --runs N` (an emulated L1 guest: a few minutes).
+`vmtax run --levels L0,L1 --runs N` (an emulated L1 guest: a few minutes), or with the
+README's worked example as written (`--runs 0`: adaptive sampling), timed without its report
+(`VMTAX_RUN_REPORT=none`: at a terminal the report is written after the run returns).
+
+`--stress` times everything twice per round, quiet and beside `stress-ng --cpu <cores>`, in
+alternating order (the machine's own load drifts; both sides should see the same), and also
+gives the CPU seconds each command used (less sensitive to load than its wall time).
 
 Run: python bench/quick_experiment_bench.py [--db URL --exp ID] [--runs 7] [--rounds 3]
+     [--stress] [--run-rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +41,41 @@ import zstandard
 VMTAX = [sys.executable, "-c", "from vmtax.cli import main; main()"]
 
 
-def timed(args: list[str], cwd: Path) -> float:
+def timed(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    return timed_cpu(args, cwd, env)[0]
+
+
+def timed_cpu(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, its worker processes included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run([*VMTAX, *args], cwd=cwd, check=True, capture_output=True, text=True)
-    return time.perf_counter() - t0
+    subprocess.run([*VMTAX, *args], cwd=cwd, check=True, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+@contextlib.contextmanager
+def load(kind: str) -> Iterator[None]:
+    """Nothing more (quiet), or stress-ng keeping every core busy beside the command."""
+    if kind == "quiet":
+        yield
+        return
+    cores = str(len(os.sched_getaffinity(0)))
+    hog = subprocess.Popen(["stress-ng", "--cpu", cores, "--timeout", "3600", "--quiet"])
+    try:
+        time.sleep(1.0)  # its workers are running
+        yield
+    finally:
+        hog.terminate()
+        hog.wait()
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):.1f} s (min {min(values):.1f}, "
+        f"max {max(values):.1f}, n={len(values)})"
+    )
 
 
 def report_stages(db: str, exp: int, out: Path) -> dict[str, float]:
@@ -106,34 +148,57 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", help="a store with the experiment (default: measure one)")
     parser.add_argument("--exp", type=int, help="its experiment id (with --db)")
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=7, help="0: adaptive, as the README")
     parser.add_argument("--rounds", type=int, default=3, help="report/compare rounds")
+    parser.add_argument("--stress", action="store_true", help="each round also beside stress-ng")
+    parser.add_argument("--run-rounds", type=int, default=1, help="runs measured per load")
     opts = parser.parse_args()
+    loads = ["quiet", "stress"] if opts.stress else ["quiet"]
     with tempfile.TemporaryDirectory(prefix="vmtax-quick-bench-") as tmp:
         work = Path(tmp)
         db, exp = opts.db, opts.exp
         if db is None:
             db = f"sqlite:///{work / 'bench.db'}"
-            took = timed(["run", "--levels", "L0,L1", "--runs", str(opts.runs), "--db", db], work)
+            args = ["run", "--levels", "L0,L1", "--db", db]
+            args += ["--runs", str(opts.runs)] if opts.runs else []
+            env = {**os.environ, "VMTAX_RUN_REPORT": "none"}
+            runs: dict[str, list[float]] = {kind: [] for kind in loads}
+            for i in range(opts.run_rounds):
+                for kind in loads if i % 2 == 0 else loads[::-1]:
+                    with load(kind):
+                        runs[kind].append(timed(args, work, env))
             exp = 1
-            print(f"vmtax run --levels L0,L1 --runs {opts.runs}: {took:.1f} s")
+            shown = " ".join(["vmtax", *args[:3], *args[5:]])
+            for kind, took in runs.items():
+                print(f"{shown} ({kind}, without its report): {spread(took)}")
         assert exp is not None, "--exp is needed with --db"
-        # Alternate rounds: the machine's load drifts, and both sides should see the same.
-        compare_t, report_t = [], []
-        for _ in range(opts.rounds):
-            compare_t.append(
-                timed(["compare", f"exp={exp}", "--baseline", "level=L0", "--db", db], work)
+        report_args = ["report", f"exp={exp}", "--baseline", "level=L0", "-o",
+                       str(work / "r.html"), "--db", db]  # fmt: skip
+        compare_args = ["compare", f"exp={exp}", "--baseline", "level=L0", "--db", db]
+        # Alternate rounds and loads: the machine's load drifts, and every side should see
+        # the same.
+        for_load: dict[str, dict[str, list[float]]] = {
+            kind: {"report": [], "report_cpu": [], "compare": [], "compare_cpu": []}
+            for kind in loads
+        }
+        for i in range(opts.rounds):
+            for kind in loads if i % 2 == 0 else loads[::-1]:
+                with load(kind):
+                    got = for_load[kind]
+                    wall, cpu = timed_cpu(compare_args, work)
+                    got["compare"].append(wall)
+                    got["compare_cpu"].append(cpu)
+                    wall, cpu = timed_cpu(report_args, work)
+                    got["report"].append(wall)
+                    got["report_cpu"].append(cpu)
+        for kind, got in for_load.items():
+            report_s = statistics.median(got["report"])
+            compare_s = statistics.median(got["compare"])
+            print(
+                f"report ({kind}): {spread(got['report'])}, CPU {spread(got['report_cpu'])}; "
+                f"compare of the same data: {spread(got['compare'])}, CPU "
+                f"{spread(got['compare_cpu'])}; ratio of medians {report_s / compare_s:.1f}x"
             )
-            report_t.append(
-                timed(["report", f"exp={exp}", "-o", str(work / "r.html"), "--db", db], work)
-            )
-        report_s, compare_s = statistics.median(report_t), statistics.median(compare_t)
-        print(
-            f"report: median {report_s:.1f} s (min {min(report_t):.1f}, max {max(report_t):.1f}); "
-            f"compare of the same data: median {compare_s:.1f} s (min {min(compare_t):.1f}, "
-            f"max {max(compare_t):.1f}); ratio of medians {report_s / compare_s:.1f}x "
-            f"over {opts.rounds} alternating rounds"
-        )
         stages = report_stages(db, exp, work / "r2.html")
         print(
             "  report steps (s from start): " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items())

@@ -70,8 +70,9 @@ def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, 
 
 def test_l2_cpuid_exits_counted_by_kvm_itself_are_one_per_cpuid_and_a_few_more(kvm_l1_l2_store):
     """KVM's own counters of L2's vCPU, read through L2's QEMU (QMP query-stats, what
-    `--exits` records) around each traced run: every exit the histograms saw, and per
-    iteration one CPUID exit plus the time-driven ones of the run's seconds."""
+    `--exits` records) before each traced run's `exits start` and after its `exits stop`:
+    every exit the histograms saw, CPUIDs among the exits no category counts, and per
+    iteration one of them plus the time-driven ones of the longer window."""
     from vmtax.hostprof.store import kvm_counters
     from vmtax.store import Store
 
@@ -79,24 +80,26 @@ def test_l2_cpuid_exits_counted_by_kvm_itself_are_one_per_cpuid_and_a_few_more(k
     runs, prof = _profiles(db)
     with Store.open(db) as s:
         counters = kvm_counters(s, int(runs["experiment_id"].iloc[0]))
-    kvm = counters[(counters["probe"] == "cpuid") & (counters["counter"] == "exits")]
-    assert len(kvm) == 3, (counters, said)
-    for row in kvm.itertuples():
-        mine = prof[prof["run_id"] == row.run_id]
-        traced, startup = int(mine["count"].sum()), int(mine["startup"].sum())
-        iterations = int(mine["iterations"].iloc[0])
+    cpuid_runs = set(counters.loc[counters["probe"] == "cpuid", "run_id"])
+    assert len(cpuid_runs) == 3, (counters, said)
+    for run_id in cpuid_runs:
+        kvm = dict(
+            counters.loc[counters["run_id"] == run_id, ["counter", "count"]].itertuples(index=False)
+        )
+        mine = prof[prof["run_id"] == run_id]
+        traced = int(mine["count"].sum())
+        cpuid = mine[mine["reason"] == "cpuid"].iloc[0]
+        iterations = int(cpuid["iterations"])
         # The readings enclose the histograms' window: they see every exit it saw, and more
-        # only while the recorder's requests ran (a few ticks of an idle L2).
-        assert traced <= row.count <= traced + 0.05 * iterations, (row.count, traced)
-        other = counters[
-            (counters["run_id"] == row.run_id) & (counters["counter"] == "other_exits")
-        ]
-        cpuids = int(mine.loc[mine["reason"] == "cpuid", "count"].iloc[0])
-        assert int(other["count"].iloc[0]) >= cpuids  # KVM counts a CPUID nowhere else
-        # The start-up taken off was traced in a window of its own, whose time-driven exits
-        # can outnumber the run's by a few (counts alone gave 0.97 for 484 iterations).
-        per_iteration = (row.count - startup) / iterations
-        assert 0.95 <= per_iteration <= 1.15, (row.count, startup, iterations)
+        # only while the recorder's requests ran (time-driven exits of an idle L2; 215 on
+        # 881 traced, under load); a CPUID counted twice would double them.
+        assert traced <= kvm["exits"] < 2 * traced, (kvm, traced)
+        hlt = int(mine.loc[mine["reason"] == "hlt", "count"].sum())
+        assert kvm.get("halt_exits", 0) >= hlt
+        # KVM counts a CPUID nowhere but in exits: they are among other_exits.
+        assert kvm["other_exits"] >= int(cpuid["count"])
+        per_iteration = (kvm["other_exits"] - int(cpuid["startup"])) / iterations
+        assert 0.98 <= per_iteration < 2.0, (kvm, int(cpuid["startup"]), iterations)
 
 
 def _per_iteration(cli, db: str) -> dict[str, float]:

@@ -205,38 +205,46 @@ def test_a_stream_without_a_whole_run_stores_nothing(saved, cli, tmp_path):
 
 def test_several_streams_are_one_experiment_grouped_by_level_and_labels(saved, cli, tmp_path):
     agent = os.environ.get("VMTAX_PROBE") or "vmtax-probe"
-    second = tmp_path / "second.jsonl"
-    with second.open("wb") as fh:
+    cpuid = tmp_path / "cpuid.jsonl"
+    with cpuid.open("wb") as fh:
         subprocess.run([agent, "run", "cpuid", "--runs", "2", "--iterations", "300"],
                        stdout=fh, check=True, timeout=120)  # fmt: skip
 
-    def elsewhere(rec):
-        # The same stream as measured on a machine under another hypervisor.
-        if rec["type"] == "header":
-            rec["env"]["hypervisor"] = {"detected": True, "vendor": "Xen", "evidence": []}
-        return rec
+    def header(boot: str, vendor: str | None = None):
+        def edit(rec):
+            if rec["type"] == "header":
+                rec["boot_id"] = boot
+                if vendor:  # as measured on a machine under another hypervisor
+                    rec["env"]["hypervisor"] = {"detected": True, "vendor": vendor, "evidence": []}
+            return rec
 
-    third = _edited(saved, tmp_path / "third.jsonl", elsewhere)
+        return edit
+
+    first = _edited(saved, tmp_path / "first.jsonl", header("boot-a"))
+    second = _edited(cpuid, tmp_path / "second.jsonl", header("boot-b"))
+    third = _edited(saved, tmp_path / "third.jsonl", header("boot-c", "Xen"))
     db = f"sqlite:///{tmp_path / 'v.db'}"
-    res = cli("import", str(saved), str(second), str(third), "--label", "note=x", "--db", db)
+    res = cli("import", str(first), str(second), str(third), "--label", "note=x", "--db", db)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().endswith("experiment 1")
     with Store.open(db) as store:
         runs = store.runs()
         assert set(runs["experiment_id"]) == {1} and (runs["status"] == "ok").all()
-        by_config = runs.groupby("config")
-        assert len(by_config) == 2
-        kvm = runs[runs["labels"].map(lambda lb: lb["host_hypervisor"]) == "kvm"]
-        # the first two streams, one configuration: each stream is its own plan index
-        assert sorted(kvm["probe"]) == ["cpuid"] * 2 + ["syscall"] * 3
-        assert kvm.groupby("plan_index")["probe"].first().to_dict() == {0: "syscall", 1: "cpuid"}
-        xen = runs[runs["labels"].map(lambda lb: lb["host_hypervisor"]) == "xen"]
-        assert len(xen) == 3 and set(xen["plan_index"]) == {2}
+        assert runs["config"].nunique() == 2
+        hypervisor = runs["labels"].map(lambda lb: lb["host_hypervisor"])
+        kvm, xen = runs[hypervisor == "kvm"], runs[hypervisor == "xen"]
+        # the first two streams, one configuration of two boots: each stream is its own
+        # plan index, and its runs are in the boot its header names
+        assert kvm["config"].nunique() == 1 and len(kvm) == 5
+        per_stream = kvm.groupby("plan_index").agg({"probe": set, "boot": set}).to_dict("index")
+        assert per_stream == {0: {"probe": {"syscall"}, "boot": {"boot-a"}},
+                              1: {"probe": {"cpuid"}, "boot": {"boot-b"}}}  # fmt: skip
+        assert len(xen) == 3 and set(xen["plan_index"]) == {2} and set(xen["boot"]) == {"boot-c"}
         assert all(lb["note"] == "x" for lb in runs["labels"])
     # The same streams again are held already; the same stream twice in one call is refused.
-    again = cli("import", str(saved), str(second), str(third), "--db", db)
+    again = cli("import", str(first), str(second), str(third), "--db", db)
     assert again.returncode == 0 and "already experiment 1" in again.stderr
-    twice = cli("import", str(saved), str(saved), "--db", db)
+    twice = cli("import", str(first), str(first), "--db", db)
     assert twice.returncode == 2 and "are the same stream" in twice.stderr
 
 

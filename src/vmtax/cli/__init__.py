@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import select
 import signal
@@ -92,6 +93,16 @@ def main() -> None:
     # and `compare | head` 0; with SIGPIPE ignored (Python's default) each write to the
     # closed pipe raises BrokenPipeError instead, handled here once for every command.
     previous = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # SIGTERM stops every command as Ctrl-C does (one line, exit 130), from the first option
+    # parsed: run and sweep turned it into an interruption only once they were measuring, so
+    # a SIGTERM during their checks, or any time in another command, killed it silently.
+    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # An interruption that lands while SQLAlchemy's pool closes a connection is logged by the
+    # pool with its traceback (through logging's last-resort handler); the command already
+    # says "interrupted" in its one line, so the pool's log is not the user's to read.
+    pool_log = logging.getLogger("sqlalchemy.pool")
+    if not pool_log.handlers:
+        pool_log.addHandler(logging.NullHandler())
     with contextlib.suppress(OSError):
         _STARTED_ON_A_PIPE[0] = stat.S_ISFIFO(os.fstat(1).st_mode)
     try:
@@ -136,6 +147,7 @@ def main() -> None:
     finally:
         _flush_quietly()
         signal.signal(signal.SIGPIPE, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def _reader_went_away() -> bool:

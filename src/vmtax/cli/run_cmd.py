@@ -196,6 +196,8 @@ def run(
 
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid
 
+    Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits (or --exits=trace)
+
     Example: vmtax run --levels L0,L1 --guest-net user --probe net --param peer=host
 
     Example: vmtax run --precision 2% --budget 60s --min-runs 5

@@ -477,3 +477,13 @@ def test_results_list_counts_runs_by_outcome(tmp_path, cli):
             c.exec_driver_sql(f"UPDATE runs SET status = 'lost' WHERE id = {run}")
     out = cli("results", "list", "--db", url).stdout
     assert "2 ok, 1 failed or lost" in out and "2/3" not in out
+
+
+def test_doctor_with_an_unusable_image_cache_is_one_line(tmp_path, monkeypatch, cli):
+    # A cache directory that is a file gave a NotADirectoryError traceback.
+    blocker = tmp_path / "cache"
+    blocker.write_text("")
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(blocker / "x"))
+    r = cli("doctor")
+    one_line_error(r, "cannot build images in", "Not a directory")
+    assert r.returncode == 1

@@ -219,9 +219,15 @@ def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[st
     target = cache_dir() / f"{kind}-{digest}"
     if (target / "manifest.json").is_file():
         return Image(kind, digest, target, json.loads((target / "manifest.json").read_text()))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the target and rename: a half-written image is never visible.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Build beside the target and rename: a half-written image is never visible.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=target.parent))
+    except OSError as exc:  # a cache directory that is a file, read-only, or full
+        raise VmtaxError(
+            f"cannot build images in {target.parent} ($VMTAX_CACHE_DIR or the user cache "
+            f"directory): {exc.strerror or exc}"
+        ) from None
     try:
         shutil.copyfile(kernel, tmp / "vmlinuz")
         with (tmp / "initrd.cpio").open("wb") as out:

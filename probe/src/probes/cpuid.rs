@@ -60,7 +60,9 @@ impl Session for CpuidSession {
         let a = ticks_start();
         std::hint::black_box(crate::cpuid::cpuid(self.leaf, 0));
         let b = ticks_stop();
-        Ok(b.wrapping_sub(a) as f64 - self.overhead)
+        // Clamped at 0 as net_ns clamps the other timed probes: under emulation a CPUID can
+        // cost less than the timer's calibrated overhead, and a sample is never negative.
+        Ok((b.wrapping_sub(a) as f64 - self.overhead).max(0.0))
     }
 
     fn extra(&self, values: &[f64]) -> BTreeMap<String, f64> {

@@ -326,15 +326,19 @@ def _mix():
             st.lists(st.sampled_from([p for pp, p in PARAMS if pp == path]), max_size=2)
         )
         options: dict[str, list[str]] = {}
-        bad = False
+        judged: dict[str, list[bool]] = {}
         for p in chosen:
             kind = _kind(p)
             classes = _values(kind, Path("WORLD"))
             klass = draw(st.sampled_from(sorted(classes)))
             value = draw(st.sampled_from(classes[klass]))
-            bad |= _numeric_bad(kind, klass, value)
-            options.setdefault(_flag(p) or "", []).append(value)
-        return path, options, bad
+            flag = _flag(p) or ""
+            # An option given twice keeps its last value unless it is repeatable.
+            keep = p.multiple or p.nargs == -1
+            options[flag] = [*options.get(flag, [])[: None if keep else 0], value]
+            judged[flag] = [*judged.get(flag, [])[: None if keep else 0],
+                            _numeric_bad(kind, klass, value)]  # fmt: skip
+        return path, options, any(any(v) for v in judged.values())
 
     return st.composite(lambda draw: build(draw))()
 

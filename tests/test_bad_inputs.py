@@ -396,6 +396,8 @@ HUGE_ID = str(10**23)
         (("run", "--budget", "nan"), "--budget must be a positive duration"),
         (("run", "--levels", ""), "--levels must not be empty"),
         (("run", "--levels", " , "), "--levels must not be empty"),
+        (("run", "--probe", ""), "--probe must not be empty"),  # a pydantic traceback before
+        (("compare", "exp=1", "--baseline", "level=L0", "--metric", ""), "--metric must not be"),
         (("compare", "exp=1", "--baseline", "level=L0", "--noise", "nan"), "--noise must be a"),
         (("compare", "exp=1", "--baseline", "level=L0", "--resamples", "1e9"), "--resamples"),
         (("compare", "exp=1", "--baseline", "level=L0", "--resamples", "10000000"), "--resamples"),

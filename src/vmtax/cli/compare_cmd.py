@@ -71,8 +71,9 @@ def compare_cmd(
     metric: Annotated[
         list[str] | None,
         typer.Option(
+            callback=options.nonempty,
             help="auto (the iteration mean) | mean | median | p95 | p99 | min | max | throughput | "
-            "ops_per_sec | wall_s; repeat for several."
+            "ops_per_sec | wall_s; repeat for several.",
         ),
     ] = None,
     test: Annotated[str, typer.Option(help="permutation | welch | mannwhitney")] = "permutation",

@@ -39,7 +39,8 @@ def run(
     probe: Annotated[
         list[str] | None,
         typer.Option(
-            help="Run only this probe (repeatable); one the suite lacks runs with its defaults."
+            callback=options.nonempty,
+            help="Run only this probe (repeatable); one the suite lacks runs with its defaults.",
         ),
     ] = None,
     runs: Annotated[

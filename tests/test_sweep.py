@@ -293,7 +293,7 @@ def test_cli_usage_errors_are_one_line(cli, tmp_path):
 def test_cli_help_states_the_bounds(cli):
     res = cli("sweep", "--help")
     text = " ".join(res.stdout.replace("│", " ").split())
-    for bound in ("1 to 32 steps", "at most 16:1", "2 to 50", "--no-intervals",
+    for bound in ("1 to 32 steps", "at most 16:1", "3 to 50", "--no-intervals",
                   "at most this machine's memory", "at most 86400", "Example:"):  # fmt: skip
         assert bound in text, bound
 

@@ -21,6 +21,7 @@ from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.report.terminal import studya_table
 from vmtax.store import Store
 from vmtax.store import export as exporter
+from vmtax.store.export import human_bytes
 
 results_app = typer.Typer(
     help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
@@ -180,15 +181,15 @@ def export_cmd(
     n, size = exporter.estimate(store, exp_id, fmt)
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # a line per message
     if with_samples:
-        err.print(f"exporting {n:,} samples: about {_size(size)} as {fmt}", markup=False)
+        err.print(f"exporting {n:,} samples: about {human_bytes(size)} as {fmt}", markup=False)
     elif n and to_stdout:
         err.print(f"run-level rows only on stdout; the {n:,} raw samples need -o FILE",
                   markup=False)  # fmt: skip
     elif n:
         err.print(
-            f"run-level rows only; the {n:,} raw samples would take about {_size(size)} as "
+            f"run-level rows only; the {n:,} raw samples would take about {human_bytes(size)} as "
             f"{fmt} (add --samples, or use --format parquet: about "
-            f"{_size(n * exporter.BYTES_PER_SAMPLE['parquet'])})",
+            f"{human_bytes(n * exporter.BYTES_PER_SAMPLE['parquet'])})",
             markup=False,
         )
     with _export_progress(err) as progress:
@@ -200,14 +201,6 @@ def export_cmd(
         line += f" and {done.samples_file} ({done.samples:,} samples"
         line += f" and {done.warmup:,} warm-up samples)" if done.warmup else ")"
     err.print(line, markup=False)
-
-
-def _size(nbytes: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if nbytes < 1000 or unit == "GB":
-            return f"{nbytes:,.0f} {unit}" if unit == "B" else f"{nbytes:,.1f} {unit}"
-        nbytes /= 1000
-    return f"{nbytes:,.1f} GB"
 
 
 @contextlib.contextmanager

@@ -196,18 +196,27 @@ def boot_ratio_interval(
     )
 
 
+def _log_parts(
+    cfg: np.ndarray, base: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Means, delta-method variances of their logs and unit counts of both sides, units on
+    the last axis: what the vectorised intervals below share."""
+    c = np.asarray(cfg, dtype=np.float64)
+    b = np.asarray(base, dtype=np.float64)
+    nc, nb = c.shape[-1], b.shape[-1]
+    mc, mb = c.mean(axis=-1), b.mean(axis=-1)
+    vc = c.var(axis=-1, ddof=1) / (nc * mc * mc)
+    vb = b.var(axis=-1, ddof=1) / (nb * mb * mb)
+    return mc, mb, vc, vb, nc, nb
+
+
 def boot_ratio_intervals(
     cfg_units: np.ndarray, base_units: np.ndarray, confidence: float = CONFIDENCE
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`boot_ratio_interval` (lower is better) of boot means against one boot's runs,
     for many comparisons at once, units on the last axis; vectorised for simulations (boot
     means against boot means: :func:`ratio_intervals`)."""
-    c = np.asarray(cfg_units, dtype=np.float64)
-    b = np.asarray(base_units, dtype=np.float64)
-    nc, nb = c.shape[-1], b.shape[-1]
-    mc, mb = c.mean(axis=-1), b.mean(axis=-1)
-    vc = c.var(axis=-1, ddof=1) / (nc * mc * mc)
-    vb = b.var(axis=-1, ddof=1) / (nb * mb * mb)
+    mc, mb, vc, vb, nc, nb = _log_parts(cfg_units, base_units)
     total = vc + vb
     half = behrens_fisher_quantile(vc / total, nc - 1, nb - 1, confidence) * np.sqrt(total)
     log_est = np.log(mc / mb)
@@ -234,12 +243,7 @@ def ratio_intervals(
     """:func:`ratio_interval` (lower is better) for many comparisons at once: the runs are
     on the last axis, every other axis is a separate comparison. The same arithmetic,
     vectorised for simulations (one t quantile per comparison, computed by scipy at once)."""
-    c = np.asarray(cfg_runs, dtype=np.float64)
-    b = np.asarray(base_runs, dtype=np.float64)
-    nc, nb = c.shape[-1], b.shape[-1]
-    mc, mb = c.mean(axis=-1), b.mean(axis=-1)
-    vc = c.var(axis=-1, ddof=1) / (nc * mc * mc)
-    vb = b.var(axis=-1, ddof=1) / (nb * mb * mb)
+    mc, mb, vc, vb, nc, nb = _log_parts(cfg_runs, base_runs)
     total = vc + vb
     df = total * total / (vc * vc / (nc - 1) + vb * vb / (nb - 1))
     half = stats.t.ppf(0.5 + confidence / 2, df) * np.sqrt(total)

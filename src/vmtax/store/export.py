@@ -160,12 +160,13 @@ def check_room(directory: Path, need: float) -> None:
     free = st.f_bavail * st.f_frsize
     if free < need:
         raise VmtaxError(
-            f"not enough room in {directory}: the export needs about {_bytes(need)}, "
-            f"{_bytes(free)} is free; nothing was written"
+            f"not enough room in {directory}: the export needs about {human_bytes(need)}, "
+            f"{human_bytes(free)} is free; nothing was written"
         )
 
 
-def _bytes(n: float) -> str:
+def human_bytes(n: float) -> str:
+    """A size in decimal units, as the export's estimate and its refusal print it."""
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"

@@ -220,6 +220,7 @@ class Context:
     params: dict[str, ParamValue]
     env: Callable[[], Fingerprint]
     started: float = field(default_factory=time.monotonic)
+    _boot: list[str | None] = field(default_factory=list, repr=False)
 
     @property
     def iterations(self) -> int:
@@ -266,10 +267,27 @@ class Context:
             args += ["--param", f"{key}={_fmt(val)}"]
         if on is None or on is self.target:
             args += self.inv.env_args  # another machine (a client end) has its own TSC
+        # An agent elsewhere prints its own machine's boot: the header gets the target's, read
+        # here unless the caller read it before it made the target busy (net from-host).
+        boot = self.boot_id() if on is not None and on is not self.target else None
         for line in (on or self.target).run_agent(args, self.left()):
-            yield self.rename_header(line)
+            yield self.rename_header(line, boot_id=boot)
 
-    def rename_header(self, line: str) -> str:
+    def boot_id(self) -> str | None:
+        """The boot the target is in (its kernel's boot id, from an agent run's header there),
+        read once per run; None if the target cannot say. Headers built here, or printed by an
+        agent on another machine (a client end), name it: else a guest's runs in several boots
+        read as one boot, this machine's."""
+        if not self._boot:
+            args = ["run", "cpuid", "--runs", "1", "--iterations", "2", "--warmup", "0"]
+            try:
+                lines = list(self.target.run_agent(args + self.inv.env_args, min(self.left(), 60)))
+            except VmtaxError:
+                lines = []
+            self._boot.append(_boot_of(lines))
+        return self._boot[0]
+
+    def rename_header(self, line: str, boot_id: str | None = None) -> str:
         """The agent probe's line as the workload's: the header gets the workload's name,
         parameters, unit and direction, samples the workload's unit (an ``exec`` of
         ``openssl speed`` measures MB/s, higher is better, not the probe's ns), and the run
@@ -298,6 +316,8 @@ class Context:
         rec["probe"] = self.workload.name
         rec["unit"] = self.workload.unit
         rec["better"] = self.workload.better
+        if boot_id is not None:
+            rec["boot_id"] = boot_id
         return json.dumps(rec) + "\n"
 
     def stream(
@@ -379,6 +399,7 @@ class Context:
                 timeout_s=self.inv.timeout,
                 cpus=None,
                 started_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                boot_id=self.boot_id(),
                 env=self.env(),
             )
         )
@@ -389,6 +410,16 @@ class Context:
 
 def _line(rec: Any) -> str:
     return rec.model_dump_json(by_alias=True, exclude_none=False) + "\n"
+
+
+def _boot_of(lines: Sequence[str]) -> str | None:
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and rec.get("type") == "header":
+                boot = rec.get("boot_id")
+                return boot if isinstance(boot, str) and boot else None
+    return None
 
 
 def _fmt(v: ParamValue) -> str:

@@ -84,6 +84,7 @@ class Net(Workload):
         """The target's agent serves one client (in a thread, since its request lasts
         until the client is done) and this machine's agent is the client."""
         (listener,) = target_listeners(ctx.target, 1, "peer=from-host")
+        ctx.boot_id()  # the run's boot, read before the netserver holds the target's agent
         request = ["netserver", "--bind", listener.bind, "--clients", "1"]
         said: queue.Queue[str | BaseException | None] = queue.Queue()
 

@@ -81,14 +81,21 @@ def test_one_boot_everywhere_is_the_plain_rounds_order():
 
 def test_default_boots_apply_to_guest_levels_only():
     specs = RunRequest(levels="L0,L1").target_specs("L0,L1")
-    assert [s.get("boots") for s in specs] == [None, DEFAULT_BOOTS]
+    assert [s.boots for s in specs] == [None, DEFAULT_BOOTS]
     assert DEFAULT_BOOTS == 3
-    assert RunRequest().target_specs(None) == [{"kind": "local", "level": "L0"}]
+    # Typed until stored, and stored as the same JSON as before.
+    assert [s.to_record() for s in RunRequest().target_specs(None)] == [
+        {"kind": "local", "level": "L0"}
+    ]
+    assert [s.to_record() for s in specs] == [
+        {"kind": "level", "level": "L0", "preset": "seed-c", "accel": "auto"},
+        {"kind": "level", "level": "L1", "preset": "seed-c", "accel": "auto", "boots": 3},
+    ]
 
 
 def test_a_level_named_twice_is_two_configurations_with_sets():
     specs = RunRequest(levels="L1,L1", boots=2).target_specs("L1,L1")
-    assert [(s["level"], s["set"], s["boots"]) for s in specs] == [("L1", "a", 2), ("L1", "b", 2)]
+    assert [(s.level, s.set, s.boots) for s in specs] == [("L1", "a", 2), ("L1", "b", 2)]
     plan = build_plan(parse_suite(SUITE, "t"), source="s", seed=1, targets=specs)
     # Each set has boots of its own: both are rebooted in turn, never sharing one.
     assert {(s.target, s.boot) for s in plan.steps} == {(0, 0), (0, 1), (1, 0), (1, 1)}

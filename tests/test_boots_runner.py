@@ -83,7 +83,9 @@ def _execute(store, plan, done=frozenset()):
 
 
 def _plan(boots: int):
-    specs = [{"kind": "local", "level": "L0"}, {"kind": "local", "level": "L0", "boots": boots}]
+    # The second target stands in for a guest level: only a level's spec has boots.
+    guest = {"kind": "level", "level": "L1", "preset": "seed-c", "accel": "tcg", "boots": boots}
+    specs = [{"kind": "local", "level": "L0"}, guest]
     return build_plan(parse_suite(SUITE, "b.toml"), source="b.toml", seed=7, targets=specs)
 
 

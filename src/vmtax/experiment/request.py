@@ -18,6 +18,7 @@ from vmtax.plan import bounds
 from vmtax.plan.params import parse_params
 from vmtax.plan.suite import parse_percent, parse_seconds
 from vmtax.plan.targets import fleet_size
+from vmtax.targets.spec import FleetHostSpec, LevelSpec, LocalSpec, SshSpec, TargetSpec
 
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
 _LEVEL = re.compile(r"^L[0-3]$")
@@ -112,7 +113,7 @@ class RunRequest:
             modes.require(exits)  # a mode this machine lacks is refused before anything runs
         return Checked(sampling=sampling, params=params, labels=labels, levels=levels)
 
-    def target_specs(self, levels: str | None) -> list[dict[str, Any]]:
+    def target_specs(self, levels: str | None) -> list[TargetSpec]:
         specs = target_specs(
             levels=levels,
             preset=self.preset,
@@ -208,13 +209,13 @@ def target_specs(
     inner_accel: str = "tcg",
     guest_net: str = "",
     boots: int | None = None,
-) -> list[dict[str, Any]]:
-    """What to run on, as plain data stored with the plan (so --resume rebuilds it).
+) -> list[TargetSpec]:
+    """What to run on, typed until the plan is stored (its records; --resume rebuilds it).
 
     Each guest level gets ``boots`` boots (DEFAULT_BOOTS when None). A guest level named
     twice or more (``L1,L1``) is that many configurations of the same guest, each measured in
     boots of its own, told apart by the label ``set=a``, ``set=b``, ... (an A/A test)."""
-    specs: list[dict[str, Any]] = []
+    specs: list[TargetSpec] = []
     if levels:
         names = [x.strip().upper() for x in levels.split(",") if x.strip()]
         bad = [x for x in names if not _LEVEL.match(x)]
@@ -230,29 +231,26 @@ def target_specs(
             raise UsageError(f"--levels names a level more than {len(_SETS)} times")
         # L0 goes through the level provisioner too: levels on one machine then take turns,
         # so L0 is never measured while a guest is busy beside it.
-        level_spec = {"kind": "level", "preset": preset, "accel": accel}
-        if inner_accel != "tcg":
-            level_spec["inner_accel"] = inner_accel
-        if guest_net:
-            level_spec["guest_net"] = guest_net
+        level = LevelSpec(
+            level="L0", preset=preset, accel=accel, inner_accel=inner_accel, guest_net=guest_net
+        )
         seen: dict[str, int] = {}
         for name in names:
-            spec: dict[str, Any] = {**level_spec, "level": name}
+            spec = level.model_copy(update={"level": name})
             if name != "L0":
-                spec["boots"] = DEFAULT_BOOTS if boots is None else boots
+                spec = spec.model_copy(update={"boots": DEFAULT_BOOTS if boots is None else boots})
             if name in repeated:
-                spec[SET_LABEL] = _SETS[seen.get(name, 0)]
+                spec = spec.model_copy(update={SET_LABEL: _SETS[seen.get(name, 0)]})
                 seen[name] = seen.get(name, 0) + 1
             specs.append(spec)
     for url in ssh:
         if not url.startswith("ssh://") or len(url) <= len("ssh://"):
             raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")
-        specs.append({"kind": "ssh", "url": url})
+        specs.append(SshSpec(url=url))
     if fleet:
         if not Path(fleet).is_file():
             raise UsageError(f"fleet file not found: {fleet}")
         count, _ = fleet_size(fleet)
-        specs += [
-            {"kind": "fleet", "path": str(Path(fleet).resolve()), "index": i} for i in range(count)
-        ]
-    return specs or [{"kind": "local", "level": "L0"}]
+        path = str(Path(fleet).resolve())
+        specs += [FleetHostSpec(path=path, index=i) for i in range(count)]
+    return specs or [LocalSpec()]

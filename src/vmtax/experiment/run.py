@@ -28,6 +28,7 @@ from vmtax.plan.suite import load_suite
 from vmtax.plan.targets import make_targets
 from vmtax.store import Store
 from vmtax.targets.local import LocalTarget
+from vmtax.targets.spec import LevelSpec, TargetSpec
 from vmtax.version import __version__
 from vmtax.workloads import image_contents
 
@@ -110,7 +111,7 @@ def run(
         agent_version=local_fp.agent_version,
     )
     # The local fingerprint is reused for the local target instead of measuring it twice.
-    fps = {i: local_fp for i, s in enumerate(specs) if s["kind"] == "local"}
+    fps = {i: local_fp for i, s in enumerate(specs) if s.kind == "local"}
     return execute(
         store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
         max_workers=limit or 4, fingerprints=fps, exits=parse_mode(request.exits),
@@ -162,7 +163,7 @@ def _refuse_beside_leftovers(plan: Plan, notice: Notice) -> None:
     would load this machine while the resumed runs are measured on it: refused, in one line.
     Its scratch directories only take disk space: named, one warning each."""
     found = leftovers.find()
-    here = any(spec.get("kind") in ("local", "level") for spec in plan.targets)
+    here = any(spec.on_this_machine for spec in plan.targets)
     guests = [x for x in found if x.kind == "guest"] if here else []
     for item in found:
         if item not in guests:
@@ -230,10 +231,10 @@ def execute(
 _WORKLOADS_WITH_PACKAGES = ("oltp", "http", "memcached", "crypto", "hackbench")
 
 
-def _require_level_packages(specs: list[dict[str, Any]]) -> None:
-    guests = [s for s in specs if s["kind"] == "level" and s["level"] != "L0"]
+def _require_level_packages(specs: list[TargetSpec]) -> None:
+    guests = [s for s in specs if isinstance(s, LevelSpec) and s.is_guest]
     if guests:
-        kvm_inside = any(s.get("inner_accel") == "kvm" for s in guests)
+        kvm_inside = any(s.inner_accel == "kvm" for s in guests)
         doctor.require("levels", "testbed" if kvm_inside else "levels", what="--levels")
 
 

@@ -11,11 +11,13 @@ replayed.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vmtax.contract import known_env_args
 from vmtax.plan.suite import Entry, MemoryScale, Suite
+from vmtax.targets.spec import TargetSpec, parse_spec
 
 
 def kill_after(timeout: float) -> float:
@@ -56,7 +58,7 @@ class Plan:
         seed: int,
         entries: dict[str, dict[str, Any]],
         steps: list[Step],
-        targets: list[dict[str, Any]],
+        targets: Sequence[TargetSpec | dict[str, Any]],
         sampling: dict[str, Any] | None = None,
     ) -> None:
         self.suite = suite
@@ -64,7 +66,8 @@ class Plan:
         self.seed = seed
         self.entries = entries
         self.steps = steps
-        self.targets = targets
+        #: Typed until stored: ``to_dict`` writes each one's record.
+        self.targets: list[TargetSpec] = [parse_spec(t) for t in targets]
         #: Adaptive sampling settings (precision, budget_s, min_runs, ...) or None for a
         #: fixed number of runs; the steps then hold the first min_runs rounds only.
         self.sampling = sampling
@@ -78,7 +81,7 @@ class Plan:
             "each entry's run on every target in turn, the targets shuffled too; each entry's "
             "runs split into equal consecutive parts, one per boot, boot by boot",
             "entries": self.entries,
-            "targets": self.targets,
+            "targets": [t.to_record() for t in self.targets],
             "steps": [[s.target, s.entry, s.run, s.boot] for s in self.steps],
         } | ({"sampling": self.sampling} if self.sampling else {})
 
@@ -147,9 +150,9 @@ class Plan:
         return Invocation(args=args, timeout=kill_after(float(e["timeout"])), scaling=scaling)
 
 
-def boots_of(target: dict[str, Any]) -> int:
+def boots_of(target: TargetSpec | dict[str, Any]) -> int:
     """How many boots a plan's target spec asks for (1 unless it is a guest level)."""
-    return int(target.get("boots", 1))
+    return parse_spec(target).boot_count
 
 
 def boot_parts(runs: int, parts: int) -> list[range]:
@@ -203,7 +206,7 @@ def build_plan(
     *,
     source: str,
     seed: int,
-    targets: list[dict[str, Any]],
+    targets: Sequence[TargetSpec | dict[str, Any]],
     probes: list[str] | None = None,
     runs: int | None = None,
     timeout: float | None = None,

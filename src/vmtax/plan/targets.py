@@ -1,5 +1,5 @@
-"""Target specs: where a plan runs, as plain data stored with it, and the Target objects built
-from them (also by ``--resume``). The QEMU-level, SSH and fleet modules are imported only when
+"""The Target objects built from a plan's typed target specs (``vmtax.targets.spec``; also
+by ``--resume``, from the stored JSON). The QEMU-level, SSH and fleet modules are imported only when
 a plan asks for them, so a local run never depends on them.
 """
 
@@ -7,69 +7,78 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target
 from vmtax.targets.images import AGENT_ONLY, ImageContents
 from vmtax.targets.local import LocalTarget
+from vmtax.targets.spec import FleetHostSpec, LevelSpec, LocalSpec, SshSpec, TargetSpec, parse_spec
 
 
 def make_targets(
-    specs: list[dict[str, Any]],
+    specs: Sequence[TargetSpec | dict[str, Any]],
     *,
     accept_new_host_key: bool = False,
     contents: ImageContents = AGENT_ONLY,
 ) -> tuple[list[Target], int | None]:
     """Build the targets a plan names; returns them and the fleet's concurrency limit, if a
     fleet file set one. Guests vmtax boots carry ``contents`` in their images."""
+    typed = [parse_spec(s) for s in specs]
     out: list[Target] = []
     limit: int | None = None
     i = 0
-    while i < len(specs):
-        spec = specs[i]
-        kind = spec.get("kind")
-        if kind == "local":
-            out.append(LocalTarget(level=spec.get("level", "L0")))
-            i += 1
-        elif kind == "level":
-            # Consecutive levels with the same options are provisioned by one call.
-            group = [spec]
-            while i + len(group) < len(specs) and _same_level_options(specs[i + len(group)], spec):
-                group.append(specs[i + len(group)])
-            level_targets = _optional("vmtax.targets.levels", "level_targets", "--levels")
-            made = list(
-                level_targets(
-                    [g["level"] for g in group],
-                    preset=spec["preset"],
-                    accel=spec["accel"],
-                    inner_accel=spec.get("inner_accel", "tcg"),
-                    guest_net=spec.get("guest_net", ""),
-                    contents=contents,
-                    sets=[g.get("set") for g in group],
+    while i < len(typed):
+        spec = typed[i]
+        match spec:
+            case LocalSpec():
+                out.append(LocalTarget(level=spec.level))
+                i += 1
+            case LevelSpec():
+                # Consecutive levels with the same options are provisioned by one call.
+                group = [spec]
+                while i + len(group) < len(typed) and spec.same_options(typed[i + len(group)]):
+                    group.append(cast(LevelSpec, typed[i + len(group)]))
+                level_targets = _optional("vmtax.targets.levels", "level_targets", "--levels")
+                made = list(
+                    level_targets(
+                        [g.level for g in group],
+                        preset=spec.preset,
+                        accel=spec.accel,
+                        inner_accel=spec.inner_accel,
+                        guest_net=spec.guest_net,
+                        contents=contents,
+                        sets=[g.set for g in group],
+                    )
                 )
-            )
-            if len(made) != len(group):
-                raise VmtaxError(f"asked for {len(group)} levels but got {len(made)} targets")
-            out.extend(made)
-            i += len(group)
-        elif kind == "ssh":
-            ssh_target = _optional("vmtax.targets.ssh", "SshTarget", "--target ssh://...")
-            out.append(ssh_target(spec["url"], accept_new_host_key=accept_new_host_key))
-            i += 1
-        elif kind == "fleet":
-            load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-            loaded = load_fleet(spec["path"])
-            fleet, limit = _fleet_parts(loaded)
-            count = sum(1 for s in specs if s.get("kind") == "fleet" and s["path"] == spec["path"])
-            if len(fleet) != count:
-                raise VmtaxError(
-                    f"{spec['path']} now lists {len(fleet)} hosts; the plan was made for {count}"
+                if len(made) != len(group):
+                    raise VmtaxError(f"asked for {len(group)} levels but got {len(made)} targets")
+                out.extend(made)
+                i += len(group)
+            case SshSpec():
+                ssh_target = _optional("vmtax.targets.ssh", "SshTarget", "--target ssh://...")
+                out.append(
+                    ssh_target(
+                        spec.url,
+                        accept_new_host_key=accept_new_host_key,
+                        known_hosts=spec.known_hosts,
+                        identity=spec.key,
+                    )
                 )
-            out.extend(fleet)
-            i += count
-        else:
-            raise VmtaxError(f"unknown target kind in plan: {kind!r}")
+                i += 1
+            case FleetHostSpec():
+                load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
+                fleet, limit = _fleet_parts(load_fleet(spec.path))
+                count = sum(
+                    1 for s in typed if isinstance(s, FleetHostSpec) and s.path == spec.path
+                )
+                if len(fleet) != count:
+                    raise VmtaxError(
+                        f"{spec.path} now lists {len(fleet)} hosts; the plan was made for {count}"
+                    )
+                out.extend(fleet)
+                i += count
     return out, limit
 
 
@@ -90,16 +99,6 @@ def _fleet_parts(loaded: Any) -> tuple[list[Target], int | None]:
     if hasattr(loaded, "targets"):
         return list(loaded.targets), getattr(loaded, "max_concurrency", None)
     return list(loaded), None
-
-
-def _same_level_options(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return (
-        a.get("kind") == "level"
-        and a.get("preset") == b.get("preset")
-        and a.get("accel") == b.get("accel")
-        and a.get("inner_accel", "tcg") == b.get("inner_accel", "tcg")
-        and a.get("guest_net", "") == b.get("guest_net", "")
-    )
 
 
 def _optional(module: str, attr: str, option: str) -> Any:

@@ -14,7 +14,7 @@ from vmtax.errors import UsageError
 from vmtax.experiment.request import DEFAULT_BOOTS, RunRequest, target_specs
 from vmtax.plan.plan import Plan, boot_parts, build_plan, interleaved_steps
 from vmtax.plan.suite import parse_suite
-from vmtax.sampling.adaptive import between_share_of, new_boot_needed
+from vmtax.sampling.adaptive import between_share_of
 
 SUITE = """
 name = "three"
@@ -129,17 +129,6 @@ def test_cli_refuses_bad_boots_in_one_line(cli, tmp_path, args, needle):
     lines = r.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("vmtax: error: ") and needle in lines[0], lines
     assert not (tmp_path / "b.db").exists()
-
-
-def test_adaptive_sampling_adds_a_boot_when_the_between_share_dominates():
-    def look(*shares):
-        return {f"p{i}": {"status": "more", "between_share": x} for i, x in enumerate(shares)}
-
-    assert new_boot_needed(look(0.8, 0.6, 0.1))
-    assert not new_boot_needed(look(0.8, 0.2, 0.1))
-    assert not new_boot_needed(look(None, None, 0.9))  # one boot so far: cannot tell yet
-    assert not new_boot_needed(look(0.5))  # a tie is not dominance
-    assert not new_boot_needed({"p": {"status": "precise", "between_share": 0.9}})
 
 
 def test_the_between_share_comes_from_the_run_means_and_their_boots():

@@ -145,6 +145,7 @@ def _next_boot(store, boot_offsets) -> tuple[int, int]:
             "mean": [np.exp(5 + boot_offsets[s.boot] + rng.normal(0, 0.01)) for s in planned],
             "plan_index": [s.index for s in planned],
             "boot_id": [f"boot-{s.boot}" for s in planned],
+            "wall_s": 0.5,  # a run's cost, against a boot's 60 s
         }
     )
 

@@ -9,10 +9,10 @@ the noise too. Steps stop being handed out when the time budget is spent, which 
 the clock, not on the values measured.
 
 A guest level measured in several boots (``--boots``) gets the extra runs of a look in its
-current boot, or in a new boot when the boots' means differ more than the runs inside a boot
-do: when, for most entries that need more runs, the between-boot share of the variance of the
-log run means (``stats.boots.variance_components``) is above one half, more runs in the same
-boot would add little, since every one of them shares that boot's offset.
+current boot, or in a new boot, as many per boot as Kalibera and Jones' formula picks from each
+entry's variance components and the costs of a boot and a run (:mod:`vmtax.sampling.per_boot`):
+once a boot holds that many runs, more runs in it add less than a new boot would, since every
+one of them shares that boot's offset.
 
 Every look is stored with the noise sampled just before the runs it judges and just after
 them; when the loop ends, each entry's outcome (precise or imprecise, the half-width reached,
@@ -35,8 +35,9 @@ import pandas as pd
 from sqlalchemy import delete, func, select
 
 from vmtax.plan.plan import Plan, Step, boots_of
-from vmtax.sampling import design, noise
+from vmtax.sampling import design, noise, per_boot
 from vmtax.stats.boots import variance_components
+from vmtax.stats.compare import BOOT_COST_S
 from vmtax.store.models import Run, SamplingLook, SamplingOutcome
 from vmtax.targets.base import Target
 
@@ -104,11 +105,20 @@ class AdaptiveSampler:
             after = self._noise(target)
             runs = store_call(self._runs_of, config_id=config_id)
             decisions = self._decide(runs)
-            if rebootable and new_boot_needed(decisions):
-                boot += 1
-            for d in decisions.values():
-                if d["status"] == "more":
-                    d["boot"] = boot
+            more = {n: d for n, d in decisions.items() if d["status"] == "more"}
+            pending = wanted = {n: d["next_n"] - d["n"] for n, d in more.items()}
+            if rebootable:
+                new_boot, pending = per_boot.place(
+                    wanted,
+                    {
+                        n: per_boot.EntryBoots(d["runs_per_boot"], d["in_current_boot"])
+                        for n, d in decisions.items()
+                    },
+                )
+                if new_boot:
+                    boot += 1
+            for name, count in pending.items():
+                decisions[name].update(boot=boot, runs_this_look=count)
             store_call(
                 self._record_look,
                 config_id=config_id,
@@ -117,9 +127,6 @@ class AdaptiveSampler:
                 before=before,
                 after=after,
             )
-            pending = {
-                name: d["next_n"] - d["n"] for name, d in decisions.items() if d["status"] == "more"
-            }
             if not pending or not self.budget_left():
                 store_call(self._record_outcomes, config_id=config_id, decisions=decisions)
                 return
@@ -134,20 +141,29 @@ class AdaptiveSampler:
 
     def _runs_of(self, config_id: int) -> pd.DataFrame:
         t = Run.__table__
-        stmt = select(t.c.probe, t.c.status, t.c.mean, t.c.plan_index, t.c.boot_id).where(
-            t.c.experiment_id == self.experiment_id, t.c.configuration_id == config_id
-        )
+        stmt = select(
+            t.c.probe, t.c.status, t.c.mean, t.c.plan_index, t.c.boot_id, t.c.wall_s
+        ).where(t.c.experiment_id == self.experiment_id, t.c.configuration_id == config_id)
         with self.store.engine.connect() as connection:
             rows = connection.execute(stmt).all()
-        return pd.DataFrame(rows, columns=["probe", "status", "mean", "plan_index", "boot_id"])
+        return pd.DataFrame(
+            rows, columns=["probe", "status", "mean", "plan_index", "boot_id", "wall_s"]
+        )
 
     def _decide(self, runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
-        for name in self.plan.entries:
+        # The boot the target is in now: its latest run's.
+        current = runs["boot_id"].iloc[int(np.argmax(runs["plan_index"]))] if len(runs) else None
+        boot_cost = float((self.plan.sampling or {}).get("boot_cost_s", BOOT_COST_S))
+        lengths = (self.plan.sampling or {}).get("run_length") or {}
+        for name, entry in self.plan.entries.items():
             mine = runs[runs["probe"] == name]
             ok_rows = mine[mine["status"] == "ok"]
             ok = ok_rows["mean"].astype(float).to_numpy()
             share = between_share_of(ok, ok_rows["boot_id"])
+            planned = (lengths.get(name) or {}).get("duration_s", entry.get("duration"))
+            cost = per_boot.run_cost(ok_rows.get("wall_s"), planned)
+            placed = per_boot.entry_boots(ok_rows, current, boot_cost, cost)
             bad = int((mine["status"] != "ok").sum())
             result = design.look(
                 ok, self.target, min_runs=self.min_runs, confidence=self.confidence
@@ -168,6 +184,8 @@ class AdaptiveSampler:
                 "status": status,
                 "next_n": min(result.next_n, self.max_runs),
                 "between_share": share,
+                "runs_per_boot": placed.runs_per_boot,
+                "in_current_boot": placed.in_current_boot,
             }
         return out
 
@@ -255,15 +273,6 @@ class AdaptiveSampler:
             connection.execute(delete(t).where(t.c.configuration_id == config_id))
             if rows:
                 connection.execute(t.insert(), rows)
-
-
-def new_boot_needed(decisions: dict[str, dict[str, Any]]) -> bool:
-    """Whether a look's extra runs go into a new boot: the between-boot share is above one half
-    for most of the entries that need more runs (an entry whose share cannot be estimated yet,
-    with fewer than two boots, does not count for it)."""
-    shares = [d.get("between_share") for d in decisions.values() if d["status"] == "more"]
-    dominated = sum(1 for x in shares if x is not None and x > 0.5)
-    return bool(shares) and dominated > len(shares) / 2
 
 
 def between_share_of(means: np.ndarray, boot_ids: pd.Series) -> float | None:

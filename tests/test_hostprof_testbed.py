@@ -118,11 +118,21 @@ def _per_iteration(cli, db: str) -> dict[str, float]:
         # testbed: 1.4-2.5 MSR and 1.3-1.8 HLT exits per round trip, quiet and loaded.
         # It needs L2's second vCPU: on one, the threads share a CPU (0.03 exits per trip).
         ("wakeup", {"msr": 0.75, "hlt": 0.5}, "kvm-testbed-smp"),
-        # virtio-blk kicks (MMIO: NPF); completion IRQs: an external interrupt, or injected
-        # at an interrupt window (vintr), when the vCPU runs; when it waits halted for the
-        # write (0.94 halts per write on this testbed), the IRQ wakes it and is injected at
-        # the next entry with no exit of its own: the halt was its exit (as for the timer).
-        ("io", {"npf": 0.5, "interrupt+vintr+hlt": 0.75}, "kvm-testbed"),
+        # O_DIRECT reads of 4 KiB from virtio-blk. A read's request is a kick (an MMIO write:
+        # npf) unless the virtqueue has its notifications suppressed (0.84 kicks per read in
+        # CI). Its completion IRQ has an exit of its own only when it finds the vCPU in L2:
+        # halted for the read (hlt: the IRQ ends the halt) or running (interrupt, or vintr
+        # at an interrupt window). When it finds the vCPU outside L2, in L1's KVM still
+        # handling the kick (slow under TCG), it is injected at the next entry with no exit.
+        # A race: in CI's quiet run the completion had its own exit on half the reads (0.52
+        # per read, all halts, no interrupt or vintr). A read without a kick has no such
+        # window, so every read shows one or the other (npf or a completion exit): 1.36 per
+        # read in that run. Losing the completion exits fails both bounds.
+        (
+            "io",
+            {"npf": 0.5, "interrupt+vintr+hlt": 0.25, "npf+interrupt+vintr+hlt": 0.9},
+            "kvm-testbed",
+        ),
     ],
 )
 def test_probes_show_the_exits_their_mechanism_implies(cli, tmp_path, probe, least, preset):

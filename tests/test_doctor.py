@@ -15,6 +15,7 @@ import pytest
 
 from vmtax import doctor
 from vmtax.errors import VmtaxError
+from vmtax.workloads import package_capabilities
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,8 +29,18 @@ def test_scripts_test_installs_exactly_the_packages_doctor_knows():
     out = subprocess.run(
         ["bash", "-c", snippet], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert out.stdout.split() == doctor.all_apt_packages()
+    assert out.stdout.split() == doctor.all_apt_packages(package_capabilities())
     assert "APT_PACKAGES=(" not in script  # no second list
+
+
+def test_each_workloads_packages_come_from_its_recipe_alone():
+    listed = doctor.capabilities()
+    for cap in package_capabilities():
+        assert cap.name not in listed, f"{cap.name} is listed in packages.txt besides its recipe"
+        assert cap.apt and cap.needs, cap.name
+    assert {c.name for c in package_capabilities()} == {
+        "oltp", "http", "memcached", "crypto", "hackbench",
+    }  # fmt: skip
 
 
 @pytest.fixture

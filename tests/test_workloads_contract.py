@@ -133,8 +133,8 @@ def test_workload_streams_follow_the_agents_schema(name, params):
 def test_server_workloads_start_their_servers_on_the_targets_vmtax_knows():
     from vmtax.targets.base import Target
     from vmtax.targets.qemu import GuestSpec, QemuTarget
-    from vmtax.targets.ssh import SshTarget
-    from vmtax.workloads.base import Context, servers_here
+    from vmtax.targets.servers import ServerError
+    from vmtax.workloads import http, memcached
 
     class Elsewhere(Target):
         """A kind of target vmtax has no way to start servers on (none exists yet)."""
@@ -146,16 +146,17 @@ def test_server_workloads_start_their_servers_on_the_targets_vmtax_knows():
         def run_agent(self, args, timeout):
             yield from ()
 
-    ctx = Context(
-        workload=REGISTRY["http"],
-        target=SshTarget("ssh://bench@127.0.0.1:1"),  # never connected
-        inv=Invocation.from_args(["run", "http"], 10.0),
-        params={},
-        env=lambda: None,
-    )
-    servers_here(ctx)
-    ctx.target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg"))  # not booted
-    servers_here(ctx)
-    ctx.target = Elsewhere()
-    with pytest.raises(WorkloadError, match=r"http cannot start its server on elsewhere"):
-        servers_here(ctx)
+    guest = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=256, accel="tcg"))  # not booted
+    with guest.place_server(http.SERVER) as placed:
+        # The agent in the guest starts lighttpd from the files its image carries.
+        assert placed.port == http.GUEST_PORT and placed.here is None
+        assert placed.agent_params == {
+            "server": f"/usr/sbin/lighttpd -D -f {http.GUEST_DIR}/lighttpd.conf"
+        }
+    assert http.SERVER.guest_files().keys() <= REGISTRY["http"].guest_files.keys()
+    with guest.place_server(memcached.server(["-t", "2"])) as placed:
+        assert placed.agent_params["server"].endswith("-p 11211 -u root")
+    assert guest.guest is None  # placing a guest's server boots nothing by itself
+    with pytest.raises(ServerError, match=r"cannot start lighttpd on elsewhere: a server runs"):
+        Elsewhere().place_server(http.SERVER)
+    assert issubclass(WorkloadError, ServerError)  # either ends the run, never the target

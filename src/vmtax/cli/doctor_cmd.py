@@ -18,6 +18,7 @@ from vmtax.errors import UsageError, VmtaxError
 from vmtax.hostprof import modes as exit_modes
 from vmtax.targets.accel import kvm_verdict
 from vmtax.targets.base import find_agent
+from vmtax.workloads import package_capabilities
 
 #: What each capability gives a user, in the order shown.
 ENABLES = {
@@ -77,7 +78,7 @@ def doctor(
     """
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
-    found = checks.check_all()
+    found = checks.check_all(package_capabilities())
     rows: list[dict[str, Any]] = [_agent_row()]
     for c in found:
         rows.append(

@@ -1,9 +1,11 @@
 """What this machine can do for vmtax, and the one line that installs what it lacks.
 
-The capabilities and their packages live in ``packages.txt`` beside this file: the one list
-that `vmtax doctor` checks, that a run names missing packages from, and that scripts/test
-installs. Checking is cheap (PATH lookups and file tests); the agent and KVM, which need
-more, are checked by the CLI command on top of this.
+Each workload declares its own packages in its recipe (``vmtax.workloads.recipe``), which
+the callers pass in as capabilities (``extra``); ``packages.txt`` beside this file lists the
+rest: guests, tracing, the peer tools, screenshots, SSH. Together they are what `vmtax
+doctor` checks, what a run names missing packages from, and what scripts/test installs.
+Checking is cheap (PATH lookups and file tests); the agent and KVM, which need more, are
+checked by the CLI command on top of this.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import glob
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,9 +58,9 @@ def capabilities(path: Path = PACKAGES) -> dict[str, Capability]:
     return out
 
 
-def all_apt_packages() -> list[str]:
-    """Every Debian package the list names (what scripts/test installs), sorted."""
-    return sorted({p for c in capabilities().values() for p in c.apt})
+def all_apt_packages(extra: Iterable[Capability] = ()) -> list[str]:
+    """Every Debian package the list and ``extra`` name (what scripts/test installs), sorted."""
+    return sorted({p for c in [*capabilities().values(), *extra] for p in c.apt})
 
 
 def _guest_kernel() -> tuple[Path, Path] | None:
@@ -91,12 +94,16 @@ def _present(need: str) -> bool:
 
 
 def check(name: str) -> Check:
-    cap = capabilities()[name]
+    return check_capability(capabilities()[name])
+
+
+def check_capability(cap: Capability) -> Check:
     return Check(cap, [n for n in cap.needs if not _present(n)])
 
 
-def check_all() -> list[Check]:
-    return [check(name) for name in capabilities()]
+def check_all(extra: Iterable[Capability] = ()) -> list[Check]:
+    """Every capability of the list, then ``extra`` (the workloads' recipes)."""
+    return [check_capability(c) for c in [*capabilities().values(), *extra]]
 
 
 def install_line(checks: list[Check], manager: str = "apt") -> str | None:
@@ -115,7 +122,12 @@ def install_line(checks: list[Check], manager: str = "apt") -> str | None:
 
 def require(*names: str, what: str) -> None:
     """Raise one VmtaxError naming every missing package of ``names`` at once."""
-    failed = [c for c in (check(n) for n in dict.fromkeys(names)) if not c.ok]
+    require_capabilities([capabilities()[n] for n in dict.fromkeys(names)], what=what)
+
+
+def require_capabilities(caps: Iterable[Capability], *, what: str) -> None:
+    """Raise one VmtaxError naming every missing package of ``caps`` at once."""
+    failed = [c for c in map(check_capability, caps) if not c.ok]
     if failed:
         needs = dict.fromkeys(m.partition(":")[2] or m for c in failed for m in c.missing)
         missing = ", ".join(needs)

@@ -30,7 +30,7 @@ from vmtax.store import Store
 from vmtax.targets.local import LocalTarget
 from vmtax.targets.spec import LevelSpec, TargetSpec
 from vmtax.version import __version__
-from vmtax.workloads import image_contents
+from vmtax.workloads import image_contents, package_capabilities
 
 Notice = Callable[[str], None]
 
@@ -227,10 +227,6 @@ def execute(
     return Finished(exp_id, store, outcome, outcome.summary_error())
 
 
-#: Workloads whose servers and tools must be on this machine (guests get them from its image).
-_WORKLOADS_WITH_PACKAGES = ("oltp", "http", "memcached", "crypto", "hackbench")
-
-
 def _require_level_packages(specs: list[TargetSpec]) -> None:
     guests = [s for s in specs if isinstance(s, LevelSpec) and s.is_guest]
     if guests:
@@ -240,9 +236,11 @@ def _require_level_packages(specs: list[TargetSpec]) -> None:
 
 def _require_workload_packages(plan: Plan) -> None:
     """Every package the chosen workloads lack, named in one line before anything starts."""
-    chosen = [w for w in _WORKLOADS_WITH_PACKAGES if w in plan.probes()]
+    # Their servers and tools must be on this machine (guests get them from its image); each
+    # workload's recipe names its packages.
+    chosen = [c for c in package_capabilities() if c.name in plan.probes()]
     if chosen:
-        doctor.require(*chosen, what=f"workload {', '.join(chosen)}")
+        doctor.require_capabilities(chosen, what=f"workload {', '.join(c.name for c in chosen)}")
 
 
 def _exit_recorders(store: Store, exits: str) -> list[Any]:

@@ -24,7 +24,6 @@ from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof import kvmstats
 from vmtax.hostprof.store import save_profile
-from vmtax.targets.local import LocalTarget
 from vmtax.workloads import run_lines
 
 if TYPE_CHECKING:
@@ -53,7 +52,7 @@ def host_sides(target: Target) -> dict[str, Target]:
 def _qemu_arg(target: Target, side: Target) -> list[str]:
     """Which qemu-system process a side records: this machine records the target's own QEMU
     (other guests may run beside it); inside a vmtax guest it is the only one there."""
-    if isinstance(side, LocalTarget):
+    if side.level == "L0":  # the side at L0 is this machine (QemuTarget.host_sides)
         pid = getattr(getattr(target, "guest", None), "qemu_pid", None)
         return ["--qemu", str(pid)] if pid is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
@@ -89,7 +88,7 @@ def _request(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]
 def _start(target: Target, side: Target) -> str:
     """``exits start`` for ``target``'s guest on ``side``: "" or the error. Only inside a
     vmtax guest may the agent mount tracefs itself."""
-    mount = [] if type(side).__name__ in ("LocalTarget", "SshTarget") else ["--mount"]
+    mount = [] if side.level == "L0" else ["--mount"]  # L1 and L2 sides are vmtax guests
     _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
     return err
 

@@ -26,7 +26,6 @@ from vmtax.sweep.tiers import TIER_NAMES
 from vmtax.targets.base import Target, TargetError, find_agent
 from vmtax.targets.images import Image, build_minimal
 from vmtax.targets.local import LocalTarget
-from vmtax.targets.qemu import QemuTarget
 from vmtax.workloads import image_contents, webapp
 from vmtax.workloads.reach import HOST_FROM_GUEST
 
@@ -63,8 +62,10 @@ class TripletGuests(QemuGuests):
                           provenance=mine)  # fmt: skip
         target = guest.target
         try:
-            assert isinstance(target, QemuTarget) and target.guest is not None
-            port = target.guest.forwards[webapp.PORT]
+            forwards = target.capabilities().forwards  # a user network's, chosen at boot
+            if forwards is None:
+                raise TargetError(f"{target.name} has no forwarded ports for the {tier} tier")
+            port = forwards()[webapp.PORT]
             command = webapp.tier_command(
                 tier,
                 backend=(HOST_FROM_GUEST, self.ports.get(triplet, 0)),

@@ -15,11 +15,13 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vmtax.errors import VmtaxError
+from vmtax.targets.servers import HostEnd, Listener, PlacedServer, ServerError, ServerSpec
 
 
 class TargetError(VmtaxError):
@@ -78,13 +80,11 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a workload may do with a target, without knowing its class.
+    """What a target offers besides running the agent, without anyone knowing its class.
+    Each callable is None where the target cannot do it. Where a workload's server runs and
+    how its ends reach each other is the target's own business: ``Target.place_server``,
+    ``Target.host_end`` and ``Target.listeners``."""
 
-    ``kind`` is ``local`` (this machine), ``guest`` (a QEMU guest vmtax boots, whose image
-    carries the workloads' servers), ``ssh`` (a host reached over SSH) or ``other``. Each
-    callable is None where the target cannot do it."""
-
-    kind: str = "other"
     #: A TCP port free on the target's loopback now.
     free_port: Callable[[], int] | None = None
     #: A fresh directory on the target (its path), and removing it again.
@@ -146,6 +146,30 @@ class Target(ABC):
     def capabilities(self) -> Capabilities:
         """What a workload may do here besides running the agent (see ``Capabilities``)."""
         return Capabilities()
+
+    def place_server(self, spec: ServerSpec) -> AbstractContextManager[PlacedServer]:
+        """Start (or prepare) ``spec``'s server here for one run and say how to reach it;
+        leaving the context stops it and removes its files. Only targets that can hold a
+        server override this: elsewhere it is refused in one line."""
+        raise ServerError(
+            f"cannot start {spec.name} on {self.name}: a server runs on this machine (L0), "
+            "in vmtax's guests and on SSH hosts"
+        )
+
+    def host_end(self, what: str) -> HostEnd:
+        """Where this machine listens for ``what`` so that the target reaches it."""
+        raise ServerError(self._no_link(what))
+
+    def listeners(self, count: int, what: str) -> list[Listener]:
+        """``count`` ports the target can listen on that this machine can connect to."""
+        raise ServerError(self._no_link(what))
+
+    def _no_link(self, what: str) -> str:
+        return (
+            f"{what} spans this machine and {self.name}, which is neither this machine, "
+            "one of vmtax's guests nor an SSH host: give host= and port= of a netserver it "
+            "can reach"
+        )
 
     def provenance(self) -> dict[str, Any]:
         """How the target was built (QEMU command line, image hash, ssh host key ...)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from vmtax.targets.base import Capabilities, Target
 from vmtax.targets.images import AGENT_ONLY, ImageContents
 from vmtax.targets.local import LocalTarget
 from vmtax.targets.qemu import GuestSpec, QemuTarget
+from vmtax.targets.servers import HostEnd, Listener, PlacedServer, ServerSpec
 
 PRESETS = ("seed-c", "seed-a-overcommitted", "seed-a-reserved")
 LEVELS = ("L0", "L1", "L2", "L3")
@@ -304,6 +306,15 @@ class OneAtATime(Target):
 
     def capabilities(self) -> Capabilities:
         return self.target.capabilities()
+
+    def place_server(self, spec: ServerSpec) -> AbstractContextManager[PlacedServer]:
+        return self.target.place_server(spec)
+
+    def host_end(self, what: str) -> HostEnd:
+        return self.target.host_end(what)
+
+    def listeners(self, count: int, what: str) -> list[Listener]:
+        return self.target.listeners(count, what)
 
     def provenance(self) -> dict[str, Any]:
         return {**self.target.provenance(), "levels_run": "one at a time"}

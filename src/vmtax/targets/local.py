@@ -30,6 +30,15 @@ from vmtax.targets.base import (
     free_port,
     lines_until_eof,
 )
+from vmtax.targets.servers import (
+    HostEnd,
+    Listener,
+    PlacedServer,
+    Server,
+    ServerSpec,
+    Spot,
+    free_ports,
+)
 
 _STDERR_TAIL_LINES = 40
 
@@ -66,7 +75,28 @@ class LocalTarget(Target):
         _ = self.agent
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(kind="local", free_port=free_port)
+        return Capabilities(free_port=free_port)
+
+    @contextlib.contextmanager
+    def place_server(self, spec: ServerSpec) -> Iterator[PlacedServer]:
+        """The server started here, in a temporary directory as its own user, on a free
+        loopback port; stopped and removed after."""
+        with Server(spec.name, owner=spec.owner, stop_signal=spec.stop_signal) as srv:
+            if spec.start_here is not None:
+                port = spec.start_here(srv)
+            else:
+                port = free_port()
+                srv.write_files(spec.files(str(srv.dir), port))
+                if spec.command is not None:
+                    user = srv.owner or spec.owner or "root"
+                    srv.start(spec.command(Spot(str(srv.dir), port, user)), port=port)
+            yield PlacedServer(port=port, directory=str(srv.dir), scratch=str(srv.dir), here=srv)
+
+    def host_end(self, what: str) -> HostEnd:
+        return HostEnd("127.0.0.1", "127.0.0.1")
+
+    def listeners(self, count: int, what: str) -> list[Listener]:
+        return [Listener(f"127.0.0.1:{p}", f"127.0.0.1:{p}") for p in free_ports(count, free_port)]
 
     def labels(self) -> dict[str, str]:
         return {}

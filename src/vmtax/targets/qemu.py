@@ -43,6 +43,7 @@ from vmtax.targets.base import (
 )
 from vmtax.targets.images import AGENT_ONLY, Image, ImageContents, build_nested
 from vmtax.targets.local import LocalTarget
+from vmtax.targets.servers import HostEnd, Listener, PlacedServer, ServerError, ServerSpec, Spot
 
 QEMU = "qemu-system-x86_64"
 #: How long a guest may take from power-on to the agent's ``serve_ready`` (TCG is slow).
@@ -79,6 +80,8 @@ class GuestSpec:
 #: ``hostfwd``), so that this machine and other guests can connect in: to
 #: ``127.0.0.1:<QemuGuest.forwards[port]>`` here, or ``10.0.2.2:<that port>`` from a guest.
 FORWARDED_PORTS = (7100, 7101, 7102, 7103)
+#: This machine as a guest on QEMU's user network sees it.
+HOST_FROM_GUEST = "10.0.2.2"
 
 
 def qemu_binary() -> str:
@@ -592,7 +595,41 @@ class QemuTarget(Target):
         self._cancelled = threading.Event()
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(kind="guest", network=self.spec.network, forwards=self._forwards)
+        return Capabilities(network=self.spec.network, forwards=self._forwards)
+
+    @contextlib.contextmanager
+    def place_server(self, spec: ServerSpec) -> Iterator[PlacedServer]:
+        """The server's files are in the guest's image (``spec.guest_files``): the agent
+        there starts it on its fixed port for the run and stops it after."""
+        spot = Spot(spec.guest_dir, spec.guest_port, "root")  # a guest has no other user
+        params = {"server": " ".join(spec.command(spot))} if spec.command else {}
+        scratch = spec.guest_scratch or spec.guest_dir
+        yield PlacedServer(spec.guest_port, spec.guest_dir, scratch, agent_params=params)
+
+    def host_end(self, what: str) -> HostEnd:
+        self._user_network(what)
+        return HostEnd("127.0.0.1", HOST_FROM_GUEST)  # QEMU relays 10.0.2.2 to the loopback
+
+    def listeners(self, count: int, what: str) -> list[Listener]:
+        """Ports the guest's user network forwards; the guest is booted first (its
+        forwards are chosen at boot)."""
+        self._user_network(what)
+        if count > len(FORWARDED_PORTS):
+            raise ServerError(
+                f"{what} needs {count} ports in {self.name}; its network forwards "
+                f"{len(FORWARDED_PORTS)}"
+            )
+        forwards = self._forwards()
+        return [
+            Listener(f"0.0.0.0:{port}", f"127.0.0.1:{forwards[port]}")
+            for port in FORWARDED_PORTS[:count]
+        ]
+
+    def _user_network(self, what: str) -> None:
+        if self.spec.network != "user":
+            raise ServerError(
+                f"{self.name} has no network device for {what}: run with --guest-net user"
+            )
 
     def _forwards(self) -> dict[int, int]:
         self.prepare()  # a guest's forwards are chosen at boot

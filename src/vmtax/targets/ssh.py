@@ -47,6 +47,17 @@ from vmtax.targets.base import (
     find_agent,
     lines_until_eof,
 )
+from vmtax.targets.servers import (
+    TMP_PREFIX,
+    HostEnd,
+    Listener,
+    PlacedServer,
+    ServerError,
+    ServerSpec,
+    Spot,
+    free_ports,
+    hostport,
+)
 
 T = TypeVar("T")
 CONNECT_TIMEOUT = 20.0
@@ -309,9 +320,35 @@ class SshTarget(Target):
                 h.update(chunk)
         return h.hexdigest()
 
+    @contextlib.contextmanager
+    def place_server(self, spec: ServerSpec) -> Iterator[PlacedServer]:
+        """A port free on the host's loopback and a fresh scratch directory there holding
+        the server's files; the agent there starts the server for the run and stops it
+        after, and the directory is removed after."""
+        try:
+            port = agent_free_port(self)
+        except TargetError as exc:
+            raise ServerError(exc.message) from None
+        directory = self.make_scratch(f"{TMP_PREFIX}{spec.name}-")
+        try:
+            self.put_files(directory, spec.files(directory, port))
+            spot = Spot(directory, port, spec.remote_user)
+            params = {"server": " ".join(spec.command(spot))} if spec.command else {}
+            yield PlacedServer(port, directory, directory, agent_params=params)
+        finally:
+            self.remove_scratch(directory)
+
+    def host_end(self, what: str) -> HostEnd:
+        here, _ = self.link_addresses()
+        return HostEnd(here, here)
+
+    def listeners(self, count: int, what: str) -> list[Listener]:
+        _, there = self.link_addresses()
+        ports = free_ports(count, lambda: agent_free_port(self))
+        return [Listener(hostport(there, p), hostport(there, p)) for p in ports]
+
     def capabilities(self) -> Capabilities:
         return Capabilities(
-            kind="ssh",
             free_port=lambda: agent_free_port(self),
             make_scratch=self.make_scratch,
             remove_scratch=self.remove_scratch,

@@ -10,9 +10,11 @@ import threading
 from collections.abc import Iterator
 
 from vmtax.contract import Fingerprint, ProbeInfo
+from vmtax.doctor import Capability
 from vmtax.targets import images
 from vmtax.targets.agent import fingerprint
 from vmtax.targets.base import Target
+from vmtax.targets.servers import ServerError
 from vmtax.workloads.base import Context, Invocation, Workload, WorkloadError
 from vmtax.workloads.crypto import Crypto
 from vmtax.workloads.hackbench import Hackbench
@@ -32,6 +34,11 @@ _USERS = {
     "etc/passwd": b"root:x:0:0:root:/root:/bin/sh\npostgres:x:70:70:PostgreSQL:/tmp:/bin/sh\n",
     "etc/group": b"root:x:0:\npostgres:x:70:\n",
 }
+
+
+def package_capabilities() -> list[Capability]:
+    """Each workload that needs packages, as one of doctor's capabilities (its recipe's)."""
+    return [w.recipe.capability(w.name) for w in REGISTRY.values() if w.recipe.packages]
 
 
 def image_contents() -> images.ImageContents:
@@ -76,7 +83,7 @@ def run_lines(target: Target, args: list[str], timeout: float) -> Iterator[str]:
         # A run is whole or not at all: a server that fails half-way gives an error record,
         # never a stream with a second header.
         lines = list(workload.execute(ctx))
-    except WorkloadError as exc:
+    except ServerError as exc:  # a WorkloadError, or a server its target could not place
         yield from ctx.header()
         yield ctx.end(f"{workload.name}: {exc.message}")
         return
@@ -90,4 +97,12 @@ def _fingerprint(target: Target) -> Fingerprint:
         return _ENV[id(target)]
 
 
-__all__ = ["REGISTRY", "Workload", "WorkloadError", "infos", "is_workload", "run_lines"]
+__all__ = [
+    "REGISTRY",
+    "Workload",
+    "WorkloadError",
+    "infos",
+    "is_workload",
+    "package_capabilities",
+    "run_lines",
+]

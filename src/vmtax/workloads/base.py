@@ -20,16 +20,11 @@ import abc
 import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -38,14 +33,22 @@ from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInf
 from vmtax.contract import Samples as SamplesRecord
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target, free_port  # noqa: F401 - the workloads import it from here
+from vmtax.targets.servers import (  # noqa: F401 - the workloads import them from here
+    TMP_PREFIX,
+    Server,
+    ServerError,
+    ServerSpec,
+    Spot,
+    last_line,
+    wait_port,
+)
+from vmtax.workloads.recipe import Needs, Recipe  # noqa: F401 - the workloads import them here
 
 ParamValue = bool | int | float | str
-#: Temporary directories of servers are named with this prefix (the cleanup test looks for it).
-TMP_PREFIX = "vmtax-wl-"
 _BATCH = 4096
 
 
-class WorkloadError(VmtaxError):
+class WorkloadError(ServerError):
     """A workload could not run: a server did not start, a tool failed. One line."""
 
 
@@ -130,19 +133,38 @@ class Workload(abc.ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     #: Named parameter sets, e.g. a study's sizes: ``--param preset=study-c``.
     presets: ClassVar[dict[str, dict[str, ParamValue]]] = {}
-    #: Programs it needs on the machine that runs the server or tool.
-    needs: ClassVar[tuple[str, ...]] = ()
+    #: Everything it needs from a machine, declared once (see ``recipe.Recipe``).
+    recipe: ClassVar[Recipe] = Recipe()
     #: Run shape when the suite says nothing.
     default_iterations: ClassVar[int] = 1000
     default_duration: ClassVar[float] = 2.0
     default_warmup: ClassVar[int] = 0
-    #: True when only the agent runs (nothing to start): it then runs on any target.
-    agent_only: ClassVar[bool] = False
-    #: Programs guest images carry for this workload (with their libraries), so that it
-    #: runs in guests too.
-    guest_binaries: ClassVar[tuple[str, ...]] = ()
-    #: Files guest images carry for it: path in the guest (no leading /) -> content.
-    guest_files: ClassVar[dict[str, bytes]] = {}
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Programs it needs on the machine that runs the server or tool."""
+        return self.recipe.programs
+
+    @property
+    def agent_only(self) -> bool:
+        """True when only the agent runs (nothing to start): it then runs on any target."""
+        return self.recipe.agent_only
+
+    @property
+    def guest_binaries(self) -> tuple[str, ...]:
+        """Programs guest images carry for it (with their libraries)."""
+        return self.recipe.binaries
+
+    @property
+    def guest_files(self) -> dict[str, bytes]:
+        """Files guest images carry for it: path in the guest (no leading /) -> content."""
+        return dict(self.recipe.files)
+
+    @property
+    def runs_in_guests(self) -> bool:
+        """Whether vmtax's guests can run it: only the agent runs, or their images carry
+        what it needs (busybox, which every image has, needs no more than its files)."""
+        return self.agent_only or bool(self.recipe.binaries or self.recipe.files)
 
     def all_params(self) -> tuple[Param, ...]:
         preset = Param(
@@ -432,124 +454,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-# --- servers -------------------------------------------------------------------------------
-
-
-def wait_port(
-    port: int, proc: subprocess.Popen[bytes], deadline: float, host: str = "127.0.0.1"
-) -> bool:
-    """True once something accepts on host:port; False if ``proc`` exits first."""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        with contextlib.suppress(OSError), socket.create_connection((host, port), 0.2):
-            return True
-        time.sleep(0.05)
-    return False
-
-
-class Server:
-    """A server process in its own process group and temporary directory.
-
-    ``start`` waits until it accepts on its port; if it exits or does not answer in time,
-    ``WorkloadError`` quotes the last line of its log. ``stop`` (also on ``with`` exit)
-    kills the group and removes the directory, so nothing is left behind.
-    """
-
-    def __init__(
-        self, name: str, *, owner: str | None = None, stop_signal: int = signal.SIGTERM
-    ) -> None:
-        self.name = name
-        self.stop_signal = stop_signal
-        self.dir = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{name}-"))
-        self.dir.chmod(0o755)
-        self.owner = owner if os.geteuid() == 0 else None
-        if self.owner:
-            shutil.chown(self.dir, self.owner, self.owner)
-        self.log = self.dir / "server.log"
-        self.port = 0
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def run(self, argv: list[str], what: str, timeout: float = 120.0) -> None:
-        """Run a set-up command (initdb, install-db) to completion; errors quote its output."""
-        try:
-            res = subprocess.run(
-                argv,
-                capture_output=True,
-                timeout=timeout,
-                user=self.owner,
-                cwd=self.dir,
-                env=self.env(),
-                check=False,
-            )
-        except FileNotFoundError:
-            raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
-        except subprocess.TimeoutExpired:
-            raise WorkloadError(f"{self.name}: {what} did not finish in {timeout:g} s") from None
-        if res.returncode != 0:
-            text = (res.stderr or res.stdout).decode("utf-8", "replace")
-            raise WorkloadError(f"{self.name}: {what} failed: {last_line(text)}")
-
-    def start(
-        self, argv: list[str], *, port: int, timeout: float = 30.0, host: str = "127.0.0.1"
-    ) -> None:
-        """Start ``argv`` and wait until it accepts on ``host:port``."""
-        self.port = port
-        try:
-            with self.log.open("ab") as log:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    user=self.owner,
-                    cwd=self.dir,
-                    env=self.env(),
-                )
-        except FileNotFoundError:
-            raise WorkloadError(f"{self.name}: {argv[0]} not found (install it)") from None
-        self.procs.append(proc)
-        if not wait_port(port, proc, time.monotonic() + timeout, host):
-            code = proc.poll()
-            why = f"exited with code {code}" if code is not None else f"silent for {timeout:g} s"
-            raise WorkloadError(f"{self.name} did not start ({why}): {last_line(self.log_text())}")
-
-    def env(self) -> dict[str, str]:
-        """The server's environment: its scratch files go to its own directory (its user
-        may not be able to write the controller's $TMPDIR)."""
-        return {**os.environ, "TMPDIR": str(self.dir)}
-
-    def log_text(self) -> str:
-        try:
-            return self.log.read_text("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, self.stop_signal)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=5)
-        self.procs.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "(its log is empty)"
+# --- tools ---------------------------------------------------------------------------------
 
 
 def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) -> str:
@@ -572,61 +477,3 @@ def tool(argv: list[str], *, timeout: float, env: dict[str, str] | None = None) 
         err = res.stderr.decode("utf-8", "replace")
         raise WorkloadError(f"{argv[0]} exited with code {res.returncode}: {last_line(err or out)}")
     return out
-
-
-def is_local(target: Target) -> bool:
-    """Whether ``target`` is this machine."""
-    return target.capabilities().kind == "local"
-
-
-def is_guest(target: Target) -> bool:
-    """Whether ``target`` is one of vmtax's guests (whose image carries each workload's
-    ``guest_binaries`` and ``guest_files``)."""
-    return target.capabilities().kind == "guest"
-
-
-def is_ssh(target: Target) -> bool:
-    """Whether ``target`` is a host reached over SSH."""
-    return target.capabilities().kind == "ssh"
-
-
-def remote_free_port(target: Target) -> int:
-    """A TCP port free on ``target``'s loopback now."""
-    find = target.capabilities().free_port
-    if find is None:
-        raise WorkloadError(f"{target.name}: cannot find a free port there")
-    try:
-        return find()
-    except VmtaxError as exc:
-        raise WorkloadError(exc.message) from None
-
-
-@contextlib.contextmanager
-def on_ssh_host(
-    ctx: Context, server: str, files: Callable[[str, int], dict[str, bytes]]
-) -> Iterator[tuple[str, int]]:
-    """Where a server runs on an SSH host: a port free on its loopback and a fresh
-    directory there holding ``files(directory, port)`` (its configuration, its data);
-    yields ``(directory, port)`` and removes the directory after. The server itself is
-    started by the agent, or by a script in the directory, and stopped by it."""
-    caps = ctx.target.capabilities()
-    if not (caps.make_scratch and caps.put_files and caps.remove_scratch):
-        raise WorkloadError(f"{ctx.target.name}: cannot hold a server's files")
-    port = remote_free_port(ctx.target)
-    directory = caps.make_scratch(f"{TMP_PREFIX}{server}-")
-    try:
-        caps.put_files(directory, files(directory, port))
-        yield directory, port
-    finally:
-        caps.remove_scratch(directory)
-
-
-def servers_here(ctx: Context) -> None:
-    """Server workloads start their server on this machine, in vmtax's guests or on SSH
-    hosts (through the agent there): refuse any other target clearly."""
-    if ctx.target.capabilities().kind in ("local", "guest", "ssh"):
-        return
-    raise WorkloadError(
-        f"workload {ctx.workload.name} cannot start its server on {ctx.target.name}: "
-        "it runs on this machine (L0), in vmtax's guests and on SSH hosts"
-    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from vmtax.workloads.base import Context, Param, Workload
+from vmtax.workloads.base import Context, Param, Recipe, Workload
 
 #: ~(bit 57 AES-NI | bit 33 PCLMULQDQ) of OpenSSL's capability vector (CPUID.1:ECX << 32).
 MASK_AESNI = "~0x200000200000000"
@@ -30,8 +30,12 @@ class Crypto(Workload):
         Param("bytes", 16384, "block size per operation"),
     )
     presets = {"software": {"aesni": "off"}}
-    needs = ("openssl",)
-    guest_binaries = ("/usr/bin/openssl",)
+    recipe = Recipe(
+        programs=("openssl",),
+        packages=("openssl",),
+        fedora=("openssl",),
+        binaries=("/usr/bin/openssl",),
+    )
     default_iterations = 3
     default_duration = 2.0
 

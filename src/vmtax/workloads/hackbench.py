@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from vmtax.workloads.base import Context, Param, Workload
+from vmtax.workloads.base import Context, Param, Recipe, Workload
 
 
 class Hackbench(Workload):
@@ -27,8 +27,12 @@ class Hackbench(Workload):
         Param("ipc", "socket", "socketpairs or pipes", ("socket", "pipe")),
     )
     presets = {"study-c": {"groups": 100, "loops": 500}}
-    needs = ("hackbench",)
-    guest_binaries = ("/usr/bin/hackbench",)
+    recipe = Recipe(
+        programs=("hackbench",),
+        packages=("rt-tests",),
+        fedora=("rt-tests",),
+        binaries=("/usr/bin/hackbench",),
+    )
     default_iterations = 10
     default_duration = 3.0
     default_warmup = 1

@@ -6,28 +6,29 @@ connection per thread), so one value is one request's latency and the run keeps 
 Compare with ``vmtax compare`` for the shift and ``vmtax artifacts`` / the report for the
 change of shape (Anderson-Darling, bimodality).
 
-In a guest the image carries lighttpd, its configuration and both files (``guest_files``);
-the agent starts lighttpd on the guest's loopback for the session and stops it after. On an
-SSH host (which must have lighttpd installed) the same files go to a fresh directory there,
-with a port free on its loopback, and the agent starts and stops lighttpd the same way.
+The target places the server (``Target.place_server``): on this machine vmtax starts it; a
+guest's image carries lighttpd, its configuration and both files, and the agent there starts
+it for the run and stops it after; an SSH host (which must have lighttpd installed) gets the
+same files in a fresh directory, and its agent starts and stops lighttpd the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
+from vmtax.targets.local import LocalTarget
+from vmtax.targets.servers import PlacedServer
 from vmtax.workloads.base import (
     Context,
+    Needs,
     Param,
     ParamValue,
-    Server,
+    Recipe,
+    ServerSpec,
+    Spot,
     Workload,
-    free_port,
-    is_local,
-    is_ssh,
-    on_ssh_host,
-    servers_here,
 )
 
 #: Study D's index.html was 44 bytes; study C's Apache file was 41 KB.
@@ -70,11 +71,20 @@ def site_files(where: Path | str, port: int) -> dict[str, bytes]:
     return files
 
 
-def guest_files() -> dict[str, bytes]:
-    return {
-        f"{str(GUEST_DIR)[1:]}/{rel}": data
-        for rel, data in site_files(GUEST_DIR, GUEST_PORT).items()
-    }
+def command(spot: Spot) -> list[str]:
+    return [LIGHTTPD, "-D", "-f", f"{spot.directory}/lighttpd.conf"]
+
+
+#: lighttpd serving both files: started here as www-data, by the agent in a guest (from the
+#: files its image carries) or on an SSH host (from files copied there).
+SERVER = ServerSpec(
+    "lighttpd",
+    command=command,
+    files=site_files,
+    owner="www-data",
+    guest_dir=str(GUEST_DIR),
+    guest_port=GUEST_PORT,
+)
 
 
 class Http(Workload):
@@ -97,9 +107,14 @@ class Http(Workload):
         "study-d": {"file": "page44", "connections": 1},
         "study-c": {"file": "file41k", "connections": 10},
     }
-    needs = ("lighttpd",)
-    guest_binaries = (LIGHTTPD,)
-    guest_files = guest_files()
+    recipe = Recipe(
+        programs=("lighttpd",),
+        packages=("lighttpd",),
+        fedora=("lighttpd",),
+        binaries=(LIGHTTPD,),
+        files=SERVER.guest_files(),
+        needs=Needs(server=True),
+    )
     default_iterations = 20000
     default_duration = 1.0
     default_warmup = 20
@@ -110,30 +125,10 @@ class Http(Workload):
             "path": f"/{name}",
             "connections": int(ctx.params["connections"]),
         }
-        servers_here(ctx)
-        if is_ssh(ctx.target):
-            with on_ssh_host(ctx, "lighttpd", site_files) as (where, port):
-                server = f"{LIGHTTPD} -D -f {where}/lighttpd.conf"
-                yield from ctx.agent("http", {"port": port, "server": server, **params})
-            return
-        if not is_local(ctx.target):
-            server = f"{LIGHTTPD} -D -f {GUEST_DIR / 'lighttpd.conf'}"
-            yield from ctx.agent("http", {"port": GUEST_PORT, "server": server, **params})
-            return
-        with lighttpd() as srv:
-            yield from ctx.agent("http", {"port": srv.port, **params})
+        with ctx.target.place_server(SERVER) as placed:
+            yield from ctx.agent("http", {"port": placed.port, **placed.agent_params, **params})
 
 
-def lighttpd() -> Server:
-    """A started lighttpd serving both files from its temporary directory."""
-    srv = Server("lighttpd", owner="www-data")
-    try:
-        port = free_port()
-        for rel, data in site_files(srv.dir, port).items():
-            (srv.dir / rel).parent.mkdir(exist_ok=True)
-            (srv.dir / rel).write_bytes(data)
-        srv.start(["lighttpd", "-D", "-f", str(srv.dir / "lighttpd.conf")], port=port)
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+def lighttpd() -> AbstractContextManager[PlacedServer]:
+    """lighttpd started on this machine, serving both files (for the peer benchmark)."""
+    return LocalTarget().place_server(SERVER)

@@ -4,25 +4,24 @@ memcached starts on a free loopback port; the agent's ``memcache`` probe fills t
 space, then sends memtier's default mix (1 set : 10 gets, 32-byte values) over
 ``connections`` connections and times every request: ops/s and latency percentiles.
 
-In a guest or on an SSH host the agent starts memcached for the run and stops it after: in
-a guest on a fixed port, on an SSH host on a port its agent found free there.
+The target places it (``Target.place_server``): here vmtax starts it; in a guest or on an SSH
+host the agent starts memcached for the run and stops it after, in a guest on a fixed port,
+on an SSH host on a port its agent found free there.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 from vmtax.workloads.base import (
     Context,
+    Needs,
     Param,
-    Server,
+    ParamValue,
+    Recipe,
+    ServerSpec,
+    Spot,
     Workload,
-    free_port,
-    is_local,
-    is_ssh,
-    remote_free_port,
-    servers_here,
 )
 
 #: The port memcached listens on inside a guest (nothing else runs there).
@@ -45,29 +44,33 @@ class Memcached(Workload):
         Param("threads", 2, "memcached worker threads"),
     )
     presets = {"study-c": {"connections": 8, "keys": 10000}}
-    needs = ("memcached",)
-    guest_binaries = (MEMCACHED,)
+    recipe = Recipe(
+        programs=("memcached",),
+        packages=("memcached",),
+        fedora=("memcached",),
+        binaries=(MEMCACHED,),
+        needs=Needs(server=True),
+    )
     default_iterations = 50000
     default_duration = 1.0
     default_warmup = 50
 
     def execute(self, ctx: Context) -> Iterator[str]:
-        params = {k: ctx.params[k] for k in ("connections", "gets_per_set", "keys", "value_size")}
+        params: dict[str, ParamValue] = {
+            k: ctx.params[k] for k in ("connections", "gets_per_set", "keys", "value_size")
+        }
         flags = ["-l", "127.0.0.1", "-U", "0", "-m", "64", "-t", str(ctx.params["threads"])]
-        servers_here(ctx)
-        if is_local(ctx.target):
-            with Server("memcached", owner="memcache") as srv:
-                port = free_port()
-                argv = [shutil.which("memcached") or MEMCACHED, *flags, "-p", str(port)]
-                srv.start(argv, port=port)
-                yield from ctx.agent("memcache", {"port": port, **params})
-            return
-        # The agent there starts it for the run and stops it after. memcached refuses to
-        # run as root without -u (and ignores -u otherwise): a guest has no other user, an
-        # SSH host has nobody.
-        if is_ssh(ctx.target):
-            port, user = remote_free_port(ctx.target), "nobody"
-        else:
-            port, user = GUEST_PORT, "root"
-        cmd = " ".join([MEMCACHED, *flags, "-p", str(port), "-u", user])
-        yield from ctx.agent("memcache", {"port": port, "server": cmd, **params})
+        with ctx.target.place_server(server(flags)) as placed:
+            params |= {"port": placed.port, **placed.agent_params}
+            yield from ctx.agent("memcache", params)
+
+
+def server(flags: list[str]) -> ServerSpec:
+    """memcached with ``flags``. It refuses to run as root without -u (and ignores -u
+    otherwise): a guest has no other user than root, an SSH host has nobody, and here it is
+    started as memcache when vmtax is root."""
+
+    def command(spot: Spot) -> list[str]:
+        return [MEMCACHED, *flags, "-p", str(spot.port), "-u", spot.user]
+
+    return ServerSpec("memcached", command=command, owner="memcache", guest_port=GUEST_PORT)

@@ -22,7 +22,15 @@ from collections.abc import Iterator
 
 from vmtax.targets.base import find_agent
 from vmtax.targets.local import LocalTarget
-from vmtax.workloads.base import Context, Param, Server, Workload, WorkloadError, free_port
+from vmtax.workloads.base import (
+    Context,
+    Param,
+    Recipe,
+    Server,
+    Workload,
+    WorkloadError,
+    free_port,
+)
 from vmtax.workloads.reach import host_end, hostport, split_hostport, target_listeners
 
 
@@ -47,7 +55,7 @@ class Net(Workload):
         Param("host", "", "another agent's netserver; empty: as peer says"),
         Param("port", 0, "that netserver's port"),
     )
-    agent_only = True
+    recipe = Recipe()  # the agent is client and server
     default_iterations = 10_000_000
     default_duration = 1.0
     default_warmup = 100

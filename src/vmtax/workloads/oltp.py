@@ -36,15 +36,14 @@ import numpy as np
 from vmtax.workloads.base import (
     TMP_PREFIX,
     Context,
+    Needs,
     Param,
+    Recipe,
     Server,
+    ServerSpec,
     Workload,
     WorkloadError,
     free_port,
-    is_local,
-    is_ssh,
-    on_ssh_host,
-    servers_here,
     tool,
 )
 
@@ -276,32 +275,28 @@ class Oltp(Workload):
         # Study C: MySQL with SysBench, 200 parallel transactions.
         "study-c": {"table_size": 1_000_000, "threads": 200},
     }
-    needs = ("sysbench", "mariadbd", "postgres", "initdb")
-    guest_binaries = (MARIADBD, "/usr/bin/sysbench", *_PG_GUEST[0])
-    guest_files = {**guest_files(), **_PG_GUEST[1]}
+    recipe = Recipe(
+        programs=("sysbench", "mariadbd", "postgres", "initdb"),
+        packages=("mariadb-server", "postgresql", "sysbench"),
+        fedora=("mariadb-server", "postgresql-server", "sysbench"),
+        binaries=(MARIADBD, "/usr/bin/sysbench", *_PG_GUEST[0]),
+        files={**guest_files(), **_PG_GUEST[1]},
+        checks=("bin:mariadbd", "path:/usr/lib/postgresql/*/bin/postgres", "bin:sysbench"),
+        needs=Needs(server=True),
+    )
     default_iterations = 1_000_000
     default_duration = 3.0
 
     def execute(self, ctx: Context) -> Iterator[str]:
         db = str(ctx.params["db"])
-        servers_here(ctx)
-        if is_ssh(ctx.target):
-            with on_ssh_host(ctx, f"oltp-{db}", lambda _dir, _port: script_files()) as (
-                where,
-                port,
-            ):
-                yield from by_script(ctx, f"{where}/oltp.sh", port, where)
-            return
-        if not is_local(ctx.target):
-            yield from by_script(ctx, str(GUEST_DIR / "oltp.sh"), GUEST_PORT, GUEST_SCRATCH)
-            return
-        owner = "mysql" if db == "mariadb" else "postgres"
-        # A throwaway database: MariaDB is killed, not shut down (its directory is removed
-        # anyway); PostgreSQL's immediate shutdown (QUIT) still removes its shared memory,
-        # which a kill would leave behind.
-        stop = signal.SIGKILL if db == "mariadb" else signal.SIGQUIT
-        with Server(f"oltp-{db}", owner=owner, stop_signal=stop) as srv:
-            conn = start_mariadb(srv, ctx) if db == "mariadb" else start_pgsql(srv, ctx)
+        with ctx.target.place_server(server(ctx)) as placed:
+            if placed.here is None:
+                # Away from this machine oltp.sh does the whole run beside its server.
+                script = f"{placed.directory}/oltp.sh"
+                yield from by_script(ctx, script, placed.port, placed.scratch)
+                return
+            srv = placed.here
+            conn = sysbench_conn(db, placed.port)
             common = [
                 *conn,
                 f"--tables={ctx.params['tables']}",
@@ -311,6 +306,33 @@ class Oltp(Workload):
             values, ends, tps, wall = run_sysbench(ctx, srv, common)
         del ends
         yield from ctx.stream(values, wall_s=wall, throughput=tps, stopped_by="duration")
+
+
+def server(ctx: Context) -> ServerSpec:
+    """The run's database server: started here by vmtax (a data directory first), or by
+    oltp.sh (its files copied to an SSH host, carried by a guest's image)."""
+    db = str(ctx.params["db"])
+
+    def start_here(srv: Server) -> int:
+        if db == "mariadb":
+            start_mariadb(srv, ctx)
+        else:
+            start_pgsql(srv, ctx)
+        return srv.port
+
+    return ServerSpec(
+        f"oltp-{db}",
+        files=lambda _dir, _port: script_files(),
+        owner="mysql" if db == "mariadb" else "postgres",
+        # A throwaway database: MariaDB is killed, not shut down (its directory is removed
+        # anyway); PostgreSQL's immediate shutdown (QUIT) still removes its shared memory,
+        # which a kill would leave behind.
+        stop_signal=signal.SIGKILL if db == "mariadb" else signal.SIGQUIT,
+        guest_dir=str(GUEST_DIR),
+        guest_port=GUEST_PORT,
+        guest_scratch=GUEST_SCRATCH,
+        start_here=start_here,
+    )
 
 
 def run_sysbench(

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from vmtax.targets.base import find_agent
-from vmtax.workloads.base import Context, Param, Server, Workload, free_port
+from vmtax.workloads.base import Context, Param, Recipe, Server, Workload, free_port
 from vmtax.workloads.reach import host_end, hostport, target_listeners
 
 
@@ -37,7 +37,7 @@ class Relay(Workload):
         ),
     )
     presets = {"study-d": {"relays": 1}}
-    agent_only = True
+    recipe = Recipe()  # the agent is every node of the ring
     default_iterations = 10_000
     default_duration = 1.0
     default_warmup = 100

@@ -39,7 +39,7 @@ def test_each_workloads_packages_come_from_its_recipe_alone():
         assert cap.name not in listed, f"{cap.name} is listed in packages.txt besides its recipe"
         assert cap.apt and cap.needs, cap.name
     assert {c.name for c in package_capabilities()} == {
-        "oltp", "http", "memcached", "crypto", "hackbench",
+        "oltp", "http", "memcached", "crypto", "hackbench", "static",
     }  # fmt: skip
 
 

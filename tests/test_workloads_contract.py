@@ -16,7 +16,7 @@ from vmtax.runner import check_probes
 from vmtax.workloads import REGISTRY, infos
 from vmtax.workloads.base import Invocation, WorkloadError
 
-EXPECTED = {"hackbench", "oltp", "http", "memcached", "net", "relay", "crypto"}
+EXPECTED = {"hackbench", "oltp", "http", "memcached", "net", "relay", "crypto", "static"}
 
 
 def test_every_workload_declares_the_contract():

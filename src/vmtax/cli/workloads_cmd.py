@@ -42,7 +42,7 @@ def workloads(
                 "presets": w.presets,
                 "needs": list(w.needs),
                 "missing": missing,
-                "runs_in_guests": w.agent_only or bool(w.guest_binaries),
+                "runs_in_guests": w.runs_in_guests,
             }
         )
     if fmt == "json":

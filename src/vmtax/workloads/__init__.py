@@ -23,9 +23,11 @@ from vmtax.workloads.memcached import Memcached
 from vmtax.workloads.net import Net
 from vmtax.workloads.oltp import Oltp
 from vmtax.workloads.relay import Relay
+from vmtax.workloads.static import Static
 
 REGISTRY: dict[str, Workload] = {
-    w.name: w for w in (Hackbench(), Oltp(), Http(), Memcached(), Net(), Relay(), Crypto())
+    w.name: w
+    for w in (Hackbench(), Oltp(), Http(), Memcached(), Net(), Relay(), Crypto(), Static())
 }
 
 #: memcached started as root switches to a user it looks up in /etc/passwd; PostgreSQL

@@ -64,7 +64,7 @@ def _param(result, bench: str, name: str) -> float:
 
 
 def test_recovers_known_parameters_without_profiles():
-    result = fit(_synthetic(np.random.default_rng(1)), resamples=1000)
+    result = fit(_synthetic(np.random.default_rng(1)))
     for k in BENCH:
         # a and D within 3% (2% noise on 10 runs gives a standard error of about 0.6%).
         assert _param(result, k, "a ") == pytest.approx(A[k], rel=0.03)
@@ -81,18 +81,6 @@ def test_recovers_known_parameters_without_profiles():
             assert dvh["predicted"] == pytest.approx(_row(result, k, 4, False)["predicted"])
         else:
             assert dvh["predicted"] == pytest.approx(A[k], rel=0.03)
-
-
-def test_prediction_intervals_cover_the_true_deeper_level():
-    covered = total = 0
-    for seed in range(30):
-        result = fit(_synthetic(np.random.default_rng(100 + seed)), resamples=500, seed=seed)
-        for k in BENCH:
-            row = _row(result, k, 3, False)
-            total += 1
-            covered += row["low"] <= _truth_no_profile(k, 3) <= row["high"]
-            assert (row["high"] - row["low"]) / row["predicted"] < 0.5  # not vacuous
-    assert covered / total >= 0.8, f"{covered}/{total}"
 
 
 def _profiled(rng: np.random.Generator) -> tuple[list[Series], dict[str, float]]:
@@ -125,7 +113,7 @@ def _profiled(rng: np.random.Generator) -> tuple[list[Series], dict[str, float]]
 
 def test_recovers_known_parameters_from_exit_profiles():
     series, c2_true = _profiled(np.random.default_rng(7))
-    result = fit(series, resamples=1000)
+    result = fit(series)
     assert _param(result, "all", "e ") == pytest.approx(E, rel=0.05)
     assert _param(result, "all", "m_h") == pytest.approx(M["cpuid"], rel=0.03)
     for k in BENCH:
@@ -137,18 +125,6 @@ def test_recovers_known_parameters_from_exit_profiles():
         d = c2_true[k] - A[k]
         deeper = _row(result, k, 3, False)
         assert deeper["predicted"] == pytest.approx(A[k] + d * (1 + M["cpuid"]), rel=0.05)
-
-
-def test_profile_intervals_cover_the_nested_level():
-    covered = total = 0
-    for seed in range(20):
-        series, c2_true = _profiled(np.random.default_rng(300 + seed))
-        result = fit(series, resamples=500, seed=seed)
-        for k in BENCH:
-            row = _row(result, k, 2, False)
-            total += 1
-            covered += row["low"] <= c2_true[k] <= row["high"]
-    assert covered / total >= 0.8, f"{covered}/{total}"
 
 
 # -- the dataset command --------------------------------------------------------------------
@@ -216,10 +192,10 @@ def test_dataset_calibrates_on_the_vm_and_nested_columns_only(cli, monkeypatch, 
         if not (dvh and direct and level > 2):
             assert b[key] == value and c[key] == value, key  # the DVH column plays no part
             continue
-        x = cycles[(bench, "nested VM + DVH")] - vm
-        assert value == pytest.approx(vm + (level - 1) * x)
+        # Recursive DVH: L0 serves the exit at any depth as it does the nested VM's.
+        assert value == pytest.approx(cycles[(bench, "nested VM + DVH")])
         assert c[key] == pytest.approx(vm)  # from structure alone: the lower bound a_k
-    assert b[("DevNotify", 3, True)] == pytest.approx(4984 + 2 * (6000 - 4984))
+    assert b[("DevNotify", 3, True)] == b[("DevNotify", 4, True)] == pytest.approx(6000)
     text = cli("model", "--dataset", "dvh_without_dvh").stdout
     assert "lower bound" in text and "so are L3+DVH and L4+DVH" in text
 
@@ -368,7 +344,7 @@ def test_measured_profiles_give_the_nested_prediction():
                     )  # fmt: skip
     found = from_runs(pd.DataFrame(rows), profiles=pd.DataFrame(profile_rows))
     assert found.vm_level == 2
-    result = fit(found.series, offset=found.vm_level - 1, resamples=500)
+    result = fit(found.series, offset=found.vm_level - 1)
     for k in ("cpuid", "timer"):
         row = _row(result, k, 3, False)
         assert row["basis"].startswith("exit profile")
@@ -425,7 +401,7 @@ def test_model_reads_profiles_stored_by_the_exit_profile_recorder(store):
     cpuid = found.series[0]
     assert cpuid.nested_profile is not None and cpuid.vm_profile is not None
     assert cpuid.nested_profile[:, 0] == pytest.approx(9.0)
-    result = fit(found.series, offset=found.vm_level - 1, resamples=300)
+    result = fit(found.series, offset=found.vm_level - 1)
     assert _param(result, "cpuid", "m ") == pytest.approx(8.0)
 
 

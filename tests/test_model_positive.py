@@ -21,7 +21,7 @@ def test_a_nested_level_cheaper_than_the_vm_gives_a_reason_not_a_negative_time()
         Series("timer", "ns", _runs(rng, 100_386.0), _runs(rng, 334_197.0)),
         Series("wakeup", "ns", _runs(rng, 33_419.0), _runs(rng, 272_628.0)),
     ]
-    result = fit(series, resamples=500)
+    result = fit(series)
     preds = result.predictions
     assert (preds["predicted"] > 0).all() and (preds["low"] > 0).all()
     assert not ((preds["benchmark"] == "cpuid") & ~preds["dvh"]).any()
@@ -38,7 +38,7 @@ def test_a_negative_exit_round_trip_is_refused_for_the_decomposition():
         Series("cpuid", "ns", _runs(rng, 1500.0), _runs(rng, 30_000.0), vm_profile=vm_prof,
                nested_profile=nested_prof),
     ]  # fmt: skip
-    result = fit(series, resamples=300)
+    result = fit(series)
     preds = result.predictions
     assert (preds["predicted"] > 0).all()
     assert not ((preds["level"] == 2) & (preds["kind"] == DECOMPOSITION)).any()
@@ -53,7 +53,7 @@ def test_rows_from_the_levels_own_profile_are_decompositions():
         Series("cpuid", "ns", _runs(rng, 1500.0), _runs(rng, 48_000.0), vm_profile=vm_prof,
                nested_profile=nested_prof),
     ]  # fmt: skip
-    preds = fit(series, resamples=300).predictions
+    preds = fit(series).predictions
     own = preds[(preds["level"] == 2) & ~preds["dvh"]]
     assert set(own["kind"]) == {DECOMPOSITION}
     assert set(preds.loc[preds["level"] >= 3, "kind"]) == {PREDICTION}

@@ -96,8 +96,9 @@ def model_cmd(
 
     Exit profiles give m and h where recorded; otherwise h is assumed to be one null exit (cpuid).
 
-    Intervals are 95% bootstrap intervals. A row is a prediction when no data of its level went
-    into it, a decomposition when it explains a measured level by its own exit profile.
+    Intervals are 95%: the delta method over runs, t at Welch–Satterthwaite's degrees of freedom
+    (prediction intervals add one future run). A row is a prediction when no data of its level
+    went into it, a decomposition when it explains a measured level by its own exit profile.
 
     Example: vmtax model --dataset dvh2020_micro
 
@@ -161,7 +162,8 @@ def _records(frame: pd.DataFrame, keys: tuple[str, ...]) -> str:
 def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
     lines = [
         f"{r.benchmark} {r.parameter}: {fmt_mod._num(r.estimate)} "
-        f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] {r.unit} ({r.basis})"
+        + (f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] " if r.low != r.high else "")
+        + f"{r.unit} ({r.basis})"
         for r in params.itertuples()
     ] + notes
     bullet = "- " if fmt == "markdown" else ""
@@ -174,7 +176,7 @@ def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
     from vmtax.model import fit, from_dataset
     from vmtax.model.sources import published_dvh
 
-    result = fit(from_dataset(name), resamples=resamples, seed=seed)
+    result = fit(from_dataset(name))
     preds = result.predictions
     if fmt == "json":
         return _records(preds, JSON_KEYS)
@@ -195,16 +197,16 @@ def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
     table = fmt_mod.render_frame(
         pd.DataFrame(rows),
         fmt,
-        f"{name}: calibrated on the VM and nested VM columns; 95% prediction intervals",
+        f"{name}: calibrated on the VM and nested VM columns; one published figure a cell, so "
+        "no interval",
     )
     spread = (
-        "The published figures carry no spread: the intervals show only how m differs "
-        "between the four classes (resampled). L4 is in --format json/csv. nested+DVH from "
+        "L4 is in --format json/csv. nested+DVH from "
         "structure is a lower bound: an exit L0 handles alone is priced as the VM's, and no "
         "term of the VM and nested-VM columns gives a nested exit's extra cost (docs/model.md)"
         + (
-            "; L3+DVH and L4+DVH add x_k per level below, calibrated on the published "
-            "nested+DVH column."
+            "; L3+DVH and L4+DVH are the published nested+DVH figure: L0 serves the exit at "
+            "any depth, the guest hypervisors only configure it before the run."
             if published
             else "; so are L3+DVH and L4+DVH."
         )
@@ -237,7 +239,7 @@ def measured_output(
     for s in found.series:
         if s.benchmark == "cpuid":
             s.assumed_exits = exits_per_exit
-    result = fit(found.series, offset=found.vm_level - 1, resamples=resamples, seed=seed)
+    result = fit(found.series, offset=found.vm_level - 1)
     return render_measured(result, found.vm_level, found.notes, fmt)
 
 

@@ -20,14 +20,15 @@ hypervisor of the VM level and their handling times:
 (N: exits per iteration, T: handling time per iteration, e: the round trip of one exit
 outside its handler, e = (a_null - T_1null) / N_1null). Without profiles h is assumed to be
 one null exit, h = a_null, so m_k = D_k / a_null, and m_h is the mean of m_k over the
-classes (the bootstrap resamples the classes too).
+classes.
 
-DVH what-if: a class whose exits L0 handles directly (virtual timer, IPI, idle,
-passthrough) costs a_k at every depth; the others are unchanged.
+DVH what-if: a class whose exits L0 serves directly (virtual timer, IPI, idle, passthrough)
+costs a_k + x_k at every depth from 2 on (x_k from a nested VM + DVH level; without one, the
+lower bound a_k); the others are unchanged.
 
-Uncertainty: numpy resampling of run means (runs are the independent unit), each level and
-probe independently, plus, for a prediction interval, one future run's relative spread (the
-coefficient of variation of the runs at the level the prediction extends).
+Uncertainty (vmtax.model.intervals): the delta method over the independent groups of runs
+(runs are the unit), t quantiles at Welch–Satterthwaite's degrees of freedom; a prediction's
+interval is on the log scale and adds one future run's spread at the level it extends.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ import numpy as np
 import pandas as pd
 
 from vmtax.errors import UsageError
+from vmtax.model.intervals import future_run, group_means, interval, linearise
 from vmtax.model.mechanisms import NULL, dvh_direct, mechanism
 
-CONFIDENCE = 0.95
 PREDICTION_COLUMNS = [
     "benchmark", "level", "dvh", "predicted", "low", "high", "unit",
     "measured", "error_pct", "basis", "kind",
@@ -90,14 +91,7 @@ class Fit:
     notes: list[str]
 
 
-def fit(
-    series: list[Series],
-    *,
-    depths: tuple[int, ...] = (3, 4),
-    offset: int = 0,
-    resamples: int = 4000,
-    seed: int = 0,
-) -> Fit:
+def fit(series: list[Series], *, depths: tuple[int, ...] = (3, 4), offset: int = 0) -> Fit:
     """Calibrate on depth 1 and 2 of every series and predict ``depths`` (and depth 2 from
     the exit profile, where there is one), each with and without DVH."""
     if not series:
@@ -112,35 +106,33 @@ def fit(
     by_mech = {s.mechanism: s for s in series}
     if len(by_mech) != len(series):
         raise UsageError("two series have the same exit mechanism; model one configuration")
-    rng = np.random.default_rng(seed)
-    point = _evaluate(series, _draws(series, None, rng), None)
-    reps = _evaluate(series, _draws(series, resamples, rng), rng)
+    groups = runs_of(series)
+    point = _evaluate(series, group_means(groups))
     notes = list(point.pop("notes"))
-    reps.pop("notes")
-    params = _params(series, point, reps)
+    spans = intervals(series, groups, depths)
+    published = all(g.shape[1] == 1 for g in groups.values())
+    if published:
+        # A published point: low = high = the estimate, as the CLI shows a point with no spread.
+        spans = {key: (est, est, est) for key, (est, _, _) in spans.items()}
+        notes.append(_one_figure_a_cell(series, point))
+    params = _params(series, point, spans)
     rows = []
     for s in series:
         direct = dvh_direct(s.benchmark)
-        cv_vm, cv_nested = _cv(s.vm), _cv(s.nested)
-        wanted: list[tuple[int, bool, str, float]] = []
+        wanted: list[tuple[int, bool, str]] = []
         if f"c2pred:{s.benchmark}" in point:
-            wanted.append((2, False, "c2pred", cv_nested))
-        wanted.append((2, True, "dvh2", cv_vm if direct else cv_nested))
+            wanted.append((2, False, "c2pred"))
+        wanted.append((2, True, "dvh2"))
         for d in depths:
-            wanted.append((d, False, f"c{d}", cv_nested))
-            wanted.append((d, True, f"dvh{d}", cv_vm if direct else cv_nested))
-        for depth, dvh, key, cv in wanted:
+            wanted.append((d, False, f"c{d}"))
+            wanted.append((d, True, f"dvh{d}"))
+        for depth, dvh, key in wanted:
             est = float(point[f"{key}:{s.benchmark}"][0])
             if not est > 0:
                 # A time is never negative: say why the model cannot give one, instead.
                 notes.append(_no_positive_time(s, depth + offset, dvh, key, est, point))
                 continue
-            rep = reps[f"{key}:{s.benchmark}"]
-            # One future run's spread, lognormal with the runs' coefficient of variation:
-            # costs are positive and a loaded machine's run means are right-skewed.
-            sigma = np.sqrt(np.log1p(cv * cv))
-            noisy = rep * np.exp(sigma * rng.standard_normal(rep.shape) - sigma * sigma / 2)
-            low, high = _interval(noisy)
+            _, low, high = spans[f"{key}:{s.benchmark}"]
             measured = _measured(s, depth) if not dvh else None
             rows.append(
                 {
@@ -148,8 +140,8 @@ def fit(
                     "level": depth + offset,
                     "dvh": dvh,
                     "predicted": est,
-                    "low": low,
-                    "high": high,
+                    "low": float(low[0]),
+                    "high": float(high[0]),
                     "unit": s.unit,
                     "measured": measured,
                     "error_pct": (100.0 * (est - measured) / measured if measured else None),
@@ -159,6 +151,55 @@ def fit(
             )
     predictions = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
     return Fit(params=params, predictions=predictions, notes=notes)
+
+
+def _one_figure_a_cell(series: list[Series], point: dict) -> str:
+    ms = [float(point[f"m:{s.benchmark}"][0]) for s in series if f"m:{s.benchmark}" in point]
+    spread = f"; m_k ranges {min(ms):.3g} to {max(ms):.3g} across the classes" if ms else ""
+    return (
+        "no interval: each cell is one published figure, with no run-to-run spread to "
+        f"estimate one from{spread} (m_h is their mean)"
+    )
+
+
+#: Parameters get a confidence interval on their own scale (D and x may be negative).
+PARAMS = ("a", "D", "x", "m", "e", "m_h")
+
+
+def intervals(
+    series: list[Series], groups: dict[str, np.ndarray], depths: tuple[int, ...] = (3, 4)
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(estimate, low, high) of every parameter and prediction, each (trials,), from
+    ``groups`` (``runs_of``'s names; (trials, runs, k) arrays, so a coverage simulation runs
+    this very code on thousands of trials at once). Parameters: confidence intervals;
+    predictions: prediction intervals of one future run (docs/model.md, Uncertainty)."""
+    lin = linearise(lambda means: _evaluate(series, means), groups)
+    out = {}
+    for key in lin.estimate:
+        name = key.split(":")[0]
+        if name in PARAMS:
+            out[key] = interval(lin, key)
+            continue
+        level = _future_level(series, key)
+        if level is None:
+            continue
+        out[key] = interval(lin, key, log=True, future=future_run(level, groups))
+    return out
+
+
+def _future_level(series: list[Series], key: str) -> str | None:
+    """The group whose runs a future run of prediction ``key`` is like: the nested level,
+    or for a DVH-direct class the nested VM + DVH (the VM for the lower bound)."""
+    name, _, bench = key.partition(":")
+    if not bench or not name.startswith(("c", "dvh")):
+        return None
+    s = next(x for x in series if x.benchmark == bench)
+    if name.startswith("dvh") and dvh_direct(bench):
+        has_x = s.dvh_nested is not None and np.asarray(s.dvh_nested).size
+        if has_x and name != "dvh2":
+            return f"dvh_nested:{bench}"
+        return f"vm:{bench}"
+    return f"nested:{bench}"
 
 
 def _no_positive_time(s: Series, level: int, dvh: bool, key: str, est: float, point: dict) -> str:
@@ -183,46 +224,27 @@ def _no_positive_time(s: Series, level: int, dvh: bool, key: str, est: float, po
     return f"{where}: no prediction ({est:.3g} {s.unit} is not a time): {why}"
 
 
-# -- resampling -----------------------------------------------------------------------------
+# -- the groups of runs ----------------------------------------------------------------------
 
 
-def _mean_draw(values: np.ndarray, resamples: int | None, rng: np.random.Generator) -> np.ndarray:
-    """The mean of ``values`` (axis 0), or ``resamples`` means of rows drawn with replacement.
-
-    Rows (runs) are drawn jointly, so a profile's two columns stay paired by run.
-    """
-    x = np.asarray(values, dtype=np.float64)
-    if resamples is None or len(x) < 2:
-        return np.broadcast_to(x.mean(axis=0), (resamples or 1, *x.shape[1:])).copy()
-    idx = rng.integers(0, len(x), size=(resamples, len(x)))
-    return x[idx].mean(axis=1)
-
-
-def _draws(series: list[Series], resamples: int | None, rng: np.random.Generator) -> dict:
+def runs_of(series: list[Series]) -> dict[str, np.ndarray]:
+    """The independent groups of runs the model is computed from, each (1, runs, k): a level's
+    run means, or a profile's (exits, handling) per run (paired by run)."""
     out: dict[str, np.ndarray] = {}
+
+    def add(name: str, values: np.ndarray | None) -> None:
+        if values is None or np.asarray(values).size == 0:
+            return
+        x = np.asarray(values, dtype=np.float64)
+        out[name] = (x[:, None] if x.ndim == 1 else x)[None]
+
     for s in series:
-        out[f"vm:{s.benchmark}"] = _mean_draw(s.vm, resamples, rng)
-        out[f"nested:{s.benchmark}"] = _mean_draw(s.nested, resamples, rng)
-        if s.dvh_nested is not None and np.asarray(s.dvh_nested).size:
-            out[f"dvh_nested:{s.benchmark}"] = _mean_draw(s.dvh_nested, resamples, rng)
-        for name in ("vm_profile", "nested_profile"):
-            prof = getattr(s, name)
-            if prof is not None and len(prof):
-                out[f"{name}:{s.benchmark}"] = _mean_draw(prof, resamples, rng)
+        add(f"vm:{s.benchmark}", s.vm)
+        add(f"nested:{s.benchmark}", s.nested)
+        add(f"dvh_nested:{s.benchmark}", s.dvh_nested)
+        add(f"vm_profile:{s.benchmark}", s.vm_profile)
+        add(f"nested_profile:{s.benchmark}", s.nested_profile)
     return out
-
-
-def _cv(values: np.ndarray) -> float:
-    x = np.asarray(values, dtype=np.float64)
-    if x.size < 2 or x.mean() == 0:
-        return 0.0
-    return float(x.std(ddof=1) / abs(x.mean()))
-
-
-def _interval(values: np.ndarray) -> tuple[float, float]:
-    tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return float(low), float(high)
 
 
 # -- the equations --------------------------------------------------------------------------
@@ -239,9 +261,9 @@ def sum_of_powers(m: np.ndarray, terms: int) -> np.ndarray:
     return total
 
 
-def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None) -> dict:
-    """Every parameter and prediction, vectorised over the draws (shape (B,)). With ``rng``
-    the classes that m_h averages over are resampled too (the point estimate passes None)."""
+def _evaluate(series: list[Series], draws: dict) -> dict:
+    """Every parameter and prediction from the groups' means, vectorised over trials (shape
+    (T,); a profile's (T, 2))."""
     out: dict = {"notes": []}
     notes = out["notes"]
     null = next((s for s in series if s.mechanism == NULL), None)
@@ -321,11 +343,7 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
             out.setdefault(
                 f"basis:m:{s.benchmark}", "assumed: each caused exit costs one null exit"
             )
-        if rng is None:
-            pick = np.broadcast_to(np.arange(len(usable)), per_class.shape)
-        else:
-            pick = rng.integers(0, len(usable), size=per_class.shape)
-        m_h = np.take_along_axis(per_class, pick, axis=1).mean(axis=1)
+        m_h = per_class.mean(axis=1)
         out["basis:m_h"] = (
             "assumed: a guest-hypervisor exit multiplies like the mean class "
             "(each caused exit costs one null exit)"
@@ -352,9 +370,10 @@ def _evaluate(series: list[Series], draws: dict, rng: np.random.Generator | None
             if not direct:
                 out[f"dvh{d}:{k}"] = c
             elif x is not None:
-                # Each guest hypervisor between L0 and the guest adds its own state to what
-                # L0 resolves in software for a direct exit: one x_k per level below.
-                out[f"dvh{d}:{k}"] = a[k] + (d - 1) * out[f"x:{k}"]
+                # Recursive DVH (study C, 3.5): the guest hypervisors pass the virtual
+                # hardware's configuration down before the run; during it L0 alone serves the
+                # deepest VM's exit, on state composed once. No level adds to it: a_k + x_k.
+                out[f"dvh{d}:{k}"] = a[k] + out[f"x:{k}"]
             else:
                 out[f"dvh{d}:{k}"] = a[k]
     return out
@@ -372,7 +391,7 @@ def _measured(s: Series, depth: int) -> float | None:
 
 def _basis(point: dict, s: Series, depth: int, dvh: bool, direct: bool) -> str:
     if dvh and direct and depth > 2 and f"x:{s.benchmark}" in point:
-        return f"DVH: a_k + {depth - 1}*x_k, x_k calibrated on the nested VM + DVH"
+        return "DVH (served by L0 at any depth): a_k + x_k, x_k from the nested VM + DVH"
     if dvh and direct:
         return "DVH lower bound: a_k (handled by L0 alone; a nested exit's extra cost unknown)"
     if dvh and depth == 2:
@@ -383,14 +402,14 @@ def _basis(point: dict, s: Series, depth: int, dvh: bool, direct: bool) -> str:
     return f"a_k + D_k*S_{depth - 1}(m_h), m_h {how}"
 
 
-def _params(series: list[Series], point: dict, reps: dict) -> pd.DataFrame:
+def _params(series: list[Series], point: dict, spans: dict) -> pd.DataFrame:
     rows = []
 
     def add(bench: str, name: str, key: str, unit: str, basis: str) -> None:
         if key not in point:
             return
-        low, high = _interval(reps[key])
-        rows.append([bench, name, float(point[key][0]), low, high, unit, basis])
+        _, low, high = spans[key]
+        rows.append([bench, name, float(point[key][0]), float(low[0]), float(high[0]), unit, basis])
 
     unit = series[0].unit
     for s in series:

@@ -22,14 +22,14 @@ predicted: ``κ = Σ D_j W_j / Σ W_j²`` with ``D_j = c_nested(j) − c_vm(j)``
 (leave one probe out: every other probe with a nested level).
 
 The 95% prediction interval is the delta method, on the log of the prediction (so it stays
-positive), over the independent samples of runs used (stats.delta) plus one future run's
-spread (the predicted probe's coefficient of variation
-at the VM level, scaled to the prediction); tests/test_outofsample_coverage.py simulates it.
+positive), over the independent samples of runs used (vmtax.model.intervals, Welch–
+Satterthwaite degrees of freedom) plus one future run's spread (the predicted probe's
+coefficient of variation at the VM level); tests/test_model_coverage.py simulates it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,8 +37,8 @@ import pandas as pd
 
 from vmtax.errors import UsageError
 from vmtax.hostprof.perop import per_reason
+from vmtax.model.intervals import future_run, interval, linearise
 from vmtax.model.sources import level_number, ns_per_op
-from vmtax.stats.delta import delta_interval
 
 WEIGHTS = ("exits", "exit time")
 CALIBRATIONS = ("cpuid", "others")
@@ -62,45 +62,53 @@ class ProbeLoad:
         return 1 if weights == "exits" else 2
 
 
-def _kappa(pairs: Sequence[tuple[np.ndarray, np.ndarray]], col: int) -> float:
-    """κ through the origin from (vm means, nested mean) of the calibration probes."""
-    num = sum((float(nested[0]) - float(vm[0])) * float(vm[col]) for vm, nested in pairs)
-    den = sum(float(vm[col]) ** 2 for vm, _ in pairs)
-    return num / den
+def load_groups(target: ProbeLoad, calibration: Sequence[ProbeLoad]) -> dict[str, np.ndarray]:
+    """The independent groups of runs a prediction is computed from, each (1, runs, k): the
+    target's VM level, and each calibration probe's VM and nested levels."""
+    groups = {"target": target.vm[None]}
+    for i, c in enumerate(calibration):
+        groups[f"vm{i}"] = c.vm[None]
+        groups[f"nested{i}"] = np.asarray(c.nested, dtype=np.float64)[None, :, None]
+    return groups
+
+
+def _model(col: int, calibrated: int) -> Callable[[dict[str, np.ndarray]], dict]:
+    """κ through the origin on the calibration probes, and the target's nested time, from
+    the groups' means (vectorised over trials)."""
+
+    def evaluate(means: dict[str, np.ndarray]) -> dict:
+        num = sum((means[f"nested{i}"] - means[f"vm{i}"][:, 0]) * means[f"vm{i}"][:, col]
+                  for i in range(calibrated))  # fmt: skip
+        den = sum(means[f"vm{i}"][:, col] ** 2 for i in range(calibrated))
+        kappa = num / den
+        return {
+            "kappa": kappa,
+            "predicted": means["target"][:, 0] + kappa * means["target"][:, col],
+        }
+
+    return evaluate
+
+
+def prediction_intervals(
+    groups: dict[str, np.ndarray], calibrated: int, weights: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, low, high, κ), each (trials,), from ``load_groups``' groups (with a trials
+    axis, so the coverage simulation in CI runs this code): on the log scale, with one future
+    run whose spread is the target's VM-level runs'."""
+    col = 1 if weights == "exits" else 2
+    lin = linearise(_model(col, calibrated), groups)
+    est, low, high = interval(lin, "predicted", log=True, future=future_run("target", groups))
+    return est, low, high, lin.estimate["kappa"]
 
 
 def predict_one(
     target: ProbeLoad, calibration: Sequence[ProbeLoad], weights: str
 ) -> tuple[float, float, float, float]:
     """(prediction, low, high, κ) of ``target`` at the nested level; NaN bounds when a sample
-    has one run."""
-    col = target.weight(weights)
-
-    def fn(means: Sequence[np.ndarray]) -> float:
-        pairs = [(means[1 + 2 * i], means[2 + 2 * i]) for i in range(len(calibration))]
-        return float(means[0][0] + _kappa(pairs, col) * means[0][col])
-
-    def log_fn(means: Sequence[np.ndarray]) -> float:
-        value = fn(means)
-        return float(np.log(value)) if value > 0 else float("nan")
-
-    groups: list[np.ndarray] = [target.vm]
-    for c in calibration:
-        groups += [c.vm, c.nested]
-    means = [np.atleast_1d(g.mean(axis=0)) for g in groups]
-    pairs = [(means[1 + 2 * i], means[2 + 2 * i]) for i in range(len(calibration))]
-    point, kappa = fn(means), _kappa(pairs, col)
-    if not point > 0:
-        return point, float("nan"), float("nan"), kappa
-    times = target.vm[:, 0]
-    extra = None
-    if len(times) >= 2 and times.mean() > 0:
-        # One future run's own spread, lognormal with the runs' coefficient of variation.
-        cv = float(times.std(ddof=1) / times.mean())
-        extra = (float(np.log1p(cv * cv)), float(len(times) - 1))
-    # On the log scale: a time's interval stays positive, and spreads are relative.
-    got = delta_interval(log_fn, groups, extra=extra)
-    return point, float(np.exp(got.low)), float(np.exp(got.high)), kappa
+    has one run or the prediction is not a positive time."""
+    got = prediction_intervals(load_groups(target, calibration), len(calibration), weights)
+    est, low, high, kappa = (float(x[0]) for x in got)
+    return est, low, high, kappa
 
 
 def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") -> pd.DataFrame:

@@ -159,7 +159,7 @@ def build(
         experiments=[_experiment(e) for e in data.experiments],
         report_command=shlex.join(data.command) if data.command else "",
         warnings=warnings,
-        prediction=prediction.table(data, seed=seed),
+        prediction=prediction.table(data),
         exit_tables=exit_tables,
     )
 

@@ -17,10 +17,7 @@ if TYPE_CHECKING:
 
     from vmtax.report.inputs import ReportInput
 
-RESAMPLES = 1000  # a report table, not a headline figure: enough for a 95% interval
-
-
-def table(data: ReportInput, *, seed: int = 0) -> Table | None:
+def table(data: ReportInput) -> Table | None:
     """Predicted vs measured per probe and level, or None when the model does not apply."""
     runs = data.runs
     if runs.empty or "mean" not in runs:
@@ -31,7 +28,7 @@ def table(data: ReportInput, *, seed: int = 0) -> Table | None:
             profiles=data.extra.get("exit_profiles"),
             tsc_hz=_tsc_hz(data.configurations),
         )
-        result = fit(found.series, offset=found.vm_level - 1, resamples=RESAMPLES, seed=seed)
+        result = fit(found.series, offset=found.vm_level - 1)
     except UsageError:
         return None
     rows = []

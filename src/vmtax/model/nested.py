@@ -157,8 +157,8 @@ def _one_figure_a_cell(series: list[Series], point: dict) -> str:
     ms = [float(point[f"m:{s.benchmark}"][0]) for s in series if f"m:{s.benchmark}" in point]
     spread = f"; m_k ranges {min(ms):.3g} to {max(ms):.3g} across the classes" if ms else ""
     return (
-        "no interval: each cell is one published figure, with no run-to-run spread to "
-        f"estimate one from{spread} (m_h is their mean)"
+        "no interval: each level is one figure (a published cell or a single run), with no "
+        f"run-to-run spread to estimate one from{spread} (m_h is their mean)"
     )
 
 

@@ -48,19 +48,3 @@ pub fn brand() -> Option<String> {
     let s = String::from_utf8_lossy(&bytes).trim_matches(char::from(0)).trim().to_string();
     (!s.is_empty()).then_some(s)
 }
-
-/// Median round-trip cost of CPUID leaf 0 in TSC cycles, timer overhead subtracted.
-pub fn roundtrip_cycles(count: usize) -> f64 {
-    use crate::clock::{ticks_start, ticks_stop};
-    let overhead = crate::clock::overhead_ticks();
-    let mut v: Vec<f64> = (0..count)
-        .map(|_| {
-            let a = ticks_start();
-            std::hint::black_box(cpuid(0, 0));
-            let b = ticks_stop();
-            b.wrapping_sub(a) as f64 - overhead
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}

@@ -57,17 +57,6 @@ pub fn setup() {
     }));
 }
 
-/// Reap any exited children (orphans are re-parented to init).
-pub fn reap_zombies() {
-    loop {
-        // SAFETY: waitpid with WNOHANG and a null status pointer.
-        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
-        if r <= 0 {
-            break;
-        }
-    }
-}
-
 /// Sync and power the machine off (as init), never returning.
 pub fn poweroff() -> ! {
     // SAFETY: sync and reboot take no pointers; RB_POWER_OFF needs CAP_SYS_BOOT, which init has.
@@ -123,6 +112,6 @@ pub fn main(args: &[String]) -> ! {
             Err(e) => eprintln!("vmtax-probe: error: cannot run {args:?}: {e}"),
         }
     }
-    reap_zombies();
+    crate::serve::reap_zombies();
     poweroff()
 }

@@ -138,12 +138,24 @@ pub fn serve(path: &str, reconnect: bool) -> Result<(), ServeError> {
             }
             let (code, tail) = run_request(&argv, &mut out)?;
             out.write_all(done_frame(code, &tail).as_bytes()).map_err(device)?;
-            crate::pid1::reap_zombies();
+            reap_zombies();
         }
         if !reconnect {
             return Ok(());
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Reap any exited children (orphans are re-parented to init). Here and not in pid1.rs,
+/// which starts `serve`: the dependency runs one way, pid1 -> serve.
+pub fn reap_zombies() {
+    loop {
+        // SAFETY: waitpid with WNOHANG and a null status pointer.
+        let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
+        if r <= 0 {
+            break;
+        }
     }
 }
 

@@ -162,9 +162,9 @@ def _records(frame: pd.DataFrame, keys: tuple[str, ...]) -> str:
 def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
     lines = [
         f"{r.benchmark} {r.parameter}: {fmt_mod._num(r.estimate)} "
-        + (f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] " if r.low != r.high else "")
+        + (f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] " if wide else "")
         + f"{r.unit} ({r.basis})"
-        for r in params.itertuples()
+        for r, wide in zip(params.itertuples(), params["high"] > params["low"], strict=True)
     ] + notes
     bullet = "- " if fmt == "markdown" else ""
     return "\n" + "\n".join(bullet + line for line in lines) + "\n"

@@ -13,7 +13,8 @@ import pytest
 from vmtax import doctor
 from vmtax.targets.local import LocalTarget
 from vmtax.workloads import REGISTRY, image_contents, package_capabilities, run_lines
-from vmtax.workloads.static import SERVER, page
+from vmtax.workloads.recipe import Needs, Recipe
+from vmtax.workloads.static import SERVER, Static, page
 
 
 def _run(*extra: str) -> list[dict]:
@@ -63,3 +64,10 @@ def test_its_recipe_is_the_one_place_its_needs_are_declared():
     assert carried["srv/vmtax-static/www/index.html"] == page(44)
     assert SERVER.guest_files().keys() <= carried.keys()
     assert len(page(44)) == 44 and len(page(4096)) == 4096
+
+
+def test_a_recipe_that_needs_root_says_so_in_the_contract():
+    class Rooted(Static):
+        recipe = Recipe(needs=Needs(server=True, root=True))
+
+    assert Rooted().info().needs_root and not Static().info().needs_root

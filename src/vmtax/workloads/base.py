@@ -184,7 +184,7 @@ class Workload(abc.ABC):
             better=self.better,  # type: ignore[arg-type]
             throughput_unit=self.throughput_unit,
             params=[p.info() for p in self.all_params()],
-            needs_root=False,
+            needs_root=self.recipe.needs.root,
             arches=["x86_64"],
         )
 

@@ -38,7 +38,7 @@ def start(store: Store, exp_id: int, out: Path) -> int | None:
     or None when it could not be started (the caller then writes the report itself)."""
     # The store's URL with its password goes through the environment, not the command
     # line, which every user of the machine can read.
-    env = {**os.environ, "VMTAX_DB": store.engine.url.render_as_string(hide_password=False)}
+    env = {**os.environ, "VMTAX_DB": store.url_with_password()}
     try:
         child = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(exp_id), str(out)],

@@ -16,14 +16,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
-
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line
 from vmtax.experiment.run import open_existing
 from vmtax.runner import controller_identity
 from vmtax.store import Store
-from vmtax.store.models import Experiment
 from vmtax.sweep.guests import local_factory, qemu_factory
 from vmtax.sweep.run import GuestFactory, StepOutcome, SweepRunner, spec_for_resume, throughput_unit
 from vmtax.sweep.spec import DEFAULT_REPLICATES, SweepSpec, Timing, apply_presets
@@ -245,14 +242,10 @@ def resume_sweep(
 def sweep_id(store: Store, which: str) -> int:
     """A sweep's experiment id from ``N`` or ``latest`` (the newest sweep in ``store``)."""
     if which == "latest":
-        t = Experiment.__table__
-        with store.engine.connect() as c:
-            found = c.execute(
-                select(t.c.id).where(t.c.suite == "sweep").order_by(t.c.id.desc()).limit(1)
-            ).scalar()
+        found = store.sweeps.latest()
         if found is None:
             raise VmtaxError("no sweep in the store yet (run `vmtax sweep`)")
-        return int(found)
+        return found
     try:
         return int(which)
     except ValueError:

@@ -10,12 +10,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import func, select
 
 from vmtax.hostprof.groups import group_of
 from vmtax.hostprof.reasons import reason_name
-from vmtax.store.models import Configuration, ExitCount, ExitProfile, Run, SampleBlock
-from vmtax.store.store import inserted_id
 
 if TYPE_CHECKING:
     from vmtax.store import Store
@@ -64,25 +61,17 @@ def save_profile(
         "detail": _detail(profile),
         "created_at": datetime.now(UTC),
     }
-    with store._guard(), store.engine.begin() as connection:
-        result = connection.execute(ExitProfile.__table__.insert().values(**row))
-        pid = inserted_id(result)
-        if reasons:
-            connection.execute(
-                ExitCount.__table__.insert(),
-                [
-                    {
-                        "profile_id": pid,
-                        "code": int(r["code"]),
-                        "reason": names[int(r["code"])],
-                        "count": int(r.get("count") or 0),
-                        "time_ns": None if r.get("time_ns") is None else int(r["time_ns"]),
-                        "timed": None if r.get("timed") is None else int(r["timed"]),
-                    }
-                    for r in reasons
-                ],
-            )
-    return pid
+    counts = [
+        {
+            "code": int(r["code"]),
+            "reason": names[int(r["code"])],
+            "count": int(r.get("count") or 0),
+            "time_ns": None if r.get("time_ns") is None else int(r["time_ns"]),
+            "timed": None if r.get("timed") is None else int(r["timed"]),
+        }
+        for r in reasons
+    ]
+    return store.exits.add(row, counts)
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
@@ -100,50 +89,7 @@ def exit_profiles(store: Store, experiment_id: int) -> pd.DataFrame:
     warm-up samples), so ``count / iterations`` is exits per iteration. A profile with no
     counts (its recording failed) appears as one row with reason None and count 0.
     """
-    p, c, r, cfg, s = (
-        ExitProfile.__table__,
-        ExitCount.__table__,
-        Run.__table__,
-        Configuration.__table__,
-        SampleBlock.__table__,
-    )
-    samples = (
-        select(s.c.run_id, func.sum(s.c.count).label("iterations")).group_by(s.c.run_id).subquery()
-    )
-    stmt = (
-        select(
-            r.c.experiment_id,
-            cfg.c.config_key,
-            cfg.c.level,
-            r.c.probe,
-            r.c.id.label("run_id"),
-            r.c.status.label("run_status"),
-            p.c.recorded_at,
-            p.c.recorder,
-            p.c.isa,
-            c.c.reason,
-            c.c.code,
-            c.c.count,
-            c.c.time_ns,
-            c.c.timed,
-            samples.c.iterations,
-            p.c.complete,
-            p.c.dropped,
-            p.c.problems,
-            p.c.detail,
-        )  # fmt: skip
-        .select_from(
-            p.join(r, r.c.id == p.c.run_id)
-            .join(cfg, cfg.c.id == r.c.configuration_id)
-            .outerjoin(c, c.c.profile_id == p.c.id)
-            .outerjoin(samples, samples.c.run_id == r.c.id)
-        )
-        .where(r.c.experiment_id == int(experiment_id))
-        .order_by(r.c.id, p.c.recorded_at, c.c.code)
-    )
-    with store._guard(), store.engine.connect() as connection:
-        rows = connection.execute(stmt).all()
-    df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
+    df = store.exits.counts(experiment_id)
     df["group"] = [group_of(x) if isinstance(x, str) else None for x in df["reason"]]
     # Exits of one agent start-up (measured once per configuration before its first run),
     # per reason: what ``count`` holds besides the probe's own iterations.
@@ -161,15 +107,7 @@ def kvm_counters(store: Store, experiment_id: int) -> pd.DataFrame:
     """KVM's own exit counters of every profiled run, one row per (run, recording level,
     counter): from a counts profile's rows, or from the readings a trace profile took beside
     its histograms (its detail's ``kvm_stats``). ``exits`` is KVM's count of every exit."""
-    p, r = ExitProfile.__table__, Run.__table__
-    stmt = (
-        select(p.c.run_id, r.c.probe, p.c.recorded_at, p.c.recorder, p.c.hits, p.c.detail)
-        .select_from(p.join(r, r.c.id == p.c.run_id))
-        .where(r.c.experiment_id == int(experiment_id))
-        .order_by(p.c.run_id, p.c.recorded_at)
-    )
-    with store._guard(), store.engine.connect() as connection:
-        rows = connection.execute(stmt).all()
+    rows = store.exits.profiles(experiment_id)
     profiles = exit_profiles(store, experiment_id)
     out = []
     for run_id, probe, level, recorder, hits, detail in rows:

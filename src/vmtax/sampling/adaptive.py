@@ -32,13 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import delete, func, select
 
 from vmtax.plan.plan import Plan, Step, boots_of
 from vmtax.sampling import design, noise, per_boot
 from vmtax.stats.boots import variance_components
 from vmtax.stats.compare import BOOT_COST_S
-from vmtax.store.models import Run, SamplingLook, SamplingOutcome
 from vmtax.targets.base import Target
 
 if TYPE_CHECKING:
@@ -140,15 +138,7 @@ class AdaptiveSampler:
     # -- deciding --------------------------------------------------------------------------
 
     def _runs_of(self, config_id: int) -> pd.DataFrame:
-        t = Run.__table__
-        stmt = select(
-            t.c.probe, t.c.status, t.c.mean, t.c.plan_index, t.c.boot_id, t.c.wall_s
-        ).where(t.c.experiment_id == self.experiment_id, t.c.configuration_id == config_id)
-        with self.store.engine.connect() as connection:
-            rows = connection.execute(stmt).all()
-        return pd.DataFrame(
-            rows, columns=["probe", "status", "mean", "plan_index", "boot_id", "wall_s"]
-        )
+        return self.store.sampling.runs(self.experiment_id, config_id)
 
     def _decide(self, runs: pd.DataFrame) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -234,8 +224,7 @@ class AdaptiveSampler:
             "noise_after": after,
             "created_at": datetime.now(UTC),
         }
-        with self.store.engine.begin() as connection:
-            connection.execute(SamplingLook.__table__.insert().values(**values))
+        self.store.sampling.add_look(values)
 
     def _record_outcomes(self, config_id: int, decisions: dict[str, Any]) -> None:
         lengths = (self.plan.sampling or {}).get("run_length") or {}
@@ -268,11 +257,7 @@ class AdaptiveSampler:
                     "updated_at": datetime.now(UTC),
                 }
             )
-        t = SamplingOutcome.__table__
-        with self.store.engine.begin() as connection:
-            connection.execute(delete(t).where(t.c.configuration_id == config_id))
-            if rows:
-                connection.execute(t.insert(), rows)
+        self.store.sampling.set_outcomes(config_id, rows)
 
 
 def between_share_of(means: np.ndarray, boot_ids: pd.Series) -> float | None:
@@ -287,13 +272,5 @@ def between_share_of(means: np.ndarray, boot_ids: pd.Series) -> float | None:
 
 def _resume_point(store: Store, experiment_id: int) -> tuple[float, int]:
     """Budget seconds the stored looks had spent, and the highest stored plan index."""
-    looks = SamplingLook.__table__
-    runs = Run.__table__
-    with store.engine.connect() as connection:
-        spent = connection.execute(
-            select(func.max(looks.c.spent_s)).where(looks.c.experiment_id == experiment_id)
-        ).scalar()
-        top = connection.execute(
-            select(func.max(runs.c.plan_index)).where(runs.c.experiment_id == experiment_id)
-        ).scalar()
+    spent, top = store.sampling.resume_point(experiment_id)
     return float(spent or 0.0), int(top if top is not None else -1)

@@ -8,51 +8,20 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import select
 
 from vmtax.sampling import noise
-from vmtax.store.models import Configuration, SamplingLook, SamplingOutcome
+from vmtax.store.sampling import OUTCOME_COLUMNS
 
 if TYPE_CHECKING:
     from vmtax.store import Store
 
-COLUMNS = [
-    "configuration_id", "experiment_id", "config", "level", "probe", "n_runs", "mean",
-    "half_width", "target", "status", "reason", "duration_s", "iterations",
-]  # fmt: skip
+COLUMNS = OUTCOME_COLUMNS
 
 
 def outcomes(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
     """One row per (configuration, probe) that adaptive sampling finished, with the
     configuration's key and level."""
-    ids = sorted({int(i) for i in experiment_ids})
-    if not ids:
-        return pd.DataFrame(columns=COLUMNS)
-    o = SamplingOutcome.__table__
-    c = Configuration.__table__
-    stmt = (
-        select(
-            o.c.configuration_id,
-            o.c.experiment_id,
-            c.c.config_key,
-            c.c.level,
-            o.c.probe,
-            o.c.n_runs,
-            o.c.mean,
-            o.c.half_width,
-            o.c.target,
-            o.c.status,
-            o.c.reason,
-            o.c.duration_s,
-            o.c.iterations,
-        )  # fmt: skip
-        .join(c, c.c.id == o.c.configuration_id)
-        .where(o.c.experiment_id.in_(ids))
-        .order_by(o.c.configuration_id, o.c.probe)
-    )
-    with store.engine.connect() as connection:
-        rows = connection.execute(stmt).all()
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return store.sampling.outcomes(sorted({int(i) for i in experiment_ids}))
 
 
 def imprecise(store: Store, runs: pd.DataFrame) -> set[tuple[int, str]]:
@@ -66,17 +35,10 @@ def imprecise(store: Store, runs: pd.DataFrame) -> set[tuple[int, str]]:
 
 def noise_by_config(store: Store, experiment_id: int) -> dict[int, dict[str, float]]:
     """Per configuration, the summary of every noise sample its looks stored."""
-    t = SamplingLook.__table__
-    stmt = (
-        select(t.c.configuration_id, t.c.noise_before, t.c.noise_after)
-        .where(t.c.experiment_id == experiment_id)
-        .order_by(t.c.id)
-    )
-    with store.engine.connect() as connection:
-        rows = connection.execute(stmt).all()
+    rows = store.sampling.noise(experiment_id)
     samples: dict[int, list[dict[str, Any]]] = {}
     for config_id, before, after in rows:
-        samples.setdefault(int(config_id), []).extend(x for x in (before, after) if x)
+        samples.setdefault(config_id, []).extend(x for x in (before, after) if x)
     return {c: noise.summary(s) for c, s in samples.items()}
 
 

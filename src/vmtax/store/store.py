@@ -28,7 +28,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.engine import URL, CursorResult
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.elements import Case
@@ -37,9 +37,13 @@ from vmtax.contract import LEGACY_TSC_UNITS, TSC_UNIT
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
 from vmtax.store import select as sel
+from vmtax.store.exits import ExitRepository
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
+from vmtax.store.repository import inserted_id
 from vmtax.store.runtimes import RunTimes
+from vmtax.store.sampling import SamplingRepository
+from vmtax.store.sweeps import SweepRepository
 from vmtax.store.url import default_path, redact, resolve, scrub
 
 RUN_STATUSES = ("ok", "failed", "lost")
@@ -238,6 +242,26 @@ class Store:
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for exports and tests)."""
         return self._engine
+
+    @functools.cached_property
+    def exits(self) -> ExitRepository:
+        """Exit profiles and their counts (``vmtax.store.exits``)."""
+        return ExitRepository(self)
+
+    @functools.cached_property
+    def sweeps(self) -> SweepRepository:
+        """Sweep steps and their samples (``vmtax.store.sweeps``)."""
+        return SweepRepository(self)
+
+    @functools.cached_property
+    def sampling(self) -> SamplingRepository:
+        """Adaptive sampling's looks and outcomes (``vmtax.store.sampling``)."""
+        return SamplingRepository(self)
+
+    def url_with_password(self) -> str:
+        """The store's URL, password included: only for a child process's environment,
+        never for a command line or a message (``url_display`` is redacted)."""
+        return self._engine.url.render_as_string(hide_password=False)
 
     def _guard(self) -> AbstractContextManager[None]:
         return translated(self._url, self._busy_timeout)
@@ -816,14 +840,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _case_ok(runs: Table) -> Case[int]:
     return case((runs.c.status == "ok", 1), else_=0)
-
-
-def inserted_id(result: CursorResult[Any]) -> int:
-    """The primary key of the one row an ``insert()`` added."""
-    key = result.inserted_primary_key
-    if key is None:  # only an executemany() has no single key
-        raise VmtaxError("the insert returned no primary key")
-    return int(key[0])
 
 
 def _is_unique(exc: IntegrityError) -> bool:

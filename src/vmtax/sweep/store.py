@@ -15,10 +15,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import select
 
 from vmtax.store import Store
-from vmtax.store.models import SweepSample, SweepStep
 
 SAMPLE_FIELDS = (
     "phase", "t_s", "throughput", "transactions", "resp_mean_s", "resp_p95_s", "host_util",
@@ -63,44 +61,20 @@ def add_step(
         "started_at": started_at,
         "ended_at": datetime.now(UTC),
     }
-    with store._guard(), store.engine.begin() as connection:
-        result = connection.execute(SweepStep.__table__.insert().values(**values))
-        key = result.inserted_primary_key
-        assert key is not None  # an insert of one row has its key
-        step_id = int(key[0])
-        rows = [
-            {"step_id": step_id, "seq": i, **{k: s.get(k) for k in SAMPLE_FIELDS}}
-            for i, s in enumerate(samples)
-        ]
-        if rows:
-            connection.execute(SweepSample.__table__.insert(), rows)
-    return step_id
+    rows = [{k: s.get(k) for k in SAMPLE_FIELDS} for s in samples]
+    return store.sweeps.add_step(values, rows)
 
 
 def committed_steps(store: Store, experiment_id: int) -> set[int]:
     """Indices of the steps already stored as ``ok``."""
-    t = SweepStep.__table__
-    query = select(t.c.step_index).where(t.c.experiment_id == experiment_id, t.c.status == "ok")
-    with store._guard(), store.engine.connect() as connection:
-        return {int(r[0]) for r in connection.execute(query)}
+    return store.sweeps.committed_steps(experiment_id)
 
 
 def steps(store: Store, experiment_id: int) -> pd.DataFrame:
     """Every stored step of a sweep (ok and failed), in step order."""
-    t = SweepStep.__table__
-    query = select(t).where(t.c.experiment_id == experiment_id).order_by(t.c.step_index, t.c.id)
-    with store._guard(), store.engine.connect() as connection:
-        return pd.DataFrame(connection.execute(query).mappings().all(), columns=list(t.c.keys()))
+    return store.sweeps.steps(experiment_id)
 
 
 def samples(store: Store, step_ids: Sequence[int]) -> pd.DataFrame:
     """The samples of the given steps, in order."""
-    t = SweepSample.__table__
-    columns = list(t.c.keys())
-    if not step_ids:
-        return pd.DataFrame(columns=columns)
-    query = (
-        select(t).where(t.c.step_id.in_([int(i) for i in step_ids])).order_by(t.c.step_id, t.c.seq)
-    )
-    with store._guard(), store.engine.connect() as connection:
-        return pd.DataFrame(connection.execute(query).mappings().all(), columns=columns)
+    return store.sweeps.samples(step_ids)

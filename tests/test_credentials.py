@@ -10,7 +10,6 @@ import os
 import secrets
 import subprocess
 import sys
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -33,11 +32,28 @@ probe = "cpuid"
 """
 
 
-def _vmtax(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
-        capture_output=True, text=True, timeout=240, env=env, cwd=cwd,
-    )  # fmt: skip
+@pytest.fixture
+def vmtax_here(capfd, monkeypatch):
+    """The `vmtax` entry point in this process, its output read at file descriptors 1 and 2
+    (so a child's or a C library's write is searched too), with ``env`` as its environment:
+    a start-up per command cost most of this test."""
+    from vmtax.cli import main
+
+    def call(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+        for name in set(os.environ) - set(env):
+            monkeypatch.delenv(name)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(sys, "argv", ["vmtax", *args])
+        capfd.readouterr()
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        out, err = capfd.readouterr()
+        code = exit_info.value.code
+        return subprocess.CompletedProcess(list(args), code if isinstance(code, int) else 1,
+                                           out, err)  # fmt: skip
+
+    return call
 
 
 def _database_text(url: str) -> str:
@@ -52,7 +68,7 @@ def _database_text(url: str) -> str:
     return "\n".join(out)
 
 
-def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path):
+def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path, vmtax_here, monkeypatch):
     needs_sshd()
     passphrase = f"ssh-phrase-{secrets.token_hex(6)}"
     password = PG_PASSWORD
@@ -74,22 +90,23 @@ def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path):
         'passphrase_env = "BENCH_KEY_PASSPHRASE"\n'
     )
     (work / "suite.toml").write_text(SUITE)
+    monkeypatch.chdir(work)
     env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
     env.update({"VMTAX_PROBE": str(find_agent()), "BENCH_KEY_PASSPHRASE": passphrase})
     db = postgres_url
     outputs: list[subprocess.CompletedProcess] = []
     try:
-        run = _vmtax("run", "--targets", str(hosts), "--suite", "suite.toml", "--db", db,
-                     env=env, cwd=work)  # fmt: skip
+        run = vmtax_here("run", "--targets", str(hosts), "--suite", "suite.toml", "--db", db,
+                         env=env)  # fmt: skip
         assert run.returncode == 0, run.stderr[-2000:]
-        local = _vmtax("run", "--suite", "suite.toml", "--db", db, "--label", "where=local",
-                       env=env, cwd=work)  # fmt: skip
+        local = vmtax_here("run", "--suite", "suite.toml", "--db", db, "--label", "where=local",
+                           env=env)  # fmt: skip
         assert local.returncode == 0, local.stderr[-2000:]
         outputs += [run, local]
         # Without the passphrase the key cannot be unlocked: one line, no secret.
         no_phrase = {k: v for k, v in env.items() if k != "BENCH_KEY_PASSPHRASE"}
-        locked = _vmtax("run", "--targets", str(hosts), "--suite", "suite.toml", "--db", db,
-                        env=no_phrase, cwd=work)  # fmt: skip
+        locked = vmtax_here("run", "--targets", str(hosts), "--suite", "suite.toml", "--db", db,
+                            env=no_phrase)  # fmt: skip
         assert locked.returncode == 1 and "cannot unlock identity" in locked.stderr
         outputs.append(locked)
     finally:
@@ -110,11 +127,11 @@ def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path):
         ("db", "info", "--db", bad_db),
         ("run", "--db", bad_db, "--suite", "suite.toml"),
     ):  # fmt: skip
-        outputs.append(_vmtax(*args, env=env, cwd=work))
+        outputs.append(vmtax_here(*args, env=env))
     assert outputs[-1].returncode != 0 and outputs[-2].returncode != 0
-    failed = [(o.args[3:5], o.stderr[-300:]) for o in outputs[3:-2] if o.returncode != 0]
+    failed = [(o.args[:2], o.stderr[-300:]) for o in outputs[3:-2] if o.returncode != 0]
     assert failed == []
-    texts = {f"{' '.join(map(str, o.args[3:6]))} ({stream})": getattr(o, stream)
+    texts = {f"{' '.join(map(str, o.args[:3]))} ({stream})": getattr(o, stream)
              for o in outputs for stream in ("stdout", "stderr")}  # fmt: skip
     written = [p for p in work.rglob("*") if p.is_file()]
     assert len(written) >= 5, written  # exports and reports were written

@@ -14,6 +14,7 @@ above the run of imports it is part of).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -239,3 +240,244 @@ def test_checker_finds_a_cycle(tmp_path: Path) -> None:
     assert find_cycle(set(arrows)) in (["high", "low", "high"], ["low", "high", "low"])
     assert [repr(i) for i in uncommented] == ["high.py:2"]
     assert find_cycle({("top", "high"), ("high", "low")}) is None
+
+
+# --- Rust modules, modules loaded by name, and the store's one door -----------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE_SRC = ROOT / "probe" / "src"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def _blank(match: re.Match[str]) -> str:
+    # Keep the line breaks, so a line number in the stripped text is the source's.
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def strip_rust(source: str) -> str:
+    """Rust source with comments, strings and char literals blanked: a path in them is not
+    a use."""
+    literal = r"""r(#*)"[\s\S]*?"\1|b?"(?:\\[\s\S]|[^"\\])*"|'(?:\\.|[^\\'\n])'"""
+    comment = r"//[^\n]*|/\*[\s\S]*?\*/"
+    return re.sub(f"{comment}|{literal}", _blank, source)
+
+
+def rust_scan(src: Path) -> tuple[set[str], dict[tuple[str, str], list[str]]]:
+    """The crate's top-level modules (a directory module is one, with its files) and the
+    arrows between them, with where each is made: ``mod x;`` in the crate root
+    (``main.rs``), and every ``crate::x`` path, ``use crate::{x, ...}`` included."""
+    modules = {p.stem for p in src.glob("*.rs")} | {p.name for p in src.iterdir() if p.is_dir()}
+    arrows: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(src.rglob("*.rs")):
+        rel = path.relative_to(src)
+        module = rel.parts[0].removesuffix(".rs")
+        text = strip_rust(path.read_text(encoding="utf-8"))
+        uses: list[tuple[str, int]] = [
+            (m.group(1), m.start()) for m in re.finditer(r"\bcrate::(\w+)", text)
+        ]
+        for m in re.finditer(r"\bcrate::\{([^}]*)\}", text):
+            uses += [
+                (p.strip().split("::")[0], m.start()) for p in m.group(1).split(",") if p.strip()
+            ]
+        if module == "main":
+            uses += [
+                (m.group(1), m.start())
+                for m in re.finditer(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text, re.M)
+            ]
+        for other, at in uses:
+            if other in modules and other != module:
+                arrows[(module, other)].append(f"{rel.as_posix()}:{text.count(chr(10), 0, at) + 1}")
+    return modules, arrows
+
+
+def test_rust_modules_use_each_other_one_way() -> None:
+    modules, arrows = rust_scan(PROBE_SRC)
+    assert {"main", "clock", "cpuid", "serve", "pid1", "probes"} <= modules
+    assert ("main", "probes") in arrows and ("probes", "clock") in arrows  # the scan sees uses
+    cycle = find_cycle(set(arrows))
+    assert cycle is None, (
+        "use cycle between Rust modules of probe/src: "
+        + " -> ".join(cycle or [])
+        + "".join(
+            f"\n  {a} -> {b}: {', '.join(arrows[(a, b)])}"
+            for a, b in zip(cycle or [], (cycle or [])[1:], strict=False)
+        )
+    )
+
+
+def test_checker_finds_a_rust_cycle(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "probes").mkdir(parents=True)
+    (src / "main.rs").write_text("mod clock;\nmod cpuid;\nmod probes;\nfn main() {}\n")
+    (src / "clock.rs").write_text(
+        "// crate::probes in a comment\nuse crate::{cpuid::cpuid, main};\n"
+        'const S: &str = "crate::probes";\nconst C: char = \'"\';\n'
+    )
+    (src / "cpuid.rs").write_text("pub fn cpuid() {}\n")
+    (src / "probes" / "mod.rs").write_text("mod x;\n")
+    (src / "probes" / "x.rs").write_text("fn f() { super::g(); crate::clock::now(); }\n")
+    modules, arrows = rust_scan(src)
+    assert modules == {"main", "clock", "cpuid", "probes"}
+    assert set(arrows) == {
+        ("main", "clock"), ("main", "cpuid"), ("main", "probes"), ("clock", "cpuid"),
+        ("clock", "main"), ("probes", "clock"),
+    }  # fmt: skip
+    assert arrows[("probes", "clock")] == ["probes/x.rs:1"]
+    assert find_cycle(set(arrows)) in (["clock", "main", "clock"], ["main", "clock", "main"])
+    (src / "clock.rs").write_text("use crate::cpuid::cpuid;\n")
+    (src / "cpuid.rs").write_text("pub fn cycles() { crate::clock::ticks(); }\n")
+    _, arrows = rust_scan(src)
+    assert find_cycle(set(arrows)) in (["clock", "cpuid", "clock"], ["cpuid", "clock", "cpuid"])
+
+
+#: Functions that load a module named by a string.
+LOADERS = {"import_module", "__import__"}
+
+
+@cache
+def trees(root: Path) -> tuple[tuple[str, ast.Module], ...]:
+    """Every module under ``root``, parsed once for the checks below: (path, tree)."""
+    return tuple(
+        (path.relative_to(root).as_posix(), ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(root.rglob("*.py"))
+    )
+
+
+class Load:
+    """One call that loads a module by name: where, and the name when it is a literal."""
+
+    def __init__(self, file: str, function: str, line: int, name: str | None) -> None:
+        self.file, self.function, self.line, self.name = file, function, line, name
+        self.place = f"{file}:{function}"
+
+    def __repr__(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+
+def loads_by_name(root: Path) -> list[Load]:
+    """Every call of ``importlib.import_module`` or ``__import__`` under ``root``."""
+    found: list[Load] = []
+    for rel, tree in trees(root):
+
+        def visit(node: ast.AST, function: str, rel: str = rel) -> None:
+            for child in ast.iter_child_nodes(node):
+                inner = function
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    inner = child.name
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                    if called in LOADERS:
+                        arg = child.args[0] if child.args else None
+                        name = arg.value if isinstance(arg, ast.Constant) else None
+                        found.append(Load(rel, function, child.lineno, name))
+                visit(child, inner)
+
+        visit(tree, "<module>")
+    return found
+
+
+def listed_loads(doc: Path = ARCHITECTURE) -> set[str]:
+    """The places docs/architecture.md lists as loading a module by name: `file.py:function`
+    in its section "Modules loaded by name"."""
+    text = doc.read_text(encoding="utf-8")
+    section = text.split("## Modules loaded by name", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"`([\w/]+\.py:\w+)`", section))
+
+
+def _own(load: Load, package: str) -> bool:
+    """Whether a load may reach the package: a computed name, or a literal of the package.
+    A literal name of another library (click's exceptions) reaches no room."""
+    return load.name is None or load.name.split(".")[0] == package
+
+
+def test_modules_loaded_by_name_are_listed() -> None:
+    loads = [x for x in loads_by_name(SRC) if _own(x, SRC.name)]
+    listed = listed_loads()
+    unlisted = sorted(repr(x) for x in loads if x.place not in listed)
+    assert not unlisted, (
+        "modules loaded by a string, which the import graph cannot follow: import them, or "
+        "list the place in docs/architecture.md (Modules loaded by name):\n  "
+        + "\n  ".join(unlisted)
+    )
+    stale = sorted(listed - {x.place for x in loads})
+    assert not stale, f"docs/architecture.md lists loads by name that are gone: {stale}"
+
+
+def test_loads_by_name_follow_the_layers() -> None:
+    """A literal name is an arrow like an import: it must run down the layers too."""
+    rank = {room: i for i, layer in enumerate(LAYERS) for room in layer}
+    arrows, _, _ = scan(SRC)
+    edges = set(arrows)
+    wrong = []
+    for load in loads_by_name(SRC):
+        if load.name is None or load.name.split(".")[0] != SRC.name:
+            continue
+        parts = load.name.split(".")
+        src_room, dst_room = room_of(Path(load.file)), parts[1] if len(parts) > 1 else "__init__"
+        if src_room != dst_room:
+            edges.add((src_room, dst_room))
+            if rank[src_room] >= rank[dst_room]:
+                wrong.append(f"{load!r}: {src_room} -> {dst_room}")
+    assert not wrong, "modules loaded by name from a room ranked above:\n  " + "\n  ".join(wrong)
+    assert find_cycle(edges) is None
+
+
+def test_checker_finds_a_load_by_name(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "a.py").write_text(
+        "import importlib\n\n\ndef load(m):\n    return importlib.import_module(m)\n\n\n"
+        "def click():\n    return importlib.import_module('click.exceptions')\n\n\n"
+        "# importlib.import_module('pkg.b') in a comment is no call\n"
+        "X = __import__('pkg.b')\n"
+    )
+    loads = loads_by_name(root)
+    assert [(x.place, x.line, x.name) for x in loads] == [
+        ("a.py:load", 5, None),
+        ("a.py:click", 9, "click.exceptions"),
+        ("a.py:<module>", 13, "pkg.b"),
+    ]
+    assert [x.place for x in loads if _own(x, "pkg")] == ["a.py:load", "a.py:<module>"]
+    doc = tmp_path / "architecture.md"
+    doc.write_text("## Modules loaded by name\n\n- `a.py:load`: why\n\n## Next\n\n`a.py:x`\n")
+    assert listed_loads(doc) == {"a.py:load"}
+
+
+#: What only the store's own modules may touch: its SQLAlchemy engine and its error guard.
+STORE_INSIDES = {"engine", "_engine", "_guard"}
+
+
+def store_bypasses(root: Path) -> list[str]:
+    """Every use of ``.engine``, ``._engine`` or ``._guard`` outside the store room (read
+    with ``ast``: a comment or a string does not count, nor an import of
+    ``sqlalchemy.engine``)."""
+    found = []
+    for rel, tree in trees(root):
+        if room_of(Path(rel)) == "store":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in STORE_INSIDES:
+                found.append(f"{rel}:{node.lineno} .{node.attr}")
+    return sorted(found)
+
+
+def test_only_the_store_touches_its_engine() -> None:
+    bypasses = store_bypasses(SRC)
+    assert not bypasses, (
+        "the store's engine or guard used outside store/ (skipping its error translation "
+        "and reconnect): add a Store method or repository instead:\n  " + "\n  ".join(bypasses)
+    )
+
+
+def test_checker_finds_a_bypass(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "store").mkdir(parents=True)
+    (root / "store" / "repo.py").write_text("def f(s):\n    return s._engine.connect()\n")
+    (root / "user.py").write_text(
+        "from sqlalchemy.engine import make_url\n\n"
+        "# store.engine.connect() in a comment\n"
+        "def f(store):\n    '''store._guard() in a docstring'''\n"
+        "    with store._guard(), store.engine.connect() as c:\n        return c\n"
+    )
+    assert store_bypasses(root) == ["user.py:6 ._guard", "user.py:6 .engine"]

@@ -24,6 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "vmtax"
 #: The rooms, top to bottom: a room may import the rooms below it, never one above it.
 #: Rooms on one line do not import each other. docs/architecture.md describes the layers.
 LAYERS: list[tuple[str, ...]] = [
+    ("entry",),  # the console script: Ctrl-C handled before the commands load
     ("cli",),  # the commands
     ("__init__",),  # the package: __version__ and, lazily, the notebook API
     ("api",),  # the notebook API: open a store, run an experiment

@@ -3,7 +3,8 @@ written, twice on one store (the worked example with --runs 2, so it takes minut
 tens of minutes). The lines that install, test or need other machines are listed with why.
 
 The fast test checks that every line is either run or listed, and that every option a
-README line gives to vmtax exists; the other runs them, in order, twice on one store.
+README line gives to vmtax exists; the other runs them, in order, twice on one store (the
+second time measuring less, see as_run).
 """
 
 from __future__ import annotations
@@ -48,11 +49,25 @@ def skipped(cmd: list[str]) -> str | None:
     return None
 
 
-def as_run(cmd: list[str]) -> list[str]:
+def as_run(cmd: list[str], attempt: int = 1) -> list[str]:
     """The command as the test runs it: `vmtax run` with --runs 2 (two runs per probe and
-    level are enough to compare; the README's defaults measure for minutes)."""
+    level are enough to compare; the README's defaults measure for minutes).
+
+    The second pass is about the store, not the measuring, which the first pass did as
+    written: every command meets a store that already holds experiments (a second
+    experiment, `exp=latest` and its baseline among two L0s, the next report's name, the
+    files the first pass wrote). So there its `vmtax run`s measure one probe (cpuid, unless
+    the line names its own) in one boot of each guest level: the same commands, without the
+    three L1 boots and 39 figures that made the first pass's `vmtax run --levels L0,L1` and
+    its report 60% of its time (the second pass took 613 s to the first's 1,628 s on
+    2 cores at a load average of about 30)."""
     if cmd[:2] == ["vmtax", "run"] and "--runs" not in cmd:
         cmd = [*cmd, "--runs", "2"]
+    if attempt > 1 and cmd[:2] == ["vmtax", "run"]:
+        if "--probe" not in cmd:
+            cmd = [*cmd, "--probe", "cpuid"]
+        if "--levels" in cmd:
+            cmd = [*cmd, "--boots", "1"]
     return [*VMTAX, *cmd[1:]] if cmd[0] == "vmtax" else cmd
 
 
@@ -82,7 +97,7 @@ def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
         for cmd in commands():
             if skipped(cmd):
                 continue
-            res = subprocess.run(as_run(cmd), cwd=tmp_path, env=env, capture_output=True,
+            res = subprocess.run(as_run(cmd, attempt), cwd=tmp_path, env=env, capture_output=True,
                                  text=True, timeout=1800)  # fmt: skip
             assert res.returncode == 0, (attempt, shlex.join(cmd), res.stderr[-2000:])
             if cmd[:2] == ["vmtax", "run"]:

@@ -244,7 +244,9 @@ def test_boot_cost_reaches_the_runs_per_boot(cli, db, monkeypatch):
     seen = []
     real = compare_mod.compare
     monkeypatch.setattr(
-        compare_mod, "compare", lambda *a, **k: seen.append(k["boot_cost_s"]) or real(*a, **k)
+        compare_mod,
+        "compare",
+        lambda *a, **k: seen.append(k["options"].boot_cost_s) or real(*a, **k),
     )
     code, out, _ = cli("compare", "--baseline", "level=L0", "--boot-cost", "90", "--db", db,
                        "--format", "json", "--resamples", "100")  # fmt: skip

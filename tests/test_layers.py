@@ -482,3 +482,132 @@ def test_checker_finds_a_bypass(tmp_path: Path) -> None:
         "    with store._guard(), store.engine.connect() as c:\n        return c\n"
     )
     assert store_bypasses(root) == ["user.py:6 ._guard", "user.py:6 .engine"]
+
+
+# --- The commands parse and render; the use cases live below them -------------------------
+
+#: Command modules still waiting for the report to be written by the experiment layer: run
+#: hands its experiment to report's after_run, and report (with the background child that
+#: writes a run's report) opens the store itself. Each must still break the rule it is
+#: listed for: once it no longer does, the test fails until it is taken off the list.
+PENDING_COMMAND_IMPORTS = {"run_cmd.py": {"vmtax.cli.report_cmd"}}
+PENDING_STORE_USE = {"report_cmd.py", "background_report.py"}
+
+#: The one part of the store a command may import: the selector grammar, to refuse a
+#: malformed selector while parsing the command line (cli/options.py).
+STORE_PARSER = "store.select"
+#: What a command may call on a store a use case handed back: where it is and closing it,
+#: nothing that reads what it holds.
+STORE_HANDLING = {"close", "url_with_password"}
+
+
+def module_imports(path: Path, root: Path = SRC) -> set[str]:
+    """The dotted names of the vmtax modules a file imports at run time (a name imported
+    from a package counts as its submodule when it is one)."""
+    rel = path.relative_to(root)
+    package = [root.name, *rel.parent.parts]
+    found: set[str] = set()
+    for node, _ in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == root.name}
+            continue
+        base = package[: len(package) - node.level + 1] if node.level else []
+        parts = [*base, *(node.module.split(".") if node.module else [])]
+        if not parts or parts[0] != root.name:
+            continue
+        where = root.joinpath(*parts[1:])
+        for alias in node.names:
+            sub = where / alias.name
+            is_module = sub.is_dir() or sub.with_suffix(".py").exists()
+            found.add(".".join([*parts, alias.name]) if is_module else ".".join(parts))
+    return found
+
+
+def command_imports(root: Path = SRC) -> dict[str, set[str]]:
+    """Per command module of ``cli`` (``*_cmd.py``), the other command modules it imports."""
+    out = {}
+    for path in sorted((root / "cli").glob("*_cmd.py")):
+        own = f"{root.name}.cli.{path.stem}"
+        found = {
+            m
+            for m in module_imports(path, root)
+            if m.startswith(f"{root.name}.cli.") and m.endswith("_cmd") and m != own
+        }
+        if found:
+            out[path.name] = found
+    return out
+
+
+def store_use(root: Path = SRC) -> dict[str, list[str]]:
+    """Per module of ``cli``, how it reaches the store itself: an import of the store room
+    (beyond its selector grammar) or of another room's ``store`` module, or a method called
+    on something named ``store`` (other than STORE_HANDLING's)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((root / "cli").glob("*.py")):
+        why = [
+            f"imports {m}"
+            for m in sorted(module_imports(path, root))
+            if m.partition(".")[2] != STORE_PARSER
+            and (m.split(".")[1:2] == ["store"] or "store" in m.split(".")[2:])
+        ]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            owner = node.func.value
+            named = (isinstance(owner, ast.Name) and owner.id == "store") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "store"
+            )
+            if named and node.func.attr not in STORE_HANDLING:
+                why.append(f"line {node.lineno} calls store.{node.func.attr}()")
+        if why:
+            out[path.name] = why
+    return out
+
+
+def test_commands_import_no_other_command() -> None:
+    found = command_imports()
+    late = {k: v for k, v in found.items() if PENDING_COMMAND_IMPORTS.get(k) != v}
+    assert not late, (
+        "a command module imports another command's module; share through cli/output.py, "
+        f"cli/options.py or cli/signals.py, or move the code below the CLI: {late}"
+    )
+    stale = sorted(set(PENDING_COMMAND_IMPORTS) - set(found))
+    assert not stale, f"these no longer import another command: take them off the list: {stale}"
+
+
+def test_commands_make_no_store_queries() -> None:
+    found = store_use()
+    late = {k: v for k, v in found.items() if k not in PENDING_STORE_USE}
+    assert not late, (
+        "a cli module reaches the store itself; put the query in a use case under "
+        f"experiment/ and pass the CLI its result: {late}"
+    )
+    stale = sorted(PENDING_STORE_USE - set(found))
+    assert not stale, f"these no longer reach the store: take them off the list: {stale}"
+
+
+def test_cli_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "cli").mkdir(parents=True)
+    (root / "store").mkdir()
+    (root / "hostprof").mkdir()
+    for name in ("__init__", "store/__init__", "store/select", "cli/__init__", "cli/output",
+                 "hostprof/__init__", "hostprof/store"):  # fmt: skip
+        (root / f"{name}.py").write_text("")
+    (root / "cli" / "a_cmd.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from pkg.cli import output, b_cmd\n"
+        "from pkg.store import select\n"
+        "if TYPE_CHECKING:\n    from pkg.store import Store\n"
+        "def f(done):\n    done.store.close()\n"
+    )
+    (root / "cli" / "b_cmd.py").write_text(
+        "from .output import emit\nfrom pkg.store import Store\n"
+        "def g(store):\n    return store.runs([])\n"
+    )
+    (root / "cli" / "c_cmd.py").write_text("import pkg.cli.a_cmd\nfrom pkg.hostprof import store\n")
+    assert command_imports(root) == {"a_cmd.py": {"pkg.cli.b_cmd"}, "c_cmd.py": {"pkg.cli.a_cmd"}}
+    used = store_use(root)
+    assert set(used) == {"b_cmd.py", "c_cmd.py"}
+    assert used["b_cmd.py"] == ["imports pkg.store", "line 4 calls store.runs()"]
+    assert used["c_cmd.py"] == ["imports pkg.hostprof.store"]

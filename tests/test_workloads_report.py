@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from vmtax.report.apps import study_c_table
-from vmtax.workloads.studyc import normalized, reference
+from vmtax.stats.studyc import normalized, reference
 
 
 def runs() -> pd.DataFrame:

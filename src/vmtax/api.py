@@ -20,6 +20,13 @@ order and store)::
     exp = api.sweep(db="sqlite:///results.db", level="L0", steps="0.5,1", replicates=2)
     s = api.sweep_summary(exp, db="sqlite:///results.db")
     print(s.knee, s.order_seed, [(f.ratio, f.throughput) for f in s.steps])
+
+Compare, model and explain stored runs as the commands of those names do::
+
+    from vmtax.stats.compare_options import CompareOptions
+    comp = api.compare(["exp=latest"], "level=L0", CompareOptions(resamples=2000, seed=1))
+    comp.rows[["probe", "config", "overhead", "ci_low", "ci_high", "verdict"]]
+    api.model(dataset="dvh2020_micro").fit.predictions
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ from vmtax.store.tidy import SAMPLE_COLUMNS as SAMPLE_COLUMNS
 from vmtax.store.tidy import tidy_runs, tidy_samples
 
 if TYPE_CHECKING:
+    from vmtax.experiment.model import DatasetModel, MeasuredModel, OutOfSample
+    from vmtax.stats.compare import Comparison
+    from vmtax.stats.compare_options import CompareOptions
     from vmtax.sweep.summary import SweepSummary
 
 
@@ -130,6 +140,47 @@ def sweep_summary(experiment: int | str = "latest", db: str | None = None) -> Sw
     from vmtax.experiment import stored_sweep
 
     return stored_sweep(str(experiment), db=db)
+
+
+def compare(
+    selectors: Sequence[str],
+    baseline: str,
+    options: CompareOptions | None = None,
+    *,
+    metric: Sequence[str] = ("auto",),
+    db: str | None = None,
+) -> Comparison:
+    """Compare stored runs with a baseline as `vmtax compare` does: ``options`` is a
+    :class:`vmtax.stats.compare_options.CompareOptions` (test, adjust, noise, resamples,
+    seed, boot cost), the defaults when None; ``.rows`` holds the table, ``.to_json()`` the
+    command's JSON."""
+    # The comparison pulls in scipy and statsmodels: load it only when one is asked for.
+    from vmtax.experiment.compare import measured
+    from vmtax.stats.compare_options import CompareOptions
+
+    how = options if options is not None else CompareOptions()
+    return measured(_flatten(selectors), baseline, how, metric=list(metric), db=db)
+
+
+def model(db: str | None = None, **options: Any) -> DatasetModel | MeasuredModel | OutOfSample:
+    """Fit the nested-cost model as `vmtax model` does. ``options`` are
+    :class:`vmtax.experiment.model.ModelRequest`'s fields (``dataset``, ``selectors``,
+    ``vm_level``, ``probes``, ``out_of_sample``, ``resamples``, ``seed``, ...); the result's
+    ``fit.predictions`` (or ``predictions`` out of sample) is the table."""
+    # The model package is only needed when a model is asked for.
+    from vmtax.experiment.model import ModelRequest
+    from vmtax.experiment.model import model as fit_model
+
+    return fit_model(ModelRequest(db=db, **options))
+
+
+def explain(*selectors: str, db: str | None = None, **options: Any) -> pd.DataFrame:
+    """A level's overhead split by exit group, as `vmtax explain` prints it: ``options`` are
+    ``config``, ``baseline``, ``probes`` and ``round_trip_probe``."""
+    # The split's statistics pull in scipy: loaded only when one is asked for.
+    from vmtax.experiment.explain import explain_overhead
+
+    return explain_overhead(_flatten(selectors), db=db, **options).rows
 
 
 def _flatten(selectors: Sequence[str]) -> list[str]:

@@ -6,17 +6,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
-import numpy as np
 import pandas as pd
 import typer
 
 from vmtax import limits
 from vmtax.cli import options
-from vmtax.cli.compare_cmd import emit
+from vmtax.cli.output import emit
 from vmtax.errors import UsageError
+from vmtax.experiment.artifacts import find_artifacts
 from vmtax.report import compare_format as fmt_mod
-from vmtax.store import Store
-from vmtax.store.select import resolve
 
 if TYPE_CHECKING:
     from vmtax.stats.artifacts import Artifacts
@@ -94,21 +92,6 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
     return [dict(zip(COLUMNS, (config, probe, *r), strict=True)) for r in rows]
 
 
-def _matrices(
-    runs: pd.DataFrame, samples: dict[int, np.ndarray]
-) -> dict[tuple[str, str], np.ndarray]:
-    # heavy: scipy and statsmodels, only for this command
-    from vmtax.stats.artifacts import as_matrix
-
-    out = {}
-    for (config, probe), group in runs.groupby(["config", "probe"], sort=True):
-        values = [samples.get(int(i), np.empty(0)) for i in group["run_id"]]
-        matrix = as_matrix(values)
-        if matrix.size:
-            out[(str(config), str(probe))] = matrix
-    return out
-
-
 def artifacts_cmd(
     selector: Annotated[
         str,
@@ -146,51 +129,10 @@ def artifacts_cmd(
 
     Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
     """
-    # heavy: scipy and statsmodels, only for this command
-    from vmtax.stats.artifacts import (
-        DETECTORS,
-        as_matrix,
-        control_family,
-        detect,
-        family_resamples,
-    )
-
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
-    if resamples < 19:
-        raise UsageError("--resamples must be at least 19")
-    store = Store.open(db, read_only=True)
-    runs = store.runs([selector])
-    runs = runs[runs["status"] == "ok"]
-    if runs.empty:
-        raise UsageError(f"no completed runs match {selector!r} in {store.url_display}")
-    base_runs = pd.DataFrame()
-    if baseline:
-        # The selector scopes the baseline, as in compare and report (one resolver).
-        resolved = resolve(store, [selector], baseline)
-        assert resolved.baseline_mask is not None
-        base_runs = resolved.runs[resolved.baseline_mask]
-    ids = [int(i) for i in pd.concat([runs["run_id"], base_runs.get("run_id", pd.Series())])]
-    samples = store.samples(ids)
-    found = _matrices(runs, samples)
-    if not found:
-        raise UsageError(f"the runs matching {selector!r} have no stored samples")
-    base = _matrices(base_runs, samples) if baseline else {}
-    results = []
-    # One family: every detector's test of every (probe, config) this command looks at.
-    family = DETECTORS * len(found)
-    resamples = max(resamples, family_resamples(family))
-    for (config, probe), matrix in found.items():
-        ref = [m for (c, p), m in base.items() if p == probe and c != config]
-        ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
-        results.append(
-            (
-                config,
-                probe,
-                detect(matrix, ref_matrix, resamples=resamples, seed=seed, family=family),
-            )
-        )
-    tests = control_family([a for _, _, a in results])
+    found = find_artifacts(selector, baseline=baseline, resamples=resamples, seed=seed, db=db)
+    results, tests = found.results, found.tests
     if fmt == "json":
         emit(
             json.dumps(

@@ -4,42 +4,23 @@ recomputation of a reference dataset (`--dataset`), alone or beside measured con
 from __future__ import annotations
 
 import json
-import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import pandas as pd
 import typer
-from rich.console import Console
 
 from vmtax import limits
 from vmtax.cli import options
+from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.refs import beside, datasets, recompute
+from vmtax.experiment.compare import beside_dataset, measured, recomputed
 from vmtax.report import compare_format as fmt_mod
-from vmtax.sampling.outcome import imprecise as imprecise_of
-from vmtax.store import Store
-from vmtax.store.select import resolve
-
-if TYPE_CHECKING:
-    from vmtax.stats.compare import Comparison
+from vmtax.stats.compare_options import CompareOptions
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     app.command("compare")(compare_cmd)
-
-
-def _console() -> Console:
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
-
-
-def emit(rendered: object) -> None:
-    """Print a rendered table or text to stdout."""
-    if isinstance(rendered, str):
-        sys.stdout.write(rendered)
-    else:
-        _console().print(rendered)
 
 
 def _where(text: str | None) -> dict[str, str]:
@@ -155,20 +136,17 @@ def compare_cmd(
             "--baseline is required, e.g. --baseline level=L0 "
             "(or use --dataset NAME alone to recompute a reference table)"
         )
-    comp = measured(
-        selectors,
-        baseline,
-        metric or ["auto"],
-        test,
-        adjust,
-        noise,
-        resamples,
-        seed,
-        db,
+    how = CompareOptions(
+        test=test,
+        adjust=adjust,
+        noise=noise,
+        resamples=resamples,
+        seed=seed,
         boot_cost_s=boot_cost,
     )
+    comp = measured(selectors, baseline, how, metric=metric, db=db)
     if dataset:
-        frame = beside.beside(comp.rows, dataset, _where(ref_where))
+        frame = beside_dataset(comp, dataset, _where(ref_where))
         if fmt == "json":
             emit(
                 json.dumps(
@@ -193,58 +171,12 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     ]
 
 
-def measured(
-    selectors: list[str],
-    baseline: str,
-    metric: list[str],
-    test: str,
-    adjust: str,
-    noise: float,
-    resamples: int,
-    seed: int,
-    db: str | None,
-    boot_cost_s: float = 60.0,
-) -> Comparison:
-    """Load runs (selectors OR baseline) and samples from the store and compare them."""
-    # heavy: scipy and statsmodels, only when measured runs are compared
-    from vmtax.stats.compare import compare
-
-    if resamples < 100:
-        raise UsageError("--resamples must be at least 100")
-    store = Store.open(db, read_only=True)
-    chosen = store.runs(selectors)
-    if (chosen["status"] != "ok").all():
-        raise UsageError(
-            f"no completed runs match {' '.join(selectors) or 'the store'} in {store.url_display}"
-        )
-    # The positional selectors scope the baseline: exp=latest --baseline level=L0 is the
-    # latest experiment's L0 (the same resolver serves report and artifacts).
-    resolved = resolve(store, selectors, baseline)
-    runs = resolved.runs
-    # No mask only for an empty --baseline: compare() then reports the selector itself.
-    base = resolved.baseline_mask if resolved.baseline_mask is not None else baseline
-    return compare(
-        runs,
-        base,
-        label=baseline,
-        imprecise=imprecise_of(store, runs),
-        metric=metric,
-        test=test,
-        adjust=adjust,
-        noise=noise,
-        resamples=resamples,
-        seed=seed,
-        boot_cost_s=boot_cost_s,
-    )
-
-
 def reference_report(dataset: str, fmt: str) -> object:
     """The recomputed reference table in the requested format."""
-    df = datasets.load_studya(dataset)
-    wide = recompute.side_by_side(df)
+    found = recomputed(dataset)
+    wide, checked = found.wide, found.checked
     if fmt in ("csv", "json"):
         return fmt_mod.render_frame(wide, fmt)
-    checked = recompute.check(df)
     flagged = checked[checked["status"] != "ok"]
     view = wide.copy()
     for col in [c for c in view.columns if c.endswith("_recomputed")]:

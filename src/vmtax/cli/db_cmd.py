@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vmtax.store import Store, migrate
+from vmtax.experiment import store_info
 
 db_app = typer.Typer(
     help="The results store: location, schema version, counts.\n\nExample: vmtax db info",
@@ -36,8 +36,8 @@ def info(
 
     Example: vmtax db info --db postgresql://vmtax@localhost/vmtax
     """
-    with Store.open(db, upgrade=False, read_only=True, check_schema=False) as store:
-        data = store.info()
+    data = store_info.info(db)
+    known = data.pop("schema_known")
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -46,7 +46,7 @@ def info(
     table.add_column()
     table.add_row("store", data["url"])
     version = data["schema_version"] or "none (empty database)"
-    if data["schema_version"] and not migrate.known(data["schema_version"]):
+    if data["schema_version"] and not known:
         # db upgrade cannot help: it refuses a schema it does not know, as every command does.
         version += (
             f" (newer than this vmtax, which knows up to {data['schema_head']}: upgrade vmtax)"
@@ -67,8 +67,8 @@ def upgrade(db: DbOption = None) -> None:
 
     Example: vmtax db upgrade --db ~/results/vmtax.db
     """
-    with Store.open(db) as store:
-        typer.echo(f"{store.url_display}: schema version {migrate.head()}")
+    url, version = store_info.upgrade(db)
+    typer.echo(f"{url}: schema version {version}")
 
 
 def register(app: typer.Typer) -> None:

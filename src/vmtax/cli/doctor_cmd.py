@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from typing import Annotated, Any
 
 import typer
@@ -12,13 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from vmtax import doctor as checks
-from vmtax.doctor import leftovers
-from vmtax.errors import UsageError, VmtaxError
-from vmtax.hostprof import modes as exit_modes
-from vmtax.targets.accel import kvm_verdict
-from vmtax.targets.base import find_agent
-from vmtax.workloads import package_capabilities
+from vmtax.errors import UsageError
+from vmtax.experiment.doctor import check
 
 #: What each capability gives a user, in the order shown.
 ENABLES = {
@@ -78,27 +71,9 @@ def doctor(
     """
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
-    found = checks.check_all(package_capabilities())
-    rows: list[dict[str, Any]] = [_agent_row()]
-    for c in found:
-        rows.append(
-            {
-                "capability": c.capability.name,
-                "ok": c.ok,
-                "detail": "ok" if c.ok else "missing " + ", ".join(_need(m) for m in c.missing),
-                "apt": [] if c.ok else list(c.capability.apt),
-            }
-        )
-        if c.capability.name == "levels":
-            rows.append(_kvm_row(c.ok))
-        if c.capability.name == "exits":
-            rows += [_exits_mode_row(mode) for mode in exit_modes.MODES]
-    rows.append(_driver_row())
-    apt, dnf = checks.install_line(found, "apt"), checks.install_line(found, "dnf")
-    pip = "pip install 'psycopg[binary]'" if not rows[-1]["ok"] else None
-    left = leftovers.find()
-    rows += _leftover_rows(left)
-    cleaned = leftovers.remove(left) if clean else []
+    checked = check(clean=clean)
+    rows, apt, dnf, pip = checked.rows, checked.apt, checked.dnf, checked.pip
+    cleaned = checked.cleaned
     if fmt == "json":
         typer.echo(
             json.dumps(
@@ -114,51 +89,8 @@ def doctor(
         _print(rows, apt, dnf, pip)
         for line in cleaned:
             typer.echo(line)
-    if not rows[0]["ok"]:
+    if not checked.agent_ok:
         raise typer.Exit(1)
-
-
-def _leftover_rows(left: list[leftovers.Leftover]) -> list[dict[str, Any]]:
-    if not left:
-        detail = "not detected: no vmtax guest or scratch directory outlives its vmtax"
-        return [{"capability": "leftovers", "ok": True, "detail": detail, "apt": []}]
-    return [{"capability": "leftover", "ok": False, "detail": x.line(), "apt": []} for x in left]
-
-
-def _need(need: str) -> str:
-    kind, _, arg = need.partition(":")
-    return {"kernel": "a guest kernel (/boot/vmlinuz-* with its modules)"}.get(kind, arg)
-
-
-def _agent_row() -> dict[str, Any]:
-    try:
-        return {"capability": "agent", "ok": True, "detail": str(find_agent()), "apt": []}
-    except VmtaxError as exc:
-        return {"capability": "agent", "ok": False, "detail": exc.message, "apt": []}
-
-
-def _kvm_row(levels_ok: bool) -> dict[str, Any]:
-    row: dict[str, Any] = {"capability": "kvm", "ok": False, "apt": []}
-    if not os.path.exists("/dev/kvm"):
-        row["detail"] = "no /dev/kvm: guests run under TCG (emulation)"
-    elif not levels_ok:
-        row["detail"] = "not checked: needs the levels' packages first"
-    else:
-        verdict = kvm_verdict()
-        row["ok"] = verdict.kvm_ok
-        row["detail"] = verdict.reason if verdict.kvm_ok else f"{verdict.reason}; guests use TCG"
-    return row
-
-
-def _exits_mode_row(mode: str) -> dict[str, Any]:
-    ok, detail = exit_modes.availability(mode)
-    return {"capability": f"exits {mode}", "ok": ok, "detail": detail, "apt": []}
-
-
-def _driver_row() -> dict[str, Any]:
-    ok = importlib.util.find_spec("psycopg") is not None
-    detail = "psycopg" if ok else "no psycopg: pip install 'psycopg[binary]'"
-    return {"capability": "postgres-store", "ok": ok, "detail": detail, "apt": []}
 
 
 def _print(rows: list[dict[str, Any]], apt: str | None, dnf: str | None, pip: str | None) -> None:

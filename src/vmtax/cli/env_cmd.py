@@ -10,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
-from vmtax.targets.agent import fingerprint, list_probes
-from vmtax.targets.local import LocalTarget
+from vmtax.experiment import machine
 
 FormatOption = Annotated[str, typer.Option("--format", help="text | json")]
 
@@ -28,7 +27,7 @@ def env(fmt: FormatOption = "text") -> None:
     Example: vmtax env --format json
     """
     _check_format(fmt)
-    fp = fingerprint(LocalTarget())
+    fp = machine.environment()
     if fmt == "json":
         typer.echo(json.dumps(fp.model_dump(mode="json"), indent=2))
         return
@@ -70,7 +69,7 @@ def probes(fmt: FormatOption = "text") -> None:
     Example: vmtax probes
     """
     _check_format(fmt)
-    infos = list_probes(LocalTarget())
+    infos = machine.probes()
     if fmt == "json":
         typer.echo(json.dumps([p.model_dump(mode="json") for p in infos], indent=2))
         return

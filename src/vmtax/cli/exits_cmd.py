@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from vmtax.cli import options
-from vmtax.cli.results_cmd import experiment_id, out_console
-from vmtax.errors import UsageError, VmtaxError
-from vmtax.hostprof.store import exit_profiles
-from vmtax.hostprof.table import published, table2
+from vmtax.cli.output import out_console
+from vmtax.errors import UsageError
+from vmtax.experiment.exits import exit_table, published
 from vmtax.report import exits_format
-from vmtax.store import Store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -24,14 +22,6 @@ if TYPE_CHECKING:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     app.command("exits")(exits_cmd)
-
-
-def _experiment(store: Store, ref: str) -> int:
-    ref = ref.strip()
-    for prefix in ("exp=", "experiment="):
-        if ref.lower().startswith(prefix):
-            ref = ref[len(prefix) :]
-    return experiment_id(store, ref)
 
 
 def exits_cmd(
@@ -83,19 +73,10 @@ def exits_cmd(
     if experiment is None:
         raise UsageError("name an experiment (e.g. exp=latest) or --dataset NAME")
 
-    store = Store.open(db, read_only=True)
-    try:
-        exp_id = _experiment(store, experiment)
-        profiles = exit_profiles(store, exp_id)
-    finally:
-        store.close()
-    if profiles.empty:
-        raise VmtaxError(
-            f"experiment {exp_id} has no exit profiles; record them with vmtax run --exits"
-        )
-    frame = table2(profiles, by=by, baseline=baseline)
-    notes = _notes(profiles, frame)
-    title = f"experiment {exp_id} · exits by {by} · share of the baseline's total"
+    found = exit_table(experiment, by=by, baseline=baseline, db=db)
+    notes = _notes(found.profiles, found.frame)
+    title = f"experiment {found.exp_id} · exits by {by} · share of the baseline's total"
+    frame = found.frame
     _emit(exits_format.render(frame, fmt, title=title, notes=notes), fmt, notes)
 
 

@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from vmtax.cli import options
-from vmtax.cli.compare_cmd import emit
-from vmtax.errors import UsageError, VmtaxError
+from vmtax.cli.output import emit
+from vmtax.errors import UsageError
+from vmtax.experiment.explain import explain_overhead
 from vmtax.report import explain_format
-from vmtax.store import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -65,31 +65,23 @@ def explain_cmd(
 
     Example: vmtax explain exp=12 --config level=L2 --baseline level=L1 --probe http --format json
     """
-    # heavy: scipy, only for this command
-    from vmtax.explain import explain
-    from vmtax.explain.inputs import from_store
-
     if fmt not in explain_format.FORMATS:
         raise UsageError(
             f"--format must be one of {', '.join(explain_format.FORMATS)}, got {fmt!r}"
         )
-    with Store.open(db, read_only=True) as store:
-        chosen = from_store(
-            store, selectors or [], config=config, baseline=baseline, probes=probe or [],
-            round_trip_probe=round_trip_probe,
-        )  # fmt: skip
-    try:
-        rows = explain(chosen.probes, chosen.source)
-    except ValueError as exc:
-        raise VmtaxError(str(exc)) from None
+    found = explain_overhead(
+        list(selectors or []), config=config, baseline=baseline, probes=list(probe or []),
+        round_trip_probe=round_trip_probe, db=db,
+    )  # fmt: skip
+    rows = found.rows
     title = (
-        f"{chosen.config} vs {chosen.baseline}: overhead per operation by exit group "
-        f"(profiles recorded at {chosen.recorded_at}; round trip "
-        f"{rows['round_trip_ns'].iloc[0]:.0f} ns from {chosen.source.probe})"
+        f"{found.config} vs {found.baseline}: overhead per operation by exit group "
+        f"(profiles recorded at {found.recorded_at}; round trip "
+        f"{rows['round_trip_ns'].iloc[0]:.0f} ns from {found.round_trip_probe})"
     )
     rendered = explain_format.render(rows, fmt, title)
     emit(rendered)
-    if any((p.reasons["basis"] == "counted").any() for p in chosen.probes):
+    if found.counted:
         print(
             "vmtax: explain: these profiles are counts (--exits), with no handling time: each "
             "exit is costed as a whole cpuid exit; --exits=trace records handling times",

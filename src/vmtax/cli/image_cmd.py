@@ -11,9 +11,7 @@ from rich.table import Table
 
 from vmtax.cli import options
 from vmtax.errors import UsageError
-from vmtax.targets.base import find_agent
-from vmtax.targets.images import build_nested, cache_dir, list_images
-from vmtax.workloads import image_contents
+from vmtax.experiment import machine
 
 image_app = typer.Typer(
     help="Build and list guest images for QEMU levels.\n\n"
@@ -49,14 +47,12 @@ def build(
 
     Example: vmtax image build --mode minimal
     """
-    if mode not in ("minimal", "full"):
+    if mode not in machine.IMAGE_MODES:
         raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
     if mode == "full" and depth not in (2, 3):
         raise UsageError(f"--depth must be 2 or 3 for --mode full, got {depth}")
     t0 = time.monotonic()
-    # The image `vmtax run` boots: the agent and every workload's servers.
-    levels = 1 if mode == "minimal" else depth
-    image = build_nested(find_agent(agent), levels, kernel=kernel, contents=image_contents())
+    image = machine.build_image(mode, depth, kernel=kernel, agent=agent)
     took = time.monotonic() - t0
     size = image.initrd.stat().st_size / 2**20
     Console().print(
@@ -73,12 +69,10 @@ def list_cmd() -> None:
 
     Example: vmtax image list
     """
-    images = list_images()
+    cache, images = machine.images()
     console = Console()
     if not images:
-        console.print(
-            f"no images in {cache_dir()}; build one with: vmtax image build", markup=False
-        )
+        console.print(f"no images in {cache}; build one with: vmtax image build", markup=False)
         return
     table = Table("image", "hash", "kernel", "agent sha256", "initrd MiB", "path")
     for im in images:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vmtax.cli.results_cmd import out_console, print_table
+from vmtax.cli.output import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import VmtaxError
 from vmtax.experiment.importing import import_files

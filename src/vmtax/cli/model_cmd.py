@@ -11,11 +11,16 @@ import typer
 
 from vmtax import limits
 from vmtax.cli import options
-from vmtax.cli.compare_cmd import emit
+from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.hostprof.store import exit_profiles
+from vmtax.experiment.model import (
+    DatasetModel,
+    MeasuredModel,
+    ModelRequest,
+    OutOfSample,
+    model,
+)
 from vmtax.report import compare_format as fmt_mod
-from vmtax.store import Store
 
 if TYPE_CHECKING:
     from vmtax.model import Fit
@@ -108,39 +113,27 @@ def model_cmd(
     """
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
-    if resamples < 100:
-        raise UsageError("--resamples must be at least 100")
-
-    if exits_per_exit is not None and exits_per_exit < 1:
-        raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
-    if out_of_sample and (dataset or exits_per_exit is not None):
-        raise UsageError("--out-of-sample applies to measured levels with exit profiles")
-    if dataset:
-        if exits_per_exit is not None:
-            raise UsageError("--exits-per-exit applies to measured levels, not to a dataset")
-        if selectors:
-            raise UsageError("give either --dataset or selectors of measured runs, not both")
-        emit(dataset_output(dataset, fmt, resamples=resamples, seed=seed))
-        return
-    # deferred: the model package (tens of ms to import), only for this command
-    from vmtax.model.sources import level_number
-
-    vm = level_number(vm_level) if vm_level else None
-    if out_of_sample:
-        emit(out_of_sample_output(list(selectors or ["exp=latest"]), fmt, db=db, vm_level=vm))
-        return
-    emit(
-        measured_output(
-            list(selectors or ["exp=latest"]),
-            fmt,
-            db=db,
-            vm_level=vm,
-            probes=list(probe or []),
-            exits_per_exit=exits_per_exit,
-            resamples=resamples,
-            seed=seed,
-        )
+    request = ModelRequest(
+        selectors=tuple(selectors or ()),
+        dataset=dataset,
+        vm_level=vm_level,
+        probes=tuple(probe or ()),
+        exits_per_exit=exits_per_exit,
+        out_of_sample=out_of_sample,
+        resamples=resamples,
+        seed=seed,
+        db=db,
     )
+    emit(render(model(request), fmt))
+
+
+def render(result: DatasetModel | MeasuredModel | OutOfSample, fmt: str) -> object:
+    """A model's result in one of the formats."""
+    if isinstance(result, DatasetModel):
+        return render_dataset(result, fmt)
+    if isinstance(result, OutOfSample):
+        return render_out_of_sample(result, fmt)
+    return render_measured(result.fit, result.vm_level, result.notes, fmt)
 
 
 def _span(row: pd.Series) -> str:
@@ -170,19 +163,14 @@ def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
     return "\n" + "\n".join(bullet + line for line in lines) + "\n"
 
 
-def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
+def render_dataset(found: DatasetModel, fmt: str) -> object:
     """The dataset case: predicted L3/L4 (+DVH) and nested+DVH beside the published column."""
-    # deferred: the model package (tens of ms to import), only for this command
-    from vmtax.model import fit, from_dataset
-    from vmtax.model.sources import published_dvh
-
-    result = fit(from_dataset(name))
+    name, result, published = found.name, found.fit, found.published
     preds = result.predictions
     if fmt == "json":
         return _records(preds, JSON_KEYS)
     if fmt == "csv":
         return fmt_mod.render_frame(preds.drop(columns=["measured", "error_pct"]), fmt)
-    published = published_dvh(name)
     rows = []
     for bench, group in preds.groupby("benchmark", sort=False):
         at = {(int(r["level"]), bool(r["dvh"])): r for _, r in group.iterrows()}
@@ -212,35 +200,6 @@ def dataset_output(name: str, fmt: str, *, resamples: int, seed: int) -> object:
         )
     )
     return _joined(table, _notes(result.params, [*result.notes, spread], fmt), fmt)
-
-
-def measured_output(
-    selectors: list[str],
-    fmt: str,
-    *,
-    db: str | None,
-    vm_level: int | None,
-    probes: list[str],
-    resamples: int,
-    seed: int,
-    exits_per_exit: float | None = None,
-) -> object:
-    """The measured case: calibrate on the VM level and the one above it, predict the rest and
-    put each prediction beside the measured level where there is one."""
-    # deferred: the model package (tens of ms to import), only for this command
-    from vmtax.model import fit
-    from vmtax.model.sources import from_store
-
-    store = Store.open(db, read_only=True)
-    try:
-        found = from_store(store, selectors, vm_level=vm_level, probes=probes)
-    finally:
-        store.close()
-    for s in found.series:
-        if s.benchmark == "cpuid":
-            s.assumed_exits = exits_per_exit
-    result = fit(found.series, offset=found.vm_level - 1)
-    return render_measured(result, found.vm_level, found.notes, fmt)
 
 
 def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> object:
@@ -276,33 +235,9 @@ def _joined(table: object, text: str, fmt: str) -> object:
     return text.lstrip("\n")
 
 
-def out_of_sample_output(
-    selectors: list[str], fmt: str, *, db: str | None, vm_level: int | None
-) -> object:
+def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
     """Each probe's nested level predicted without its own nested runs, beside the measured."""
-    # heavy: scipy, only for --out-of-sample
-    from vmtax.model.outofsample import loads_from, predict
-    from vmtax.model.sources import default_vm_level, tsc_rates
-
-    with Store.open(db, read_only=True) as store:
-        runs = store.runs(selectors)
-        if runs.empty or not (runs["status"] == "ok").any():
-            raise UsageError(f"no completed runs match {' '.join(selectors)}")
-        tsc = tsc_rates(store, runs)
-        frames = [exit_profiles(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
-    frames = [f for f in frames if len(f)]
-    profiles = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if len(profiles):
-        profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
-    ok = runs[runs["status"] == "ok"]
-    vm = vm_level if vm_level is not None else default_vm_level(ok)
-    loads, e = loads_from(ok, profiles, tsc, vm)
-    preds = predict(loads, nested_level=vm + 1)
-    if preds.empty:
-        raise UsageError(
-            f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "
-            f"more probes at L{vm} and L{vm + 1}"
-        )
+    preds, vm, e = found.predictions, found.vm_level, found.e
     if fmt == "json":
         return _records(preds, (*JSON_KEYS, "measured", "error_pct", "weights", "calibrated_on"))
     if fmt == "csv":

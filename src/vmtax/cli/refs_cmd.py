@@ -8,7 +8,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 
-from vmtax.cli.compare_cmd import emit
+from vmtax.cli.output import emit
 from vmtax.errors import UsageError
 from vmtax.refs import datasets
 from vmtax.report import compare_format as fmt_mod

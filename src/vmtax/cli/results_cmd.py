@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import Progress
@@ -16,12 +15,10 @@ from rich.table import Table
 
 from vmtax import outfile
 from vmtax.cli import options
+from vmtax.cli.output import out_console, print_executed_order, print_table
 from vmtax.errors import UsageError
-from vmtax.experiment.lookup import experiment_id, reconcile
-from vmtax.report.terminal import studya_table
-from vmtax.store import Store
-from vmtax.store import export as exporter
-from vmtax.store.export import human_bytes
+from vmtax.experiment import results
+from vmtax.experiment.results import human_bytes, write_json
 
 results_app = typer.Typer(
     help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
@@ -47,9 +44,8 @@ def list_cmd(db: DbOption = None) -> None:
 
     Example: vmtax results list --db sqlite:///lab.db
     """
-    store = _open(db)
-    reconcile(store)
-    df = store.experiments()
+    store = results.open_store(db)
+    df = results.listing(store)
     table = Table(header_style="bold")
     for col in ("ID", "Started (UTC)", "Suite", "Status", "Runs", "Configs", "Host", "Agent"):
         table.add_column(col, justify="right" if col in ("ID", "Runs", "Configs") else "left")
@@ -113,20 +109,19 @@ def show_cmd(
     """
     if fmt not in ("table", "json"):
         raise UsageError(f"--format must be table or json, got {fmt!r}")
-    store = _open(db)
-    reconcile(store)
-    exp_id = experiment_id(store, experiment)
+    store = results.open_store(db)
+    exp_id = results.find(store, experiment)
     if fmt == "json":
         rows = (
-            store.executed_order(exp_id)
+            results.executed_order(store, exp_id)
             if executed
-            else exporter.runs_with_times(store, store.runs([f"exp={exp_id}"]))
+            else results.runs_with_times(store, exp_id)
         )
-        exporter.write_json(rows, sys.stdout)
+        write_json(rows, sys.stdout)
         typer.echo(f"experiment {exp_id}", err=True)
         return
     if executed:
-        print_executed_order(out_console(), store.executed_order(exp_id))
+        print_executed_order(out_console(), results.executed_order(store, exp_id))
     else:
         print_table(out_console(), store, exp_id)
     typer.echo(f"experiment {exp_id}")
@@ -175,10 +170,9 @@ def export_cmd(
         )
     if not to_stdout:
         outfile.destination(output)  # a FIFO, device or directory is refused before any work
-    store = _open(db)
-    exp_id = experiment_id(store, experiment)
-    with_samples = (fmt == "parquet" if samples is None else samples) and not to_stdout
-    n, size = exporter.estimate(store, exp_id, fmt)
+    store = results.open_store(db)
+    plan = results.plan_export(store, experiment, fmt, samples=samples, to_stdout=to_stdout)
+    with_samples, n, size = plan.with_samples, plan.samples, plan.size
     err = Console(stderr=True, highlight=False, soft_wrap=True)  # a line per message
     if with_samples:
         err.print(f"exporting {n:,} samples: about {human_bytes(size)} as {fmt}", markup=False)
@@ -189,12 +183,11 @@ def export_cmd(
         err.print(
             f"run-level rows only; the {n:,} raw samples would take about {human_bytes(size)} as "
             f"{fmt} (add --samples, or use --format parquet: about "
-            f"{human_bytes(n * exporter.BYTES_PER_SAMPLE['parquet'])})",
+            f"{human_bytes(plan.parquet_size())})",
             markup=False,
         )
     with _export_progress(err) as progress:
-        done = exporter.export(store, exp_id, fmt, output, samples=with_samples,
-                               progress=progress)  # fmt: skip
+        done = results.export(store, plan, output, progress)
     wrote = "stdout" if to_stdout else str(output)
     line = f"wrote {wrote} ({done.runs:,} runs)"
     if done.samples_file is not None:
@@ -217,55 +210,3 @@ def _export_progress(err: Console) -> Iterator[Callable[[int, int], None] | None
             bar.update(task, completed=done, total=total)
 
         yield update
-
-
-def print_table(console: Console, store: Store, exp_id: int) -> None:
-    """The study-A table of one experiment, computed from the store."""
-    # heavy: scipy, only when a table is printed
-    from vmtax.stats.describe import describe
-
-    runs = store.runs([f"exp={exp_id}"])
-    described = describe(runs)
-    exp = store.experiment(exp_id)
-    bad = int((runs["status"] != "ok").sum()) if len(runs) else 0
-    title = f"experiment {exp_id} · suite {exp['suite']} · {exp['status']}"
-    configs = list(dict.fromkeys(described["config"]))
-    if len(configs) == 1:
-        title += f" · {configs[0]}"
-    if bad:
-        title += f" · {bad} runs failed or lost"
-    console.print(studya_table(described, title=title))
-
-
-def print_executed_order(console: Console, runs: pd.DataFrame) -> None:
-    """One row per run in the order the runs started: when, how long, where, what."""
-    table = Table(title="runs in executed order", title_justify="left")
-    for name in ("#", "started (UTC)", "ms", "level", "target", "probe", "run", "plan", "status"):
-        table.add_column(name, justify="right" if name in ("#", "ms", "run", "plan") else "left")
-    rows = zip(
-        runs["started_ns"], runs["ended_ns"], runs["started_at"], runs["level"], runs["target"],
-        runs["probe"], runs["run_index"], runs["plan_index"], runs["status"], strict=True,
-    )  # fmt: skip
-    for pos, row in enumerate(rows, start=1):
-        started_ns, ended_ns, started_at, level, target, probe, run_index, plan_index, status = row
-        timed = not pd.isna(started_ns)
-        started = started_at.strftime("%H:%M:%S.%f")[:-3] if timed else "not recorded"
-        took = "" if not timed or pd.isna(ended_ns) else f"{(ended_ns - started_ns) / 1e6:,.0f}"
-        table.add_row(
-            str(pos), started, took, level, target or "", probe,
-            str(run_index), str(plan_index), status,
-        )  # fmt: skip
-    console.print(table)
-
-
-def out_console() -> Console:
-    """stdout; when it is a pipe or file, wide enough that tables do not wrap."""
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=160)
-    return console
-
-
-def _open(db: str | None) -> Store:
-    # Reading never creates a store: a mistyped --db says "no such file" and leaves none.
-    return Store.open(db, read_only=True)

@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from vmtax import experiment, limits
 from vmtax.cli import options
+from vmtax.cli.output import out_console, print_table
 from vmtax.cli.report_cmd import RUN_REPORT_DEFAULT, RUN_REPORT_ENV, after_run
-from vmtax.cli.results_cmd import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.outfile import destination

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Annotated
 
 import typer
@@ -11,8 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
-from vmtax.workloads import REGISTRY
-from vmtax.workloads.oltp import pg_bin
+from vmtax.experiment import machine
 
 
 def register(app: typer.Typer) -> None:
@@ -33,18 +31,7 @@ def workloads(
     """
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
-    rows = []
-    for w in REGISTRY.values():
-        missing = [n for n in w.needs if not shutil.which(n) and not _pg(n)]
-        rows.append(
-            {
-                **w.info().model_dump(mode="json"),
-                "presets": w.presets,
-                "needs": list(w.needs),
-                "missing": missing,
-                "runs_in_guests": w.runs_in_guests,
-            }
-        )
+    rows = machine.workloads()
     if fmt == "json":
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -69,7 +56,3 @@ def workloads(
             where,
         )
     Console().print(table)
-
-
-def _pg(name: str) -> bool:
-    return pg_bin(name) != name

@@ -1,4 +1,4 @@
-"""The study-C application table of the report (numbers from vmtax.workloads.studyc)."""
+"""The study-C application table of the report (numbers from vmtax.stats.studyc)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pandas as pd
 
 from vmtax.report.parts import Table
 from vmtax.report.terminal import fmt
-from vmtax.workloads.studyc import normalized
+from vmtax.stats.studyc import normalized
 
 
 def study_c_table(ok_runs: pd.DataFrame, baseline_configs: list[str]) -> list[Table]:

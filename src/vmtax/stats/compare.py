@@ -45,15 +45,14 @@ from scipy import stats
 
 from vmtax.errors import UsageError
 from vmtax.stats import boots, intervals, significance
+from vmtax.stats.compare_options import BOOT_COST_S as BOOT_COST_S
+from vmtax.stats.compare_options import CompareOptions as CompareOptions
 from vmtax.store.select import mask
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
 MIN_RUNS = 5
 SCHEMA = "vmtax.compare/1"
-#: The cost of one boot in Kalibera and Jones' runs per boot when none is given: an emulated
-#: L1 came up in 36-77 s on a loaded 2-core machine (docs/levels.md).
-BOOT_COST_S = 60.0
 ONE_BOOT = boots.ONE_BOOT
 
 # metric -> (runs column, unit override, better override); None = take the probe's own.
@@ -191,29 +190,28 @@ def compare(
     baseline: str | pd.Series,
     *,
     metric: str | Sequence[str] = "auto",
-    test: str = "permutation",
-    adjust: str = "holm",
-    noise: float = 0.02,
-    resamples: int = 10_000,
-    seed: int = 0,
+    options: CompareOptions | None = None,
     label: str | None = None,
     imprecise: Collection[tuple[int, str]] = (),
-    boot_cost_s: float = BOOT_COST_S,
+    **settings: Any,
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
     ``runs`` has the ``Store.runs()`` columns (runs are the unit: raw iterations are not
-    needed). Raises UsageError when the baseline matches no run or, for one probe, more than
-    one configuration.
+    needed). ``options`` says how (the defaults when None); a caller without one may give
+    its fields as keywords instead (``resamples=2000``), checked the same way. Raises
+    UsageError when the baseline matches no run or, for one probe, more than one
+    configuration.
     """
-    if test not in significance.TESTS:
-        raise UsageError(f"unknown test {test!r} (choose from {', '.join(significance.TESTS)})")
-    if adjust not in significance.ADJUSTMENTS:
-        raise UsageError(
-            f"unknown adjustment {adjust!r} (choose from {', '.join(significance.ADJUSTMENTS)})"
-        )
-    if not 0 <= noise < 1:
-        raise UsageError(f"noise must be a fraction in [0, 1), got {noise}")
+    if options is None:
+        try:
+            options = CompareOptions(**settings)
+        except TypeError as exc:  # a keyword CompareOptions does not have
+            raise UsageError(f"compare: {exc}") from None
+    elif settings:
+        raise UsageError(f"compare: give options or {', '.join(settings)}, not both")
+    test, adjust, noise = options.test, options.adjust, options.noise
+    resamples, seed, boot_cost_s = options.resamples, options.seed, options.boot_cost_s
     metrics = _metrics(metric)
     label = label or (baseline if isinstance(baseline, str) else "(mask)")
     ok = runs[runs["status"] == "ok"].copy()

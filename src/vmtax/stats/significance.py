@@ -29,9 +29,8 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from vmtax.stats import intervals
-
-TESTS = ("permutation", "welch", "mannwhitney")
-ADJUSTMENTS = ("holm", "bh", "none")
+from vmtax.stats.compare_options import ADJUSTMENTS as ADJUSTMENTS
+from vmtax.stats.compare_options import TESTS as TESTS
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

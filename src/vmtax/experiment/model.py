@@ -1,0 +1,165 @@
+"""The model use case (`vmtax model`): the nested-cost model calibrated on a dataset's VM and
+nested-VM columns or on measured levels, predicting deeper levels (docs/model.md).
+
+A :class:`ModelRequest` is checked once when built; :func:`model` runs the case it asks for
+and returns what the command renders: a :class:`DatasetModel`, a :class:`MeasuredModel` or
+an :class:`OutOfSample`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from vmtax import limits
+from vmtax.errors import UsageError
+from vmtax.hostprof.store import exit_profiles
+from vmtax.store import Store
+
+if TYPE_CHECKING:
+    from vmtax.model import Fit
+
+#: The fewest bootstrap resamples the model's intervals take.
+MIN_RESAMPLES = 100
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """What to calibrate on and how: a dataset, or selectors of measured runs (default
+    ``exp=latest``) with the level that plays the VM, the probes, a hand count of exits per
+    nested exit, or out-of-sample prediction; the bootstrap's resamples and seed."""
+
+    selectors: tuple[str, ...] = ()
+    dataset: str | None = None
+    vm_level: str | None = None
+    probes: tuple[str, ...] = ()
+    exits_per_exit: float | None = None
+    out_of_sample: bool = False
+    resamples: int = 4000
+    seed: int = 0
+    db: str | None = None
+
+    def __post_init__(self) -> None:
+        limits.check_int(self.resamples, "--resamples", MIN_RESAMPLES, limits.MAX_RESAMPLES)
+        limits.check_seed(self.seed)
+        if self.exits_per_exit is not None and not self.exits_per_exit >= 1:
+            raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
+        if self.out_of_sample and (self.dataset or self.exits_per_exit is not None):
+            raise UsageError("--out-of-sample applies to measured levels with exit profiles")
+        if self.dataset:
+            if self.exits_per_exit is not None:
+                raise UsageError("--exits-per-exit applies to measured levels, not to a dataset")
+            if self.selectors:
+                raise UsageError("give either --dataset or selectors of measured runs, not both")
+
+    @property
+    def runs(self) -> list[str]:
+        """The selectors of the measured runs: those given, else the latest experiment."""
+        return list(self.selectors or ("exp=latest",))
+
+
+@dataclass(frozen=True)
+class DatasetModel:
+    """The model fitted on a dataset, and the dataset's published nested+DVH column (by
+    benchmark; empty when it has none)."""
+
+    name: str
+    fit: Fit
+    published: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MeasuredModel:
+    """The model fitted on measured levels: ``vm_level`` plays the VM, the level above it the
+    nested VM; ``notes`` say what the measurements lacked."""
+
+    fit: Fit
+    vm_level: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OutOfSample:
+    """Each probe's nested level predicted without its own nested runs (``predictions``),
+    from the VM level ``vm_level``, with ``e`` the exit cost (ns) the factor was fitted at."""
+
+    predictions: pd.DataFrame
+    vm_level: int
+    e: float
+
+
+def model(request: ModelRequest) -> DatasetModel | MeasuredModel | OutOfSample:
+    """Run the case ``request`` asks for."""
+    if request.dataset:
+        return dataset_model(request)
+    if request.out_of_sample:
+        return out_of_sample(request)
+    return measured_model(request)
+
+
+def _vm_level(request: ModelRequest) -> int | None:
+    # deferred: the model package (tens of ms to import), only for this command
+    from vmtax.model.sources import level_number
+
+    return level_number(request.vm_level) if request.vm_level else None
+
+
+def dataset_model(request: ModelRequest) -> DatasetModel:
+    """Calibrate on a dataset's VM and nested-VM columns."""
+    # deferred: the model package (tens of ms to import), only for this command
+    from vmtax.model import fit, from_dataset
+    from vmtax.model.sources import published_dvh
+
+    name = str(request.dataset)
+    result = fit(from_dataset(name))
+    return DatasetModel(name, result, published_dvh(name))
+
+
+def measured_model(request: ModelRequest) -> MeasuredModel:
+    """Calibrate on the VM level and the one above it; predict the rest, beside the measured
+    level where there is one."""
+    # deferred: the model package (tens of ms to import), only for this command
+    from vmtax.model import fit
+    from vmtax.model.sources import from_store
+
+    vm_level = _vm_level(request)
+    with Store.open(request.db, read_only=True) as store:
+        found = from_store(store, request.runs, vm_level=vm_level, probes=list(request.probes))
+    for s in found.series:
+        if s.benchmark == "cpuid":
+            s.assumed_exits = request.exits_per_exit
+    result = fit(found.series, offset=found.vm_level - 1)
+    return MeasuredModel(result, found.vm_level, list(found.notes))
+
+
+def out_of_sample(request: ModelRequest) -> OutOfSample:
+    """Each probe's nested level from its VM-level runs and exit profile and a nesting factor
+    fitted on other probes only."""
+    # heavy: scipy, only for --out-of-sample
+    from vmtax.model.outofsample import loads_from, predict
+    from vmtax.model.sources import default_vm_level, tsc_rates
+
+    vm_level = _vm_level(request)
+    selectors = request.runs
+    with Store.open(request.db, read_only=True) as store:
+        runs = store.runs(selectors)
+        if runs.empty or not (runs["status"] == "ok").any():
+            raise UsageError(f"no completed runs match {' '.join(selectors)}")
+        tsc = tsc_rates(store, runs)
+        frames = [exit_profiles(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
+    frames = [f for f in frames if len(f)]
+    profiles = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(profiles):
+        profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
+    ok = runs[runs["status"] == "ok"]
+    vm = vm_level if vm_level is not None else default_vm_level(ok)
+    loads, e = loads_from(ok, profiles, tsc, vm)
+    preds = predict(loads, nested_level=vm + 1)
+    if preds.empty:
+        raise UsageError(
+            f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "
+            f"more probes at L{vm} and L{vm + 1}"
+        )
+    return OutOfSample(preds, vm, float(e))

@@ -80,7 +80,7 @@ def spread(values: list[float]) -> str:
 
 def report_stages(db: str, exp: int, out: Path) -> dict[str, float]:
     """Seconds from the start of the report to the start of each step."""
-    from vmtax.report import write_report
+    from vmtax.experiment.report import write_report
     from vmtax.store import Store
 
     start = time.perf_counter()

@@ -22,7 +22,7 @@ from playwright.sync_api import sync_playwright
 # The browser's launch flags are shared with the report's browser test.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from headless_chromium import ARGS, CHROMIUM  # noqa: E402
-from vmtax.report import analysis, inputs, write_model
+from vmtax.report import analysis, gather, write_model
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
@@ -76,7 +76,7 @@ def run(opts: argparse.Namespace, work: Path) -> None:
         iterations=opts.iterations,
     )
     t1 = time.perf_counter()
-    data = inputs.load(store, ["exp=latest"], None)
+    data = gather.load(store, ["exp=latest"], None)
     n_samples = sum(v.size for v in data.samples.values())
     t2 = time.perf_counter()
     model = analysis.build(data)

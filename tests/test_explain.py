@@ -196,12 +196,13 @@ def test_the_report_draws_one_stacked_bar_per_workload(cli, store, sqlite_url, t
     text = md.read_text()
     assert "What exits explain of L2 accel=kvm's overhead over L1 accel=tcg" in text
     # The figure's data: the shares explain computes, undetected overheads left out.
-    from vmtax.report.exits import explain_figures, explained, load
+    from vmtax.report.exits import explain_figures, explained
+    from vmtax.report.gather import load
     from vmtax.store import Store
 
     with Store.open(sqlite_url) as s:
-        runs = s.runs(["exp=latest"])
-        rows = explained(s, runs, load(s, runs["experiment_id"]))
+        data = load(s, ["exp=latest"])
+        rows = explained(data.runs, data.exit_profiles, data.tsc_hz)
     (spec,) = explain_figures(rows)
     bars = spec.draw.args[0]
     assert set(bars["config"]) == {"cpuid", "http", "timer"}

@@ -490,8 +490,8 @@ def test_checker_finds_a_bypass(tmp_path: Path) -> None:
 #: hands its experiment to report's after_run, and report (with the background child that
 #: writes a run's report) opens the store itself. Each must still break the rule it is
 #: listed for: once it no longer does, the test fails until it is taken off the list.
-PENDING_COMMAND_IMPORTS = {"run_cmd.py": {"vmtax.cli.report_cmd"}}
-PENDING_STORE_USE = {"report_cmd.py", "background_report.py"}
+PENDING_COMMAND_IMPORTS: dict[str, set[str]] = {}
+PENDING_STORE_USE: set[str] = set()
 
 #: The one part of the store a command may import: the selector grammar, to refuse a
 #: malformed selector while parsing the command line (cli/options.py).
@@ -611,3 +611,71 @@ def test_cli_checks_find_what_they_look_for(tmp_path: Path) -> None:
     assert set(used) == {"b_cmd.py", "c_cmd.py"}
     assert used["b_cmd.py"] == ["imports pkg.store", "line 4 calls store.runs()"]
     assert used["c_cmd.py"] == ["imports pkg.hostprof.store"]
+
+
+# --- The report renders what it is given ------------------------------------------------
+
+#: The one module of the report that reads a store: it gathers the report's input.
+REPORT_GATHERER = "gather.py"
+
+
+def report_store_use(root: Path = SRC) -> dict[str, list[str]]:
+    """Per module of ``report`` other than the gatherer, how it could reach a store: an
+    import (type-checking ones included) of the store room or of any room's ``store``
+    module, or a parameter named ``store`` or annotated with ``Store``."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((root / "report").rglob("*.py")):
+        rel = path.relative_to(root / "report").as_posix()
+        if rel == REPORT_GATHERER:
+            continue
+        package = [root.name, *path.relative_to(root).parent.parts]
+        why = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[list[str]] = []
+            if isinstance(node, ast.Import):
+                names = [a.name.split(".") for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                parts = [*base, *(node.module.split(".") if node.module else [])]
+                names = [[*parts, a.name] for a in node.names]
+            for name in names:
+                if name[0] == root.name and "store" in name[1:-1] + [name[-1].lower()]:
+                    why.append(f"line {node.lineno} imports {'.'.join(name)}")
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                args = node.args
+                for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    hint = ast.unparse(arg.annotation) if arg.annotation else ""
+                    if arg.arg == "store" or "Store" in hint:
+                        why.append(f"line {node.lineno} takes {arg.arg}: {hint or '?'}")
+        if why:
+            out[rel] = why
+    return out
+
+
+def test_report_renders_what_it_is_given() -> None:
+    found = report_store_use()
+    assert not found, (
+        f"only report/{REPORT_GATHERER} reads the store; the renderers take its ReportInput: "
+        f"{found}"
+    )
+
+
+def test_report_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    root = tmp_path / "pkg"
+    (root / "report").mkdir(parents=True)
+    (root / "store").mkdir()
+    (root / "hostprof").mkdir()
+    (root / "report" / "gather.py").write_text("from pkg.store import Store\n")
+    (root / "report" / "clean.py").write_text("from pkg.report.gather import load\n")
+    (root / "report" / "typed.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..store import Store\n"
+    )
+    (root / "report" / "param.py").write_text("def f(data, store=None):\n    return data\n")
+    (root / "report" / "hint.py").write_text("def f(db: 'Store') -> None:\n    pass\n")
+    (root / "report" / "other.py").write_text("import pkg.hostprof.store\n")
+    assert report_store_use(root) == {
+        "hint.py": ["line 1 takes db: 'Store'"],
+        "other.py": ["line 1 imports pkg.hostprof.store"],
+        "param.py": ["line 1 takes store: ?"],
+        "typed.py": ["line 3 imports pkg.store.Store"],
+    }

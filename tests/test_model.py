@@ -428,7 +428,7 @@ def test_assumed_exits_per_exit_predict_the_nested_level(cli, store, sqlite_url)
 def test_a_nested_level_under_tcg_is_refused_not_modelled(cli, store, sqlite_url, tmp_path):
     # A TCG L1 over a KVM-guest L0 (this machine's worked example): emulation has no exits
     # to multiply, so every "prediction" from it would be noise; the report leaves it out.
-    from vmtax.report import write_report
+    from vmtax.experiment.report import write_report
 
     rng = np.random.default_rng(1)
     _populate(

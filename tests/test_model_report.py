@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from test_model import _measured_levels, _noisy, _populate
-from vmtax.report import write_report
+from vmtax.experiment.report import write_report
 
 
 def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):

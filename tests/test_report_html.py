@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from vmtax.report import analysis, inputs, write_model
+from vmtax.report import analysis, gather, write_model
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
@@ -31,7 +31,7 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
     url = f"sqlite:///{tmp / 'r.db'}"
     store = build_store(url, runs=6, iterations=600, labels={"note": LABEL}, hostname=HOST)
-    data = inputs.load(store, ["exp=latest"], None, ["vmtax", "report", "exp=latest"])
+    data = gather.load(store, ["exp=latest"], None, ["vmtax", "report", "exp=latest"])
     model = analysis.build(data, resamples=1_000)
     html = write_model(model, tmp / "report.html")
     md = write_model(model, tmp / "report.md", fmt="markdown")
@@ -128,7 +128,7 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
         store = build_store(
             f"sqlite:///{tmp_path / f'{i}.db'}", runs=3, iterations=iterations, probes=("cpuid",)
         )
-        model = analysis.build(inputs.load(store, ["exp=latest"], None), resamples=500)
+        model = analysis.build(gather.load(store, ["exp=latest"], None), resamples=500)
         sizes.append(write_model(model, tmp_path / f"{i}.html").size)
         store.close()
     assert sizes[1] < 1.5 * sizes[0], sizes
@@ -137,7 +137,7 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
 
 def test_million_sample_report_is_under_5_mb(tmp_path):
     store = build_store(f"sqlite:///{tmp_path / 'big.db'}", runs=10, iterations=16_667)
-    data = inputs.load(store, ["exp=latest"], None)
+    data = gather.load(store, ["exp=latest"], None)
     assert sum(v.size for v in data.samples.values()) >= 1_000_000
     written = write_model(analysis.build(data), tmp_path / "big.html")
     print(f"10^6-sample report: {written.size / 1e6:.2f} MB")
@@ -208,7 +208,7 @@ def test_two_experiments_side_by_side(tmp_path):
         f"sqlite:///{tmp_path / 'two.db'}", runs=5, iterations=150, probes=("cpuid",), seed=1
     )
     populate(store, runs=5, iterations=150, probes=("cpuid",), seed=2)
-    data = inputs.load(store, ["exp=1", "exp=2"], "exp=1,level=L0")
+    data = gather.load(store, ["exp=1", "exp=2"], "exp=1,level=L0")
     model = analysis.build(data, resamples=500)
     store.close()
     assert len(model.summary) == 5  # every configuration but the baseline

@@ -6,7 +6,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from vmtax.report.analysis import build
-from vmtax.report.inputs import load
+from vmtax.report.gather import load
 from vmtax.testing.report_store import populate
 
 

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from vmtax.plan.plan import Plan, build_plan
 from vmtax.plan.suite import parse_suite
 from vmtax.report.analysis import _comparison as report_comparison
-from vmtax.report.inputs import load as load_report_input
+from vmtax.report.gather import load as load_report_input
 from vmtax.runner import Runner
 from vmtax.sampling import design, noise, outcome
 from vmtax.sampling.adaptive import AdaptiveSampler

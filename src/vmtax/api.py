@@ -31,6 +31,7 @@ Compare, model and explain stored runs as the commands of those names do::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -107,12 +108,16 @@ def run(db: str | None = None, **options: Any) -> int:
     ``options`` are :class:`vmtax.experiment.RunRequest`'s fields (``suite``, ``probes``,
     ``runs``, ``levels``, ``labels``, ``precision``, ...). Bad input raises UsageError
     before anything starts; a target that fails as a whole raises VmtaxError after its runs
-    are stored.
+    are stored. The report `vmtax run` writes is written too, before this returns, to the
+    same file (``$VMTAX_RUN_REPORT``, default ``vmtax-report-{store}-{id}.html``; ``none``
+    for no report); a report that cannot be written is a warning, the runs stay stored.
     """
     # The runner pulls in the targets and workloads: load them only when a run is asked for.
     from vmtax import experiment
 
     done = experiment.run(experiment.RunRequest(db=db, argv=["(vmtax.run)"], **options))
+    if done.report is not None and done.report.problem is not None:
+        warnings.warn(f"report not written: {done.report.problem}", stacklevel=2)
     if done.problem:
         raise VmtaxError(done.problem)
     return done.experiment_id

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vmtax.cli.report_output import described
 from vmtax.errors import VmtaxError
-from vmtax.report import write_report
-from vmtax.store import Store
+from vmtax.experiment.report import stored_run_report
 
 if TYPE_CHECKING:
-    from vmtax.report import Written
+    from vmtax.store import Store
 
 _CHILD = "from vmtax.cli.background_report import main; main()"
 
@@ -57,27 +57,13 @@ def main() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the measuring, and below anything else
     exp_id, out = int(sys.argv[1]), Path(sys.argv[2])
     try:
-        with Store.open(None, read_only=True) as store:
-            result = write_report(
-                store,
-                [f"exp={exp_id}"],
-                out,
-                command=["vmtax", "report", f"exp={exp_id}", "-o", str(out)],
-            )
+        result = stored_run_report(None, exp_id, out)
     except VmtaxError as exc:
         _say(f"vmtax: report of experiment {exp_id} not written: {exc.message}")
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
     _say(f"vmtax: report of experiment {exp_id} written: {described(result)}")
-
-
-def described(result: Written) -> str:
-    return (
-        f"{result.path} ({result.size / 1024:.0f} KiB, {result.figures} figures"
-        + (f", PNGs in {result.extra}" if result.extra else "")
-        + ")"
-    )
 
 
 def _say(line: str) -> None:

@@ -3,10 +3,7 @@ run, and print the study-A table."""
 
 from __future__ import annotations
 
-import os
-import re
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -15,16 +12,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from vmtax import experiment, limits
-from vmtax.cli import options
+from vmtax.cli import background_report, options
 from vmtax.cli.output import out_console, print_table
-from vmtax.cli.report_cmd import RUN_REPORT_DEFAULT, RUN_REPORT_ENV, after_run
+from vmtax.cli.report_output import progress_steps, show_run_report
 from vmtax.cli.signals import sigterm_as_interrupt
-from vmtax.errors import UsageError, VmtaxError
-from vmtax.outfile import destination
+from vmtax.errors import VmtaxError
+from vmtax.experiment.report import Reporting, check_template
 from vmtax.sampling.outcome import lines as precision_lines
 
 if TYPE_CHECKING:
-    from vmtax.store import Store
+    from vmtax.experiment import Finished
 
 
 def register(app: typer.Typer) -> None:
@@ -212,7 +209,13 @@ def run(
         budget=budget, min_runs=min_runs, boots=boots, argv=sys.argv[1:],
     )  # fmt: skip
     request.validate()  # bad input is refused before --resume opens anything, too
-    check_report_template()  # and a report name that could not be written, before any run
+    check_template()  # and a report name that could not be written, before any run
+    # At a terminal the run ends when the measuring does: a child writes the report
+    # (vmtax.cli.background_report); elsewhere it is written before the run returns.
+    reporting = Reporting(
+        background=background_report.start if background_report.wanted() else None,
+        steps=progress_steps,
+    )
     with sigterm_as_interrupt():
         if resume is not None:
             done = experiment.resume(
@@ -221,33 +224,13 @@ def run(
                 accept_new_host_key=accept_new_host_key,
                 progress=_progress(),
                 notice=typer.echo,
+                reporting=reporting,
             )
         else:
-            done = experiment.run(request, progress=_progress())
-    _show(done.store, done.experiment_id)
+            done = experiment.run(request, progress=_progress(), reporting=reporting)
+    _show(done)
     if done.problem:
         raise VmtaxError(done.problem)
-
-
-def check_report_template() -> None:
-    """VMTAX_RUN_REPORT may name {id} and {store} and nothing else, in a directory that
-    exists: refused in one line before anything runs (it made a file named after the
-    unknown field, once the runs were done)."""
-    where = os.environ.get(RUN_REPORT_ENV, RUN_REPORT_DEFAULT).strip()
-    if where.lower() in ("", "none", "0", "off"):
-        return
-    left = re.search(r"\{[^{}]*\}?|\}", where.replace("{id}", "").replace("{store}", ""))
-    if left:
-        raise UsageError(
-            f"{RUN_REPORT_ENV}={where!r}: {left.group()!r} is not a field; the fields are "
-            "{id} (the experiment) and {store} (the store's tag), or 'none' for no report"
-        )
-    example = Path(where.replace("{id}", "1").replace("{store}", "store")).expanduser()
-    if "{" not in str(Path(where).parent):
-        try:
-            destination(example)
-        except VmtaxError as exc:
-            raise UsageError(f"{RUN_REPORT_ENV}={where!r}: {exc.message}") from None
 
 
 def exits_alone_is_counts(argv: list[str]) -> list[str]:
@@ -269,12 +252,13 @@ def _progress() -> RichProgress:
     return RichProgress(Console(stderr=True))
 
 
-def _show(store: Store, exp_id: int) -> None:
+def _show(done: Finished) -> None:
     """The study-A table, who missed the precision target, and the report beside them."""
-    print_table(out_console(), store, exp_id)
-    for line in precision_lines(store, exp_id):  # adaptive sampling: who missed the target
+    exp_id = done.experiment_id
+    print_table(out_console(), done.store, exp_id)
+    for line in precision_lines(done.store, exp_id):  # adaptive sampling: who missed the target
         typer.echo(line)
-    after_run(store, exp_id)  # the report, written beside the table (VMTAX_RUN_REPORT)
+    show_run_report(done.report)  # the report the run wrote (VMTAX_RUN_REPORT)
     typer.echo(f"experiment {exp_id}")
 
 

@@ -18,6 +18,7 @@ from vmtax import runner as rn
 from vmtax.doctor import leftovers
 from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
+from vmtax.experiment.report import Reporting, RunReport, after_run, check_template
 from vmtax.experiment.request import RunRequest, command_line
 from vmtax.hostprof.modes import parse_mode
 from vmtax.hostprof.recorder import Recorder
@@ -47,13 +48,20 @@ class Finished:
     store: Store
     outcome: rn.Outcome | None  # None: a resume found every run already there
     problem: str | None = None  # one line when a target failed as a whole
+    report: RunReport | None = None  # the report written after it (experiment/report.py)
 
 
 def run(
-    request: RunRequest, *, progress: rn.Progress | None = None, notice: Notice = _to_stderr
+    request: RunRequest,
+    *,
+    progress: rn.Progress | None = None,
+    notice: Notice = _to_stderr,
+    reporting: Reporting = Reporting(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Finished:
-    """Start an experiment as `vmtax run` does, and run it to the end (or a failure)."""
+    """Start an experiment as `vmtax run` does, run it to the end (or a failure) and write
+    its report (VMTAX_RUN_REPORT; ``reporting`` says how)."""
     checked = request.validate()
+    check_template()
     specs = request.target_specs(checked.levels)
     the_suite, source = load_suite(request.suite)
     _require_level_packages(specs)
@@ -112,11 +120,12 @@ def run(
     )
     # The local fingerprint is reused for the local target instead of measuring it twice.
     fps = {i: local_fp for i, s in enumerate(specs) if s.kind == "local"}
-    return execute(
+    finished = execute(
         store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
         max_workers=limit or 4, fingerprints=fps, exits=parse_mode(request.exits),
         progress=progress, started=request.started,
     )  # fmt: skip
+    return _reported(reporting, finished)
 
 
 def resume(
@@ -126,8 +135,10 @@ def resume(
     accept_new_host_key: bool = False,
     progress: rn.Progress | None = None,
     notice: Notice = _to_stderr,
+    reporting: Reporting = Reporting(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Finished:
-    """Finish the missing runs of an interrupted experiment (``ref``: an id or 'latest')."""
+    """Finish the missing runs of an interrupted experiment (``ref``: an id or 'latest') and
+    write its report, as `run` does."""
     store = open_existing(db)
     exp_id = experiment_id(store, ref)
     reconcile(store)
@@ -144,18 +155,19 @@ def resume(
     missing = [s for s in plan.steps if s.index not in done]
     if not missing and (not plan.sampling or exp["status"] == "ok"):
         notice(f"experiment {exp_id} has every planned run; nothing to resume")
-        return Finished(exp_id, store, None)
+        return _reported(reporting, Finished(exp_id, store, None))
     _refuse_beside_leftovers(plan, notice)
     options = plan_data.get("options") or {}
     built, limit = make_targets(
         plan.targets, accept_new_host_key=accept_new_host_key, contents=image_contents()
     )
     store.reopen_experiment(exp_id, controller=rn.controller_identity())
-    return execute(
+    finished = execute(
         store, plan, built, exp_id, done=done, level=options.get("level"),
         labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={},
         exits=_stored_exits(options.get("exits")), progress=progress, started=None,
     )  # fmt: skip
+    return _reported(reporting, finished)
 
 
 def _refuse_beside_leftovers(plan: Plan, notice: Notice) -> None:
@@ -225,6 +237,11 @@ def execute(
             exit_code=130,
         ) from None
     return Finished(exp_id, store, outcome, outcome.summary_error())
+
+
+def _reported(how: Reporting, done: Finished) -> Finished:
+    done.report = after_run(done.store, done.experiment_id, how)
+    return done
 
 
 def _require_level_packages(specs: list[TargetSpec]) -> None:

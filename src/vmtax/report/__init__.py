@@ -1,15 +1,20 @@
-"""Reports: a self-contained HTML page or markdown with PNG figures, drawn from the store.
+"""Reports: a self-contained HTML page or markdown with PNG figures, rendered from what
+``report.gather`` read (the only part of the report that sees a store).
 
 Example::
 
     from vmtax.store import Store
-    from vmtax.report import write_report
-    write_report(Store.open(), ["exp=latest"], Path("report.html"))
+    from vmtax.report import gather, write_report
+    with Store.open(None, read_only=True) as store:
+        data = gather.load(store, ["exp=latest"])
+    write_report(data, Path("report.html"))
+
+``vmtax.experiment.report.write_report`` does both steps, as `vmtax report` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +24,7 @@ from vmtax.errors import VmtaxError
 
 if TYPE_CHECKING:
     from vmtax.report.analysis import ReportModel
-    from vmtax.store import Store
+    from vmtax.report.inputs import ReportInput
 
 
 @dataclass
@@ -31,39 +36,28 @@ class Written:
 
 
 def write_report(
-    store: Store,
-    selectors: Sequence[str],
+    data: ReportInput,
     output: Path,
-    *,  # noqa: ANN401
+    *,
     fmt: str = "html",
-    baseline: str | None = None,
-    command: Sequence[str] = (),
     resamples: int = 10_000,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> Written:
-    """Build the report of the runs ``selectors`` pick and write it to ``output``.
+    """Render the report of ``data`` (``report.gather.load``) and write it to ``output``.
 
-    ``progress`` is called with the name of each step as it starts (loading, statistics,
-    timing artifacts, figures, writing)."""
-    # heavy: matplotlib, scipy and statsmodels, only when a report is written
-    from vmtax.report import analysis, exits, inputs
+    ``progress`` is called with the name of each step as it starts (statistics, timing
+    artifacts, figures, writing)."""
+    # heavy: matplotlib, Jinja2, scipy and statsmodels, only when a report is written
+    from vmtax.report import analysis
+    from vmtax.report.sweep import sections, standalone
 
     step = progress or (lambda _name: None)
-    step("loading runs and samples")
-    # heavy: matplotlib and Jinja2, only when a report is written
-    from vmtax.report.sweep import sections, selected_sweeps, standalone
-
-    sweeps = sections(store, selected_sweeps(store, selectors))
-    if sweeps and not (store.runs(list(selectors))["status"] == "ok").any():
-        # The selectors picked sweeps and no runs: the report is the sweeps alone.
+    sweeps = sections(data.sweeps)
+    if data.sweeps_only:
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
-    data = inputs.load(store, selectors, baseline, command)
-    data.extra["exit_profiles"] = exits.load(store, data.runs["experiment_id"])
-    data.extra["explained"] = exits.explained(store, data.runs, data.extra["exit_profiles"])
-    data.extra["progress"] = step
-    model = analysis.build(data, resamples=resamples, seed=seed)
+    model = analysis.build(data, resamples=resamples, seed=seed, progress=step)
     model.sweeps = sweeps
     step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
     return write_model(model, output, fmt=fmt)

@@ -80,9 +80,15 @@ def default_baseline(runs: pd.DataFrame) -> str:
 
 
 def build(
-    data: ReportInput, *, noise: float = 0.02, resamples: int = 10_000, seed: int = 0
+    data: ReportInput,
+    *,
+    noise: float = 0.02,
+    resamples: int = 10_000,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
 ) -> ReportModel:
-    """Run the statistics on ``data`` and lay out every section of the report."""
+    """Run the statistics on ``data`` and lay out every section of the report (``progress``
+    is told each step's name as it starts)."""
     runs = data.runs
     if runs.empty or not (runs["status"] == "ok").any():
         raise UsageError("no completed runs match the selectors: nothing to report")
@@ -92,7 +98,7 @@ def build(
     ok = raw.assign(config=_display_keys(raw))
     order = _config_order(ok)
     colors = figures.palette(order)
-    progress = data.extra.get("progress") or (lambda _step: None)
+    progress = progress or (lambda _step: None)
     progress("statistics")
     baseline, all_rows, notes = _comparison(data, raw, noise, resamples, seed)
     # The headline metric is the per-iteration mean (response time), exactly as `vmtax compare`
@@ -139,9 +145,9 @@ def build(
     sweep = _sweep(described, ok)
     if sweep is not None:
         figs.append(sweep)
-    exit_figs, exit_tables = exits.section(data.extra.get("exit_profiles"))
+    exit_figs, exit_tables = exits.section(data.exit_profiles)
     figs.extend(exit_figs)
-    figs.extend(exits.explain_figures(data.extra.get("explained")))
+    figs.extend(exits.explain_figures(exits.explained(runs, data.exit_profiles, data.tsc_hz)))
     figs.extend(_reference_figures())
 
     return ReportModel(

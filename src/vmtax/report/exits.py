@@ -5,31 +5,18 @@ Present only when the selected experiments hold exit profiles (``vmtax run --exi
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from functools import partial
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from vmtax.errors import UsageError
 from vmtax.explain import explain
 from vmtax.explain.inputs import select
-from vmtax.hostprof.store import exit_profiles
 from vmtax.hostprof.table import table2
-from vmtax.model.sources import tsc_rates
 from vmtax.report import figures
 from vmtax.report.exits_format import _count, _num, _time
 from vmtax.report.parts import FigureSpec, Table
-
-if TYPE_CHECKING:
-    from vmtax.store import Store
-
-
-def load(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
-    """The exit profiles of these experiments (``hostprof.store.exit_profiles``), one frame."""
-    frames = [exit_profiles(store, int(e)) for e in dict.fromkeys(experiment_ids)]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table]]:
@@ -93,7 +80,9 @@ def section(profiles: pd.DataFrame | None) -> tuple[list[FigureSpec], list[Table
     return figs, tables
 
 
-def explained(store: Store, runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame | None:
+def explained(
+    runs: pd.DataFrame, profiles: pd.DataFrame | None, tsc_hz: Mapping[int, float]
+) -> pd.DataFrame | None:
     """`vmtax explain`'s rows for the selection with its defaults (the highest profiled level
     against the one below, cpuid's round trip); None when the selection cannot have them
     (no profiled level with a baseline below it, no cpuid there)."""
@@ -101,7 +90,7 @@ def explained(store: Store, runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.Da
         return None
     try:
         chosen = select(
-            runs, profiles, tsc_rates(store, runs), config=None, baseline=None, probes=[],
+            runs, profiles, dict(tsc_hz), config=None, baseline=None, probes=[],
             round_trip_probe="cpuid",
         )  # fmt: skip
         return explain(chosen.probes, chosen.source)

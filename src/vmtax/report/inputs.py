@@ -1,5 +1,7 @@
-"""What a report is drawn from: the selected runs and their samples, configurations and
-experiments. Built from a store by ``load``; tests build it directly from frames."""
+"""What a report is drawn from: the selected runs and their samples, configurations,
+experiments, exit profiles and sweeps, as one frozen value. Built from a store by
+``vmtax.report.gather.load`` (the only part of the report that reads a store); tests build it
+directly from frames."""
 
 from __future__ import annotations
 
@@ -10,14 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from vmtax.sampling.outcome import imprecise
-from vmtax.store.select import resolve
-
 if TYPE_CHECKING:
-    from vmtax.store import Store
+    from vmtax.sweep.summary import SweepSummary
 
 
-@dataclass
+@dataclass(frozen=True)
 class ReportInput:
     """Everything the report shows, before any statistics.
 
@@ -25,7 +24,11 @@ class ReportInput:
     iteration order. ``configurations``: one row per configuration_id with config, level,
     labels, target, fingerprint (dict) and provenance (dict). ``experiments``: one dict per
     experiment (id, command, suite, seed, plan, vmtax_version, agent_version, host,
-    started_at, ended_at, status).
+    started_at, ended_at, status). ``exit_profiles``: their exit profiles
+    (``hostprof.store.exit_profiles``), empty when none were recorded. ``tsc_hz``: the TSC
+    rate of each configuration whose fingerprint records one (read only when there are
+    profiles: `vmtax explain`'s split needs it). ``sweeps``: the overcommitment sweeps the
+    selectors' ``exp=`` terms name.
     """
 
     runs: pd.DataFrame
@@ -39,42 +42,19 @@ class ReportInput:
     baseline_mask: pd.Series | None = None
     command: Sequence[str] = ()
     source: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
     #: (configuration_id, probe) pairs adaptive sampling left imprecise: no verdict for them.
     imprecise: frozenset[tuple[int, str]] = frozenset()
+    exit_profiles: pd.DataFrame | None = None
+    tsc_hz: Mapping[int, float] = field(default_factory=dict)
+    sweeps: tuple[SweepSummary, ...] = ()
+
+    @property
+    def sweeps_only(self) -> bool:
+        """The selectors picked sweeps and no completed runs: the report is the sweeps alone."""
+        return bool(self.sweeps) and not (self.runs["status"] == "ok").any()
 
 
-def load(
-    store: Store,
-    selectors: Sequence[str],
-    baseline: str | None,  # noqa: ANN401
-    command: Sequence[str] = (),
-) -> ReportInput:
-    """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
-    `vmtax compare` scopes it), their samples, configurations and experiments."""
-    resolved = resolve(store, list(selectors), baseline)
-    runs = resolved.runs
-    ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
-    samples = store.samples(ok_ids) if ok_ids else {}
-    experiments = [
-        store.experiment(int(e)) for e in dict.fromkeys(int(x) for x in runs["experiment_id"])
-    ]
-    configurations = _configurations(runs, experiments)
-    return ReportInput(
-        runs=runs,
-        samples=samples,
-        configurations=configurations,
-        experiments=experiments,
-        selectors=list(selectors),
-        baseline=baseline,
-        baseline_mask=resolved.baseline_mask,
-        command=list(command),
-        source=getattr(store, "url_display", ""),
-        imprecise=frozenset(imprecise(store, runs)),
-    )
-
-
-def _configurations(runs: pd.DataFrame, experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+def configurations(runs: pd.DataFrame, experiments: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """One row per selected configuration, with its fingerprint and provenance. A key that
     occurs in several experiments is named "#<exp> <key>", as vmtax.stats.compare does."""
     wanted = set(int(c) for c in runs["configuration_id"]) if len(runs) else set()

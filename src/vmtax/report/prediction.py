@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from vmtax.report.inputs import ReportInput
 
+
 def table(data: ReportInput) -> Table | None:
     """Predicted vs measured per probe and level, or None when the model does not apply."""
     runs = data.runs
@@ -25,7 +26,7 @@ def table(data: ReportInput) -> Table | None:
     try:
         found = from_runs(
             runs,
-            profiles=data.extra.get("exit_profiles"),
+            profiles=data.exit_profiles,
             tsc_hz=_tsc_hz(data.configurations),
         )
         result = fit(found.series, offset=found.vm_level - 1)

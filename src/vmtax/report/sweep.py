@@ -7,21 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 import matplotlib
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from vmtax.errors import VmtaxError
 from vmtax.report.svg import RC, to_png, to_svg
 from vmtax.report.terminal import fmt
-from vmtax.store.select import parse
-from vmtax.sweep.summary import SweepSummary, summarise
-
-if TYPE_CHECKING:
-    from vmtax.store import Store
+from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
     "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",
@@ -275,35 +269,9 @@ class Section:
     markdown: str
 
 
-def selected_sweeps(store: Store, selectors: Sequence[str]) -> list[int]:
-    """The sweep experiments the selectors' ``exp=`` terms name (``latest``: the newest
-    experiment, if it is a sweep)."""
-    ids: list[int] = []
-    for text in selectors:
-        for term in parse(text).experiment_terms():
-            if term == "latest":
-                latest = store.latest_experiment_id()
-                if latest is not None:
-                    ids.append(int(latest))
-            elif term.isdigit():
-                ids.append(int(term))
-    out = []
-    for exp_id in dict.fromkeys(ids):
-        try:
-            plan = store.experiment(exp_id).get("plan") or {}
-        except VmtaxError:
-            continue
-        if "sweep" in plan:
-            out.append(exp_id)
-    return out
-
-
-def sections(store: Store, experiment_ids: Sequence[int]) -> tuple[Section, ...]:
-    out = []
-    for exp_id in experiment_ids:
-        summary = summarise(store, exp_id)
-        out.append(Section(exp_id, html_section(summary), markdown(summary)))
-    return tuple(out)
+def sections(summaries: Sequence[SweepSummary]) -> tuple[Section, ...]:
+    """The report's part of each sweep (``ReportInput.sweeps``, read by report/gather.py)."""
+    return tuple(Section(s.experiment_id, html_section(s), markdown(s)) for s in summaries)
 
 
 def standalone(parts: Sequence[Section], fmt: str) -> str:

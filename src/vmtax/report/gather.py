@@ -1,0 +1,117 @@
+"""The one step of a report that reads the store: everything the report shows, gathered
+into a frozen ``ReportInput`` (``report/inputs.py``). The renderers (analysis, html,
+markdown, sweep, exits, figures) take that value and never see a store.
+
+Example::
+
+    from vmtax.store import Store
+    from vmtax.report import gather, write_report
+    with Store.open(None, read_only=True) as store:
+        data = gather.load(store, ["exp=latest"])
+    write_report(data, Path("report.html"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from vmtax.errors import VmtaxError
+from vmtax.hostprof.store import exit_profiles as stored_exit_profiles
+from vmtax.model.sources import tsc_rates
+from vmtax.report.inputs import ReportInput, configurations
+from vmtax.sampling.outcome import imprecise
+from vmtax.store.select import parse, resolve
+from vmtax.sweep.summary import SweepSummary, summarise
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
+
+
+def load(
+    store: Store,
+    selectors: Sequence[str],
+    baseline: str | None = None,
+    command: Sequence[str] = (),
+) -> ReportInput:
+    """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
+    `vmtax compare` scopes it), their samples, configurations, experiments and exit
+    profiles, and the sweeps the selectors name."""
+    sweeps = tuple(summarise(store, e) for e in selected_sweeps(store, selectors))
+    if sweeps:
+        picked = store.runs(list(selectors))
+        if not (picked["status"] == "ok").any():
+            # The selectors picked sweeps and no runs: the report is the sweeps alone.
+            return _sweeps_alone(picked, sweeps, selectors, command)
+    resolved = resolve(store, list(selectors), baseline)
+    runs = resolved.runs
+    ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
+    samples = store.samples(ok_ids) if ok_ids else {}
+    experiments = [
+        store.experiment(int(e)) for e in dict.fromkeys(int(x) for x in runs["experiment_id"])
+    ]
+    profiles = exit_profiles(store, runs["experiment_id"])
+    return ReportInput(
+        runs=runs,
+        samples=samples,
+        configurations=configurations(runs, experiments),
+        experiments=experiments,
+        selectors=list(selectors),
+        baseline=baseline,
+        baseline_mask=resolved.baseline_mask,
+        command=list(command),
+        source=store.url_display,
+        imprecise=frozenset(imprecise(store, runs)),
+        exit_profiles=profiles,
+        tsc_hz=tsc_rates(store, runs) if not profiles.empty and not runs.empty else {},
+        sweeps=sweeps,
+    )
+
+
+def _sweeps_alone(
+    runs: pd.DataFrame,
+    sweeps: tuple[SweepSummary, ...],
+    selectors: Sequence[str],
+    command: Sequence[str],
+) -> ReportInput:
+    return ReportInput(
+        runs=runs,
+        samples={},
+        configurations=pd.DataFrame(),
+        experiments=[],
+        selectors=list(selectors),
+        command=list(command),
+        sweeps=sweeps,
+    )
+
+
+def exit_profiles(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
+    """The exit profiles of these experiments (``hostprof.store.exit_profiles``), one frame."""
+    frames = [stored_exit_profiles(store, int(e)) for e in dict.fromkeys(experiment_ids)]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def selected_sweeps(store: Store, selectors: Sequence[str]) -> list[int]:
+    """The sweep experiments the selectors' ``exp=`` terms name (``latest``: the newest
+    experiment, if it is a sweep)."""
+    ids: list[int] = []
+    for text in selectors:
+        for term in parse(text).experiment_terms():
+            if term == "latest":
+                latest = store.latest_experiment_id()
+                if latest is not None:
+                    ids.append(int(latest))
+            elif term.isdigit():
+                ids.append(int(term))
+    out = []
+    for exp_id in dict.fromkeys(ids):
+        try:
+            plan = store.experiment(exp_id).get("plan") or {}
+        except VmtaxError:
+            continue
+        if "sweep" in plan:
+            out.append(exp_id)
+    return out

@@ -145,9 +145,8 @@ def test_probes_show_the_exits_their_mechanism_implies(cli, tmp_path, probe, lea
 
 
 @slow
-def test_l3_cpuid_is_multiplied_on_l1s_kvm(cli, tmp_path):
-    db = f"sqlite:///{tmp_path / 'l3.db'}"
-    _run(cli, db, "L3", "cpuid", 2, "--duration", "2")
+def test_l3_cpuid_is_multiplied_on_l1s_kvm(cli, kvm_l3_store):
+    db, _ = kvm_l3_store  # the L3 stack's one boot, shared with test_levels_kvm
     _, prof = _profiles(db)
     assert {"L1", "L2"} <= set(prof["recorded_at"])
     res = cli("exits", "exp=latest", "--db", db, "--format", "json")

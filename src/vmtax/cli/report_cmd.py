@@ -14,6 +14,7 @@ from vmtax.cli.report_output import described, progress_steps
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
 from vmtax.experiment.report import stored_report
+from vmtax.stats.compare_options import BOOT_COST_S
 
 FORMATS = ("html", "markdown")
 
@@ -63,6 +64,14 @@ def report(
             callback=options.seed, help=f"Seed of the permutations, 0..{limits.MAX_SEED}."
         ),
     ] = 0,
+    boot_cost: Annotated[
+        float,
+        typer.Option(
+            callback=options.seconds(limits.MAX_TIMEOUT_S),
+            help="What one boot of a guest costs, in seconds, for the runs per boot that "
+            "Kalibera and Jones' formula picks (as compare's).",
+        ),
+    ] = BOOT_COST_S,
 ) -> None:
     """Write a report: summary, study-A tables, figures, artifacts, environment.
 
@@ -71,6 +80,8 @@ def report(
     Markdown writes its figures as PNG files in NAME_figures/ beside it.
 
     Example: vmtax report exp=latest --baseline level=L0 -o report.html
+
+    Example: vmtax report exp=latest --boot-cost 40 (a guest boots in 40 s here)
     """
     fmt = fmt.lower()
     if fmt not in FORMATS:
@@ -91,5 +102,6 @@ def report(
             resamples=resamples,
             seed=seed,
             progress=step,
+            boot_cost_s=boot_cost,
         )
     typer.echo(f"wrote {described(result)}")

@@ -23,6 +23,7 @@ from vmtax.experiment.request import command_line
 from vmtax.outfile import destination
 from vmtax.report import Written
 from vmtax.report import write_report as render
+from vmtax.stats.compare_options import BOOT_COST_S
 from vmtax.store import Store
 
 #: Where a run writes the report of the experiment it just made: a path ({id} is the
@@ -45,6 +46,7 @@ def write_report(
     resamples: int = 10_000,
     seed: int = 0,
     progress: Steps | None = None,
+    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
     """Build the report of the runs ``selectors`` pick and write it to ``output``.
 
@@ -56,7 +58,10 @@ def write_report(
     step = progress or (lambda _name: None)
     step("loading runs and samples")
     data = load(store, selectors, baseline, command)
-    return render(data, output, fmt=fmt, resamples=resamples, seed=seed, progress=step)
+    return render(
+        data, output, fmt=fmt, resamples=resamples, seed=seed, progress=step,
+        boot_cost_s=boot_cost_s,
+    )  # fmt: skip
 
 
 def stored_report(
@@ -70,6 +75,7 @@ def stored_report(
     resamples: int = 10_000,
     seed: int = 0,
     progress: Steps | None = None,
+    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
     """`vmtax report`: the report of a store opened read-only (``db``: a URL, a path, or None
     for the default); ``argv``, the command line it is recorded with."""
@@ -77,7 +83,7 @@ def stored_report(
         return write_report(
             store, selectors, output, fmt=fmt, baseline=baseline,
             command=command_line(list(argv), store.url_display), resamples=resamples, seed=seed,
-            progress=progress,
+            progress=progress, boot_cost_s=boot_cost_s,
         )  # fmt: skip
 
 

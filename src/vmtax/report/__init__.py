@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from vmtax import outfile
 from vmtax.errors import VmtaxError
+from vmtax.stats.compare_options import BOOT_COST_S
 
 if TYPE_CHECKING:
     from vmtax.report.analysis import ReportModel
@@ -43,6 +44,7 @@ def write_report(
     resamples: int = 10_000,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
     """Render the report of ``data`` (``report.gather.load``) and write it to ``output``.
 
@@ -57,7 +59,9 @@ def write_report(
     if data.sweeps_only:
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
-    model = analysis.build(data, resamples=resamples, seed=seed, progress=step)
+    model = analysis.build(
+        data, resamples=resamples, seed=seed, progress=step, boot_cost_s=boot_cost_s
+    )
     model.sweeps = sweeps
     step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
     return write_model(model, output, fmt=fmt)

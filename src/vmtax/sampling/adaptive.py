@@ -36,7 +36,7 @@ import pandas as pd
 from vmtax.plan.plan import Plan, Step, boots_of
 from vmtax.sampling import design, noise, per_boot
 from vmtax.stats.boots import variance_components
-from vmtax.stats.compare import BOOT_COST_S
+from vmtax.stats.compare_options import BOOT_COST_S
 from vmtax.targets.base import Target
 
 if TYPE_CHECKING:

@@ -380,7 +380,6 @@ HUGE_ID = str(10**23)
         (("compare", "exp=1", "--baseline", "level=L0", "--seed", "-1"), "--seed must be in 0.."),
         (("report", "--seed", "-1"), "--seed must be in 0.."),
         (("artifacts", "exp=1", "--seed", "-1"), "--seed must be in 0.."),
-        (("model", "--seed", "-1"), "--seed must be in 0.."),
         (("sweep", "--order-seed", "-1"), "--order-seed must be in 0.."),
         (("compare", f"exp={HUGE_ID}", "--baseline", "level=L0"), "exp must be in 1.."),
         (("compare", "run=0", "--baseline", "level=L0"), "run must be in 1.."),

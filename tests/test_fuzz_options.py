@@ -109,7 +109,7 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("compare",): ["exp=1", "--baseline", "level=L0", "--resamples", "100"],
     ("artifacts",): ["exp=1", "--resamples", "19"],
     ("report",): ["exp=1", "-o", "r.html", "--resamples", "100"],
-    ("model",): ["exp=1", "--resamples", "100"],
+    ("model",): ["exp=1"],
     ("explain",): ["exp=1"],
     ("exits",): ["1"],
     ("results", "show"): ["1"],

@@ -170,7 +170,7 @@ def compare(
 def model(db: str | None = None, **options: Any) -> DatasetModel | MeasuredModel | OutOfSample:
     """Fit the nested-cost model as `vmtax model` does. ``options`` are
     :class:`vmtax.experiment.model.ModelRequest`'s fields (``dataset``, ``selectors``,
-    ``vm_level``, ``probes``, ``out_of_sample``, ``resamples``, ``seed``, ...); the result's
+    ``vm_level``, ``probes``, ``exits_per_exit``, ``out_of_sample``); the result's
     ``fit.predictions`` (or ``predictions`` out of sample) is the table."""
     # The model package is only needed when a model is asked for.
     from vmtax.experiment.model import ModelRequest

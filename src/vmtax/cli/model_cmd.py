@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import pandas as pd
 import typer
 
-from vmtax import limits
 from vmtax.cli import options
 from vmtax.cli.output import emit
 from vmtax.errors import UsageError
@@ -74,20 +73,6 @@ def model_cmd(
             "and a nesting factor fitted on other probes only (cpuid alone, and all others).",
         ),
     ] = False,
-    resamples: Annotated[
-        int,
-        typer.Option(
-            callback=options.resamples(100),
-            help=f"Bootstrap resamples, 100..{limits.MAX_RESAMPLES}.",
-        ),
-    ] = 4000,
-    seed: Annotated[
-        int,
-        typer.Option(
-            callback=options.seed,
-            help=f"Seed of the resampling, 0..{limits.MAX_SEED} (results reproduce).",
-        ),
-    ] = 0,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
@@ -120,8 +105,6 @@ def model_cmd(
         probes=tuple(probe or ()),
         exits_per_exit=exits_per_exit,
         out_of_sample=out_of_sample,
-        resamples=resamples,
-        seed=seed,
         db=db,
     )
     emit(render(model(request), fmt))

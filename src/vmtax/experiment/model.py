@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from vmtax import limits
 from vmtax.errors import UsageError
 from vmtax.hostprof.store import exit_profiles
 from vmtax.store import Store
@@ -21,15 +20,13 @@ from vmtax.store import Store
 if TYPE_CHECKING:
     from vmtax.model import Fit
 
-#: The fewest bootstrap resamples the model's intervals take.
-MIN_RESAMPLES = 100
-
 
 @dataclass(frozen=True)
 class ModelRequest:
     """What to calibrate on and how: a dataset, or selectors of measured runs (default
     ``exp=latest``) with the level that plays the VM, the probes, a hand count of exits per
-    nested exit, or out-of-sample prediction; the bootstrap's resamples and seed."""
+    nested exit, or out-of-sample prediction. The intervals are analytic (the delta method):
+    nothing is resampled, so there is no seed."""
 
     selectors: tuple[str, ...] = ()
     dataset: str | None = None
@@ -37,13 +34,9 @@ class ModelRequest:
     probes: tuple[str, ...] = ()
     exits_per_exit: float | None = None
     out_of_sample: bool = False
-    resamples: int = 4000
-    seed: int = 0
     db: str | None = None
 
     def __post_init__(self) -> None:
-        limits.check_int(self.resamples, "--resamples", MIN_RESAMPLES, limits.MAX_RESAMPLES)
-        limits.check_seed(self.seed)
         if self.exits_per_exit is not None and not self.exits_per_exit >= 1:
             raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
         if self.out_of_sample and (self.dataset or self.exits_per_exit is not None):

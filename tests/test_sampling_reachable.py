@@ -31,11 +31,15 @@ def test_the_floor_is_the_fewest_runs_that_can_give_a_verdict(family):
     assert _best_adjusted_p(n - 1, family) >= 0.05
 
 
+#: The worked example's guest side, as its plan stores it.
+GUEST = {"kind": "level", "level": "L1", "preset": "seed-c", "accel": "tcg", "boots": 3}
+
+
 def test_the_worked_example_gets_enough_runs_for_a_verdict():
     # `vmtax run --levels L0,L1`: the quick suite's 12 probes, one comparison each. The floor
     # was 5 a side, whose best adjusted p is 12 * 2/252 = 0.095: never a verdict.
     suite, source = load_suite("quick")
-    targets = [{"kind": "local"}, {"kind": "qemu"}]
+    targets = [{"kind": "local"}, GUEST]
     plan = build_plan(suite, source=source, seed=1, targets=targets)
     assert len(plan.entries) == 12
     assert plan.sampling["min_runs"] == 6 and plan.sampling["raised_for"] == 12
@@ -47,7 +51,7 @@ def test_one_target_or_an_explicit_floor_is_left_alone_and_an_unreachable_one_sa
     suite, source = load_suite("quick")
     alone = build_plan(suite, source=source, seed=1, targets=[{"kind": "local"}])
     assert alone.sampling["min_runs"] == 5 and "raised_for" not in alone.sampling
-    two = [{"kind": "local"}, {"kind": "qemu"}]
+    two = [{"kind": "local"}, GUEST]
     kept = build_plan(suite, source=source, seed=1, targets=two, min_runs=5)
     assert kept.sampling["min_runs"] == 5
     assert "--min-runs 6 makes one possible" in kept.sampling["unreachable"]

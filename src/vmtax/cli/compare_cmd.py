@@ -15,7 +15,7 @@ from vmtax.cli.output import emit
 from vmtax.errors import UsageError
 from vmtax.experiment.compare import beside_dataset, measured, recomputed
 from vmtax.report import compare_format as fmt_mod
-from vmtax.stats.compare_options import CompareOptions
+from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
 
 
 def register(app: typer.Typer) -> None:
@@ -79,14 +79,7 @@ def compare_cmd(
             help=f"Seed of the resampling, 0..{limits.MAX_SEED} (results reproduce).",
         ),
     ] = 0,
-    boot_cost: Annotated[
-        float,
-        typer.Option(
-            callback=options.seconds(limits.MAX_TIMEOUT_S),
-            help="What one boot of a guest costs, in seconds, for the runs per boot that "
-            "Kalibera and Jones' formula picks.",
-        ),
-    ] = 60.0,
+    boot_cost: options.BootCost = BOOT_COST_S,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     dataset: Annotated[
         str | None,

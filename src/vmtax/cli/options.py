@@ -9,7 +9,7 @@ the command's body runs; the same callback serves the same kind of option everyw
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -135,3 +135,15 @@ def level(low: int, high: int) -> Callable[..., Any]:
         return value
 
     return check
+
+
+#: compare's and report's --boot-cost: one declaration, so both hold the same limits and text.
+BootCost = Annotated[
+    float,
+    typer.Option(
+        "--boot-cost",
+        callback=seconds(limits.MAX_TIMEOUT_S),
+        help="What one boot of a guest costs, in seconds, for the runs per boot that "
+        "Kalibera and Jones' formula picks.",
+    ),
+]

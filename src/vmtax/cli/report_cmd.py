@@ -64,14 +64,7 @@ def report(
             callback=options.seed, help=f"Seed of the permutations, 0..{limits.MAX_SEED}."
         ),
     ] = 0,
-    boot_cost: Annotated[
-        float,
-        typer.Option(
-            callback=options.seconds(limits.MAX_TIMEOUT_S),
-            help="What one boot of a guest costs, in seconds, for the runs per boot that "
-            "Kalibera and Jones' formula picks (as compare's).",
-        ),
-    ] = BOOT_COST_S,
+    boot_cost: options.BootCost = BOOT_COST_S,
 ) -> None:
     """Write a report: summary, study-A tables, figures, artifacts, environment.
 

@@ -67,6 +67,28 @@ def test_period_with_two_spikes_per_cycle_is_the_cycle_not_their_gap():
     assert a.periodic.found and a.periodic.period == 50, a.periodic
 
 
+def test_a_period_among_more_random_spikes_than_its_own_is_found():
+    # Seen on a real buffered write on a busy host: a flush every 16 writes (6% of them) and
+    # 10% slow writes at random, so most spikes are not the period's: 0.36 at lag 16.
+    m = _noise(runs=4, n=3000, seed=11)
+    m[:, 0::16] *= 3.0
+    m[np.random.default_rng(12).random(m.shape) < 0.10] *= 3.0
+    a = detect(m)
+    assert a.periodic.found and a.periodic.period == 16, a.periodic
+    assert 0.25 < a.periodic.acf < 0.5  # the case the threshold is for, not an easy one
+
+
+def test_slow_stretches_are_not_a_period():
+    # A busy host's clustering: one stretch of a run is slow far more often than the rest.
+    # Its autocorrelation is positive at every short lag, significant, and not a period.
+    rng = np.random.default_rng(13)
+    m = _noise(runs=6, n=4000, seed=14)
+    rate = np.where(np.arange(4000) < 1500, 0.15, 0.02)
+    m[rng.random(m.shape) < rate] *= 3.0
+    a = detect(m)
+    assert not a.periodic.found, a.periodic
+
+
 def test_diagonal_spikes_drift_between_runs():
     m = _noise(runs=12, n=3000, seed=1)
     for r in range(12):

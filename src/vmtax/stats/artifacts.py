@@ -77,8 +77,11 @@ from vmtax.stats.significance import adjust
 #: The family-wise error rate of a command's or report's artifact findings (Holm across all of
 #: its tests): the chance of any false finding in one command or report is at most 1%.
 ALPHA = 0.01
-MIN_ACF = 0.5  # a period needs most spikes to recur at it; bursts of slow iterations (clustering)
-# give small, significant autocorrelations at short lags that are not a period
+# A period needs a quarter of the spike onsets to recur at it. Slow stretches (a busy host's
+# clustering) give significant autocorrelations of a few hundredths at short lags, which are
+# not a period; a busy host's random spikes can outnumber a real period's (seen on a buffered
+# write: 10% random spikes beside a flush every 16 writes, 0.36 at lag 16), which still is one.
+MIN_ACF = 0.25
 MVALUE_BIMODAL = 3.2
 MIN_SHAPE_DISTANCE = 0.1  # with thousands of samples AD flags tiny differences: need a visible one
 SHAPE_MAX_SAMPLES = 2000  # per side, for the AD permutation test and the KDE

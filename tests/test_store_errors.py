@@ -129,6 +129,14 @@ def test_bad_input_malformed_database_url(url, cli):
     assert "database URL" in line
 
 
+@pytest.mark.parametrize("command", [("db", "upgrade"), ("db", "info"), ("results", "list")])
+def test_an_empty_db_is_refused_and_creates_no_default_store(command, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # where the default store would go
+    proc = cli(*command, "--db", "")
+    assert proc.returncode == 2 and "--db is empty" in one_line_error(proc)
+    assert not any(tmp_path.rglob("*.db"))
+
+
 def test_bad_input_read_only_database_file(tmpfs, cli):
     where = tmpfs(4096)
     url = f"sqlite:///{where / 'vmtax.db'}"

@@ -26,6 +26,10 @@ def resolve(url: str | None) -> URL:
     PostgreSQL URLs are bound to the psycopg (v3) driver. Anything but SQLite and PostgreSQL
     is a usage error, as is a string SQLAlchemy cannot parse.
     """
+    if url is not None and not url.strip():
+        # An empty --db is a mistake (an unset shell variable, most often), not a request for
+        # the default store, which it would otherwise silently create.
+        raise UsageError("--db is empty: give a store URL or path, or leave it out for the default")
     raw = url if url else os.environ.get(ENV_VAR) or None
     if raw is None:
         return URL.create("sqlite", database=str(default_path()))

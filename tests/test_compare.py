@@ -85,17 +85,18 @@ def _aa_frame(rng, sides, *, run_sd=0.01, boot_sd=0.02, boots_column=True) -> pd
 
 
 #: A guest level in 6 boots of 3 runs against this machine's 18 runs (Behrens-Fisher on boot
-#: means), and two guest configurations in 6 boots each (boot means permuted).
+#: means), and two guest configurations in 3 boots of 2 runs each, as `vmtax run --levels
+#: L1,L1 --runs 6` measures them (Welch's t on the log ratio of boot means).
 AA_DESIGNS = {
     "boots vs L0": ([("L0", {}, 1, 18), ("L1", {"copy": "b"}, 6, 3)], "level=L0"),
-    "boots vs boots": ([("L1", {"copy": "a"}, 6, 3), ("L1", {"copy": "b"}, 6, 3)], "copy=a"),
+    "boots vs boots": ([("L1", {"copy": "a"}, 3, 2), ("L1", {"copy": "b"}, 3, 2)], "copy=a"),
 }
 
 
-def _aa(design: str, trials: int, seed: int, **frame) -> tuple[np.ndarray, np.ndarray]:
+def _aa(design: str | tuple, trials: int, seed: int, **frame) -> tuple[np.ndarray, np.ndarray]:
     """(trials, 12) raw p-values and adjusted p-values of A/A comparisons. 900 resamples keep
     the permutation test quick and still let it reach Holm's first threshold (0.05 / 12)."""
-    sides, baseline = AA_DESIGNS[design]
+    sides, baseline = AA_DESIGNS[design] if isinstance(design, str) else design
     rng = np.random.default_rng(seed)
     raw, adj = [], []
     for t in range(trials):
@@ -148,10 +149,28 @@ def test_the_aa_check_fails_on_a_halved_or_zero_p_value(monkeypatch, broken):
             assert not family_ok
 
 
+def test_two_guest_configurations_in_three_boots_each_can_give_a_verdict():
+    # Permuting 3 boot means against 3 stopped at p = 0.1 (1.2 after Holm over 12 probes):
+    # no verdict was possible. Welch's t on the log ratio of boot means finds a 20% tax.
+    sides, baseline = AA_DESIGNS["boots vs boots"]
+    runs = _aa_frame(np.random.default_rng(15), sides)
+    runs.loc[runs.config == "L1 copy=b", "mean"] *= 1.2
+    comp = compare(runs, baseline, resamples=900)
+    rows = comp.rows[~comp.rows.is_baseline & (comp.rows.probe != "geomean")]
+    assert (rows.boots == 3).all() and (rows.verdict == "slower").mean() > 0.5
+    assert not rows.warnings.str.contains("cannot reach significance").any()
+    for row in rows.itertuples():
+        assert (row.p_value < ALPHA) == (row.ci_low > 1 or row.ci_high < 1)
+
+
+#: Two guest configurations in 6 boots of 3 runs each.
+WIDE_BOOTS = ([("L1", {"copy": "a"}, 6, 3), ("L1", {"copy": "b"}, 6, 3)], "copy=a")
+
+
 def test_ignoring_the_boots_gives_false_verdicts_in_most_aa_families():
-    # The same guest configurations with their boots forgotten (runs as the unit, as compare
-    # did before boots were stored): boot effects of 2% read as differences.
-    raw, adj = _aa("boots vs boots", 6, seed=13, boots_column=False)
+    # Guest configurations with their boots forgotten (runs as the unit, as compare did
+    # before boots were stored): boot effects of 2% read as differences.
+    raw, adj = _aa(WIDE_BOOTS, 6, seed=13, boots_column=False)
     assert (np.nanmin(adj, axis=1) < ALPHA).sum() >= 4
 
 

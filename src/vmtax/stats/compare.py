@@ -13,10 +13,12 @@ For each probe, metric and configuration:
   measured in two boots or more enters as its boot means (Behrens–Fisher quantile), a side
   with one boot as its runs (Welch's t); with one boot on both sides the interval holds for
   that boot only, and the row says so;
-- ``p_value`` from a two-sample test on the same units (the permutation test permutes boot
-  means between two boot-level sides; boot means against one boot's runs, which do not share
-  a distribution under the null, get the interval's own Behrens–Fisher test) and
-  ``p_adjusted`` across every non-baseline row of the command (Holm by default);
+- ``p_value`` from a two-sample test on the same units: on runs, the chosen test (permutation
+  by default); with a boot-level side, the interval's own dual, whatever the chosen test
+  (Welch's t on the log ratio of boot means against boot means, Behrens–Fisher against one
+  boot's runs, which do not share a distribution with boot means under the null), so the
+  verdict and the interval agree; and ``p_adjusted`` across every non-baseline row of the
+  command (Holm by default);
 - ``boots``, ``between_share`` and ``runs_per_boot``: the configuration's boots, the share of
   its run-to-run variance that lies between boots, and the runs per boot Kalibera and Jones'
   formula picks from them (:mod:`vmtax.stats.boots`);
@@ -424,14 +426,11 @@ def _compare_metric(
         elif cfg_units.boot_level or base_units.boot_level:
             # Boots are the unit above runs: a side with two boots or more enters as its boot
             # means, so the interval and the test see the boot-to-boot spread.
+            # The test is the interval's dual, so verdict and interval agree; permuting 3
+            # boot means against 3 could never reach a verdict under Holm.
             ratio = intervals.boot_ratio_interval(cfg_units, base_units, better)
-            if cfg_units.boot_level and base_units.boot_level:
-                p = significance.pvalue(
-                    cfg_units.values, base_units.values, test, resamples=resamples, seed=seed
-                )
-            else:
-                p = significance.boot_pvalue(cfg_units.values, base_units.values)
-                floor_test = "welch"  # no floor: a continuous test
+            p = significance.boot_pvalue(cfg_units, base_units)
+            floor_test = "welch"  # no floor: a continuous test
             for side, other, who, at in (
                 (cfg_units, base_units, key, g),
                 (base_units, cfg_units, "the baseline", base),

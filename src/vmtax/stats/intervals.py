@@ -237,6 +237,33 @@ def behrens_fisher_pvalue(cfg: np.ndarray, base: np.ndarray) -> float:
     return min(1.0, 2.0 * (1.0 - behrens_fisher_cdf(t, vc.var / total, vc.dof, vb.dof)))
 
 
+def ratio_pvalue(cfg: np.ndarray, base: np.ndarray) -> float:
+    """The two-sided p-value of "equal means" that :func:`ratio_interval` is the dual of:
+    Welch's t on the log ratio of the means, with the interval's standard error and
+    Welch–Satterthwaite degrees of freedom (p < 1 − confidence exactly when the interval
+    excludes 1); NaN under two units a side. On boot means it is the test of two guest
+    configurations measured in boots: unlike permuting 3 boot means against 3, whose p cannot
+    go below 0.1, it has no floor (docs/statistics.md, "The boot-level test")."""
+    c = np.asarray(cfg, dtype=np.float64)
+    b = np.asarray(base, dtype=np.float64)
+    if c.size < 2 or b.size < 2 or not (c.mean() > 0 and b.mean() > 0):
+        return math.nan
+    return float(ratio_pvalues(c, b))
+
+
+def ratio_pvalues(cfg: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """:func:`ratio_pvalue` for many comparisons at once, units on the last axis (the same
+    arithmetic as :func:`ratio_intervals`, vectorised for simulations). Both sides without
+    spread: 1 for equal means, 0 otherwise."""
+    mc, mb, vc, vb, nc, nb = _log_parts(cfg, base)
+    total = vc + vb
+    log_est = np.log(mc / mb)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = total * total / (vc * vc / (nc - 1) + vb * vb / (nb - 1))
+        p = 2.0 * stats.t.sf(np.abs(log_est) / np.sqrt(total), df)
+    return np.where(total > 0, p, np.where(log_est == 0, 1.0, 0.0))
+
+
 def ratio_intervals(
     cfg_runs: np.ndarray, base_runs: np.ndarray, confidence: float = CONFIDENCE
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -73,6 +73,7 @@ PROBES = [
     "threads",
     "memory",
     "io",
+    "spin",
 ]
 PARAMS = {"timer": ["--param", "delay_us=100"], "threads": ["--param", "yields=50"]}
 

@@ -1,14 +1,14 @@
 """Every interval `vmtax model` prints covers its target 93–97.5% of the time at 3, 5, 7 and 10
 runs a level, and an interval half as wide does not reach 93%.
 
-The simulations run the model's own interval code (``nested.intervals`` and
-``outofsample.prediction_intervals``) on thousands of trials at once: each group of runs gets
-a leading trials axis. Runs are lognormal with a CV of 5% (mean-corrected, so the mean of a
-level is its true cost). A parameter's target is its true value; a prediction's is one future
-run at the level it predicts, drawn like the runs. Without profiles every class multiplies
-alike (m_k = 24, each caused exit costing one null exit), so m_h's true value is 24. With
-profiles the classes multiply differently, as each m_k is measured. 4,000 trials a cell: a
-true 0.95 has a standard error of 0.0034 on a cell of one outcome a trial.
+The simulations run the model's own interval code (``nested.intervals``,
+``outofsample.prediction_intervals`` and ``outofsample_timed.prediction_intervals``) on thousands
+of trials at once: each group of runs gets a leading trials axis. Runs are lognormal with a CV of
+5% (mean-corrected, so the mean of a level is its true cost). A parameter's target is its true
+value; a prediction's is one future run at the level it predicts, drawn like the runs. Without
+profiles every class multiplies alike (m_k = 24, each caused exit costing one null exit), so m_h's
+true value is 24. With profiles the classes multiply differently, as each m_k is measured. 4,000
+trials a cell: a true 0.95 has a standard error of 0.0034 on a cell of one outcome a trial.
 docs/model.md ("Uncertainty") holds the table these tests produce.
 """
 
@@ -19,6 +19,7 @@ import pytest
 
 from vmtax.model.nested import Series, intervals
 from vmtax.model.outofsample import prediction_intervals
+from vmtax.model.outofsample_timed import prediction_intervals as timed_intervals
 
 RUNS = (3, 5, 7, 10)
 TRIALS = 4000
@@ -157,10 +158,55 @@ def out_of_sample_coverage(n: int, seed: int) -> Coverage:
     return _score(rng, spans, {"io": ("out of sample", t + KAPPA * load)})
 
 
+# The time-driven term (outofsample_timed): the share of time the time-driven exits take
+# at the VM level and one level deeper, a spin chunk's work, and the VM level's time-driven
+# exits and exit time per ns; LOADS' times and exit times are then the operations' parts.
+LOAD_VM, LOAD_NESTED, WORK, RATE_VM, EXIT_TIME_RATE = 0.1, 0.5, 20_000.0, 250e-9, 0.0125
+
+
+def out_of_sample_timed_coverage(n: int, seed: int) -> Coverage:
+    """io's nested level with the time-driven term, κ fitted on cpuid, timer and wakeup."""
+    rng = np.random.default_rng(seed)
+
+    def vm(probe: str) -> np.ndarray:
+        t_ops, exits, load = LOADS[probe]
+        t = t_ops / (1 - LOAD_VM)
+        return np.concatenate(
+            [_runs(rng, t, (TRIALS, n, 1)), np.full((TRIALS, n, 1), exits + RATE_VM * t),
+             _runs(rng, load + EXIT_TIME_RATE * t, (TRIALS, n, 1))], axis=2,
+        )  # fmt: skip
+
+    def nested(probe: str) -> float:
+        t_ops, _, load = LOADS[probe]
+        return (t_ops + KAPPA * load) / (1 - LOAD_NESTED)
+
+    mean_vm, mean_n = WORK / (1 - LOAD_VM), WORK / (1 - LOAD_NESTED)
+    groups = {
+        "target": vm("io"),
+        "spin_vm": np.concatenate(
+            [
+                _runs(rng, x, (TRIALS, n, 1))
+                for x in (mean_vm, WORK, RATE_VM * mean_vm, EXIT_TIME_RATE * mean_vm)
+            ],
+            axis=2,
+        ),
+        "spin_nested": np.concatenate(
+            [_runs(rng, mean_n, (TRIALS, n, 1)), _runs(rng, WORK, (TRIALS, n, 1))], axis=2
+        ),
+    }
+    for i, probe in enumerate(("cpuid", "timer", "wakeup")):
+        groups[f"vm{i}"] = vm(probe)
+        groups[f"nested{i}"] = _runs(rng, nested(probe), (TRIALS, n, 1))
+    got = timed_intervals(groups, 3, "exit time")
+    spans = {"io": (got.predicted, got.low, got.high)}
+    return _score(rng, spans, {"io": ("out of sample, time-driven", nested("io"))})
+
+
 SIMULATIONS = {
     "nested": nested_coverage,
     "profile": profile_coverage,
     "out of sample": out_of_sample_coverage,
+    "out of sample, time-driven": out_of_sample_timed_coverage,
 }
 
 

@@ -112,13 +112,111 @@ def test_the_cli_predicts_stored_levels_out_of_sample(cli, store, sqlite_url):
                          "reasons": [{"code": 0x72 if probe == "cpuid" else 0x7C, "count": count,
                                       "time_ns": int(load * iters * 0.5), "timed": count}]},
                     )  # fmt: skip
+        # The spin probe: its median chunk is the work, its mean 10% (L2) or 20% (L3) more.
+        mean = WORK / (1 - (0.1 if level == "L2" else 0.2))
+        for i in range(4):
+            run = store.add_run(
+                experiment_id=exp, configuration_id=cfg, probe="spin", plan_index=9,
+                run_index=i, header={"unit": "ns", "better": "lower"},
+                summary={"n": iters, "mean": mean * (1 + 0.01 * rng.standard_normal()),
+                         "median": WORK * (1 + 0.01 * rng.standard_normal())},
+                values=np.full(iters, mean), warmup_values=np.zeros(0), status="ok",
+            )  # fmt: skip
+            if level == "L2":
+                count = int(RATE_VM * mean * iters)
+                hp.save_profile(
+                    store, int(run), "L1",
+                    {"isa": "svm", "complete": True, "dropped": 0,
+                     "reasons": [{"code": 0x7C, "count": count, "time_ns": count * 20_000,
+                                  "timed": count}]},
+                )  # fmt: skip
     store.finish_experiment(exp, "ok")
     res = cli("model", "exp=latest", "--out-of-sample", "--db", sqlite_url, "--format", "json")
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
     assert {r["benchmark"] for r in rows} == set(PROBES)
     assert all(r["level"] == 3 and r["measured"] for r in rows)
+    timed = [r for r in rows if r["weights"].endswith("time-driven")]
+    assert len(timed) == 14 and all(r["calibrated_on"].endswith("spin") for r in timed)
     table = cli("model", "exp=latest", "--out-of-sample", "--db", sqlite_url)
     assert table.returncode == 0 and "predicted out of sample" in table.stdout
     bad = cli("model", "--dataset", "dvh2020_micro", "--out-of-sample")
     assert bad.returncode == 2 and "--out-of-sample" in bad.stderr
+
+
+# The time-driven term: a synthetic stack with known loads. At the VM level time-driven exits
+# come 250 times a second with 50 µs of exit time each and take 10% of the time; one level
+# deeper they take half of it. Each probe's (time without them, exit time per op caused by
+# the operation) at the VM level is PROBES' (ns/op, exit time); its nested time is
+# (T_ops + κ · W_op) / (1 − 0.5).
+RATE_VM = 250e-9  # time-driven exits per ns
+EXIT_TIME_VM = 50_000.0  # ns of exit time per time-driven exit
+LOAD_VM, LOAD_NESTED, WORK = 0.1, 0.5, 20_000.0  # r · c at each level; a spin chunk's work
+
+
+def _timed_truth(probe: str) -> tuple[float, float, float, float]:
+    """(VM-level ns/op, exits/op, exit time/op, nested ns/op) of the synthetic stack."""
+    t_ops, n_op, w_op = PROBES[probe]
+    t = t_ops / (1 - LOAD_VM)
+    nested = (t_ops + KAPPA * w_op) / (1 - LOAD_NESTED)
+    return t, n_op + RATE_VM * t, w_op + RATE_VM * EXIT_TIME_VM * t, nested
+
+
+def _timed_loads(rng, n: int = 6, cv: float = 0.02):
+    from vmtax.model.outofsample_timed import SpinLoad
+
+    def noisy(x: float) -> np.ndarray:
+        return x * (1 + cv * rng.standard_normal(n))
+
+    loads = []
+    for probe in PROBES:
+        t, exits, load, nested = _timed_truth(probe)
+        loads.append(ProbeLoad(probe, np.column_stack([noisy(t), noisy(exits), noisy(load)]),
+                               noisy(nested)))  # fmt: skip
+    mean_vm, mean_n = WORK / (1 - LOAD_VM), WORK / (1 - LOAD_NESTED)
+    spin = SpinLoad(
+        np.column_stack([noisy(mean_vm), noisy(WORK), noisy(RATE_VM * mean_vm),
+                         noisy(RATE_VM * EXIT_TIME_VM * mean_vm)]),
+        np.column_stack([noisy(mean_n), noisy(WORK)]),
+    )  # fmt: skip
+    return loads, spin
+
+
+def test_the_time_driven_term_recovers_a_synthetic_stack():
+    from vmtax.model.outofsample_timed import predict as predict_timed
+
+    loads, spin = _timed_loads(np.random.default_rng(4))
+    timed = predict_timed(loads, spin, nested_level=3)
+    assert set(timed["calibrated_on"]) >= {"cpuid, spin", "io, timer, wakeup, spin"}
+    rows = timed[timed["weights"] == "exit time, time-driven"]
+    assert len(rows) == 7
+    for row in rows.itertuples():
+        assert row.kappa == pytest.approx(KAPPA, rel=0.05)
+        assert row.load == pytest.approx(LOAD_NESTED, rel=0.05)
+        assert row.error_pct == pytest.approx(0.0, abs=5.0), row
+        assert row.low < row.measured < row.high
+    # Without the term the same data mislead: κ absorbs the time-driven exits, which do not
+    # grow with the VM level's exit load, and the worst probe is missed by more than 10%.
+    plain = predict(loads, nested_level=3)
+    assert plain.loc[plain["weights"] == "exit time", "error_pct"].abs().max() > 10
+
+
+def test_a_time_driven_prediction_uses_no_data_of_the_level_it_predicts():
+    from vmtax.model.outofsample_timed import SpinLoad
+    from vmtax.model.outofsample_timed import predict as predict_timed
+
+    loads, spin = _timed_loads(np.random.default_rng(5))
+    before = predict_timed(loads, spin, nested_level=3)
+    for k, load in enumerate(loads):
+        changed = list(loads)
+        changed[k] = ProbeLoad(load.probe, load.vm, load.nested * 7.0)
+        after = predict_timed(changed, spin, nested_level=3)
+        mine = (before["benchmark"] == load.probe).to_numpy()
+        assert np.allclose(before.loc[mine, "predicted"], after.loc[mine, "predicted"])
+        others = ~mine & (before["calibrated_on"].str.contains(load.probe)).to_numpy()
+        assert not np.allclose(before.loc[others, "predicted"], after.loc[others, "predicted"])
+    # The nested level's spin is that level's calibration: it moves every prediction.
+    slower = SpinLoad(spin.vm, spin.nested * np.array([1.2, 1.0]))
+    after = predict_timed(loads, slower, nested_level=3)
+    moved = ~np.isclose(after["predicted"].to_numpy(), before["predicted"].to_numpy())
+    assert moved.all()

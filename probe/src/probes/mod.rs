@@ -23,6 +23,7 @@ pub mod pagefault;
 pub mod pingpong;
 pub mod relay;
 mod roundtrip;
+pub mod spin;
 pub mod syscall;
 pub mod threads;
 pub mod timer;
@@ -374,6 +375,7 @@ pub fn all() -> Vec<&'static dyn Probe> {
         &http::HTTP,
         &memcache::MEMCACHE,
         &exec::EXEC,
+        &spin::SPIN,
     ]
 }
 

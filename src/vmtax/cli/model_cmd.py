@@ -197,7 +197,8 @@ def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> o
             f"L{lv}{'+DVH' if d else ''}"
             for lv, d in zip(preds["level"], preds["dvh"], strict=True)
         ],
-        **{"predicted [95% PI]": preds.apply(_span, axis=1)},
+        # A level that never finishes an operation has a note instead of a number.
+        **{"predicted [95% PI]": preds.apply(lambda r: r.get("note") or _span(r), axis=1)},
         **{"error %": ["" if e is None or e != e else f"{e:+.1f}" for e in preds["error_pct"]]},
         kind=preds["kind"],
     )[["benchmark", "level", "kind", "predicted [95% PI]", "measured", "error %", "unit", "basis"]]

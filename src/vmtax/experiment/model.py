@@ -131,6 +131,7 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     """Each probe's nested level from its VM-level runs and exit profile and a nesting factor
     fitted on other probes only."""
     # heavy: scipy, only for --out-of-sample
+    from vmtax.model import outofsample_timed as timed
     from vmtax.model.outofsample import loads_from, predict
     from vmtax.model.sources import default_vm_level, tsc_rates
 
@@ -149,7 +150,14 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     ok = runs[runs["status"] == "ok"]
     vm = vm_level if vm_level is not None else default_vm_level(ok)
     loads, e = loads_from(ok, profiles, tsc, vm)
+    # The spin probe calibrates the time-driven term; it is no exit mechanism to predict.
+    loads = [p for p in loads if p.probe != timed.SPIN]
     preds = predict(loads, nested_level=vm + 1)
+    spin = timed.spin_from(ok, profiles, tsc, vm, e)
+    if spin is not None and len(preds):
+        preds = pd.concat(
+            [preds, timed.predict(loads, spin, nested_level=vm + 1)], ignore_index=True
+        ).fillna({"note": ""})
     if preds.empty:
         raise UsageError(
             f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "

@@ -19,6 +19,7 @@ from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import VmtaxError
 from vmtax.experiment.report import Reporting, check_template
 from vmtax.sampling.outcome import lines as precision_lines
+from vmtax.stats.compare_options import BOOT_COST_S
 
 if TYPE_CHECKING:
     from vmtax.experiment import Finished
@@ -115,6 +116,7 @@ def run(
             "configurations, set=a and set=b, each with its own boots: an A/A test."
         ),
     ] = None,
+    boot_cost: options.BootCost = BOOT_COST_S,
     depth: Annotated[
         int | None,
         typer.Option(help="Nest guests N deep (1..3) and run at every level: --levels L0..LN."),
@@ -192,6 +194,8 @@ def run(
 
     Example: vmtax run --levels L1,L1 --boots 4 (an A/A test: one guest, two sets of boots)
 
+    Example: vmtax run --levels L0,L2 --boot-cost 300 (an L2 boot takes minutes)
+
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid
 
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits (or --exits=trace)
@@ -206,7 +210,8 @@ def run(
         levels=levels, depth=depth, preset=preset, accel=accel, inner_accel=inner_accel,
         guest_net=guest_net, ssh=target or [], fleet=targets,
         accept_new_host_key=accept_new_host_key, exits=exits, precision=precision,
-        budget=budget, min_runs=min_runs, boots=boots, argv=sys.argv[1:],
+        budget=budget, min_runs=min_runs, boots=boots, boot_cost_s=boot_cost,
+        argv=sys.argv[1:],
     )  # fmt: skip
     request.validate()  # bad input is refused before --resume opens anything, too
     check_template()  # and a report name that could not be written, before any run
@@ -215,6 +220,7 @@ def run(
     reporting = Reporting(
         background=background_report.start if background_report.wanted() else None,
         steps=progress_steps,
+        boot_cost_s=boot_cost,
     )
     with sigterm_as_interrupt():
         if resume is not None:

@@ -88,17 +88,29 @@ def stored_report(
 
 
 def write_run_report(
-    store: Store, exp_id: int, out: Path, progress: Steps | None = None
+    store: Store,
+    exp_id: int,
+    out: Path,
+    progress: Steps | None = None,
+    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
-    """The report of one run's experiment, as `vmtax report exp=ID -o OUT` writes it."""
+    """The report of one run's experiment, as `vmtax report exp=ID -o OUT --boot-cost S`
+    writes it."""
     command = ["vmtax", "report", f"exp={exp_id}", "-o", str(out)]
-    return write_report(store, [f"exp={exp_id}"], out, command=command, progress=progress)
+    if boot_cost_s != BOOT_COST_S:
+        command += ["--boot-cost", f"{boot_cost_s:g}"]
+    return write_report(
+        store, [f"exp={exp_id}"], out, command=command, progress=progress,
+        boot_cost_s=boot_cost_s,
+    )  # fmt: skip
 
 
-def stored_run_report(db: str | None, exp_id: int, out: Path) -> Written:
+def stored_run_report(
+    db: str | None, exp_id: int, out: Path, boot_cost_s: float = BOOT_COST_S
+) -> Written:
     """``write_run_report`` on a store opened read-only (``db``: None for ``$VMTAX_DB``)."""
     with Store.open(db, read_only=True) as store:
-        return write_run_report(store, exp_id, out)
+        return write_run_report(store, exp_id, out, boot_cost_s=boot_cost_s)
 
 
 def _quiet() -> AbstractContextManager[Steps]:
@@ -109,10 +121,12 @@ def _quiet() -> AbstractContextManager[Steps]:
 class Reporting:
     """How the report after a run is written. ``background(store, exp_id, out)`` starts a
     child process writing it and returns its pid (None: it could not, and the report is
-    written here); ``steps()`` shows the steps of a report written here."""
+    written here); ``steps()`` shows the steps of a report written here; ``boot_cost_s``,
+    what a boot costs in its runs per boot (the run's --boot-cost)."""
 
-    background: Callable[[Store, int, Path], int | None] | None = None
+    background: Callable[[Store, int, Path, float], int | None] | None = None
     steps: Callable[[], AbstractContextManager[Steps]] = _quiet
+    boot_cost_s: float = BOOT_COST_S
 
 
 @dataclass(frozen=True)
@@ -147,12 +161,15 @@ def after_run(store: Store, exp_id: int, how: Reporting) -> RunReport | None:
     if out is None:
         return None
     replaced = out.exists()
-    pid = how.background(store, exp_id, out) if how.background is not None else None
+    start = how.background
+    pid = start(store, exp_id, out, how.boot_cost_s) if start is not None else None
     if pid is not None:
         return RunReport(out, replaced, pid=pid)
     try:
         with how.steps() as step:
-            written = write_run_report(store, exp_id, out, progress=step)
+            written = write_run_report(
+                store, exp_id, out, progress=step, boot_cost_s=how.boot_cost_s
+            )
     except VmtaxError as exc:
         return RunReport(out, replaced, problem=exc.message)
     return RunReport(out, replaced, written=written)

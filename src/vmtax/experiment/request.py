@@ -18,6 +18,7 @@ from vmtax.plan import bounds
 from vmtax.plan.params import parse_params
 from vmtax.plan.suite import parse_percent, parse_seconds
 from vmtax.plan.targets import fleet_size
+from vmtax.stats.compare_options import BOOT_COST_S
 from vmtax.targets.spec import FleetHostSpec, LevelSpec, LocalSpec, SshSpec, TargetSpec
 
 _LABEL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)=(.+)$")
@@ -66,6 +67,9 @@ class RunRequest:
     min_runs: int | None = None
     #: Boots of each guest level (None: DEFAULT_BOOTS); this machine and SSH hosts have one.
     boots: int | None = None
+    #: What one boot of a guest costs, in seconds (--boot-cost): adaptive sampling's and the
+    #: run's report's runs per boot (Kalibera and Jones), as compare's --boot-cost.
+    boot_cost_s: float = BOOT_COST_S
     #: The command line stored with the experiment (its --db shown without a password).
     argv: list[str] = field(default_factory=list)
     #: When the request was made (monotonic): an adaptive --budget bounds the whole command.
@@ -76,6 +80,7 @@ class RunRequest:
         sampling = sampling_options(self.precision, self.budget, self.min_runs, self.runs)
         bounds.check_runs(self.runs)
         check_boots(self.boots)
+        bounds.check_seconds(self.boot_cost_s, "--boot-cost", bounds.MAX_TIMEOUT_S)
         bounds.check_seed(self.seed)
         bounds.check_seconds(self.timeout, "--timeout", bounds.MAX_TIMEOUT_S)
         bounds.check_seconds(self.duration, "--duration", bounds.MAX_DURATION_S)

@@ -92,6 +92,7 @@ def run(
             f"{plan.sampling['raised_for']} comparisons can reach p < 0.05 after Holm"
         )
     if plan.sampling:
+        plan.sampling["boot_cost_s"] = request.boot_cost_s  # stored: a resume keeps it
         # Adaptive sampling's statistics pull in scipy (over a second): only when asked for.
         from vmtax.sampling.runlength import apply
 

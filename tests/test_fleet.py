@@ -1,133 +1,103 @@
-"""Fleets from hosts.toml, against three real sshd servers on 127.0.0.1 (one never started)."""
+"""Inventories as Ansible reads them: a hosts.toml translated into one, a dynamic inventory
+script read as it is, --limit, and the labels each host gets (no host is reached here)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from test_ssh_support import Sshd, needs_sshd
-from vmtax.contract import read_stream
 from vmtax.errors import UsageError
-from vmtax.targets.fleet import fan_out, load_fleet
+from vmtax.targets.fleet import load_fleet, parse_fleet, toml_inventory
 
-TINY_SUITE = """
-name = "tiny-fleet"
-description = "two probes, briefly"
-seed = 3
+HOSTS_TOML = """
+max_concurrency = 3
 
 [defaults]
-runs = 2
-iterations = 20000
-duration = 0.1
-warmup = 10
-timeout = 60
+identity = "~/.ssh/bench"
+known_hosts = "/etc/vmtax/known_hosts"
 
-[[probes]]
-probe = "cpuid"
+[[hosts]]
+url = "ssh://bench@10.0.0.1"
+name = "a1"
+labels = { rack = "r1" }
 
-[[probes]]
-probe = "syscall"
+[[hosts]]
+url = "ssh://root@[fe80::1]:2222"
+name = "a2"
+level = "L1"
+accept_new_host_key = true
+python = "/usr/bin/python3"
+"""
+
+# A dynamic inventory: Ansible runs the script and reads its JSON; vmtax never sees a file.
+SCRIPT = """#!/bin/sh
+if [ "$1" = "--host" ]; then echo '{}'; exit 0; fi
+cat <<'EOF'
+{"kvm_hosts": {"hosts": ["k1", "k2"], "vars": {"vmtax_level": "L1"}},
+ "bare": {"hosts": ["b1"], "vars": {"vmtax_label_rack": "r9"}},
+ "fleet": {"children": ["kvm_hosts", "bare"], "vars": {"vmtax_forks": 7}},
+ "_meta": {"hostvars": {"k1": {"ansible_host": "10.1.0.1"}}}}
+EOF
 """
 
 
-def _hosts_toml(servers: list[Sshd], limit: int = 2) -> str:
-    out = [f"max_concurrency = {limit}", ""]
-    for i, s in enumerate(servers):
-        out += [
-            "[[hosts]]",
-            f'url = "{s.url}"',
-            f'name = "node{i}"',
-            f'identity = "{s.client_key}"',
-            f'known_hosts = "{s.known_hosts}"',
-            f'remote_dir = "{s.remote_dir}"',
-            f'labels = {{ rack = "r{i % 2}" }}',
-            "",
-        ]
-    return "\n".join(out)
-
-
-@pytest.fixture
-def three_hosts(tmp_path):
-    needs_sshd()
-    servers = [Sshd(tmp_path / f"h{i}") for i in range(3)]
-    for s in servers:
-        s.trust()
-    servers[0].start()
-    servers[2].start()  # node1 is down: configured, never started
+def test_a_hosts_toml_becomes_an_inventory_with_its_connection_and_labels(tmp_path):
     path = tmp_path / "hosts.toml"
-    path.write_text(_hosts_toml(servers))
-    yield path
-    for s in servers:
-        s.stop()
+    path.write_text(HOSTS_TOML)
+    source, forks = toml_inventory(path)
+    hosts = yaml.safe_load(Path(source).read_text())["all"]["hosts"]
+    assert forks == 3
+    assert hosts["a1"]["ansible_host"] == "10.0.0.1" and hosts["a1"]["ansible_user"] == "bench"
+    assert hosts["a1"]["ansible_ssh_private_key_file"].endswith("/.ssh/bench")
+    assert hosts["a1"]["ansible_ssh_common_args"] == "-o UserKnownHostsFile=/etc/vmtax/known_hosts"
+    assert hosts["a1"]["vmtax_label_rack"] == "r1"
+    assert hosts["a2"]["ansible_host"] == "fe80::1" and hosts["a2"]["ansible_port"] == 2222
+    assert "StrictHostKeyChecking=accept-new" in hosts["a2"]["ansible_ssh_common_args"]
+    assert hosts["a2"]["vmtax_level"] == "L1"
+    assert hosts["a2"]["ansible_python_interpreter"] == "/usr/bin/python3"
 
 
-def test_fan_out_on_three_hosts_with_one_down_gives_two_ok_and_one_failed(three_hosts):
-    fleet = load_fleet(three_hosts)
-    assert fleet.max_concurrency == 2 and [t.name for t in fleet.targets] == [
-        "node0",
-        "node1",
-        "node2",
-    ]
-
-    def one(target):
-        return read_stream(target.run_agent(["run", "cpuid", "--runs", "1"], timeout=60))
-
-    result = fan_out(fleet.targets, one, fleet.max_concurrency)
-    assert [r.name for r in result.ok] == ["node0", "node2"]
-    assert all(r.value.complete for r in result.ok)
-    assert [r.name for r in result.failed] == ["node1"]
-    assert "cannot connect" in result.failed[0].error
-
-
-def test_vmtax_run_on_a_fleet_stores_the_hosts_that_worked_and_reports_the_one_down(
-    three_hosts, tmp_path
-):
-    from vmtax.store import Store
-
-    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
-    suite = tmp_path / "tiny.toml"
-    suite.write_text(TINY_SUITE)
-    db = f"sqlite:///{tmp_path / 'fleet.db'}"
-    proc = subprocess.run(
-        [vmtax, "run", "--targets", str(three_hosts), "--suite", str(suite), "--db", db],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=dict(os.environ),
-    )
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "node1" in proc.stderr and "cannot connect" in proc.stderr
-    runs = Store.open(db).runs()
-    ok = runs[runs["status"] == "ok"]
-    assert sorted(set(ok["target"])) == ["node0", "node2"]
-    assert len(ok) == 2 * 2 * 2  # two hosts x two probes x two runs
+def test_a_dynamic_inventory_script_is_read_as_it_is_with_limit_and_groups(tmp_path):
+    script = tmp_path / "inventory.sh"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    fleet = load_fleet(script)
+    assert [t.name for t in fleet.targets] == ["k1", "k2", "b1"]
+    assert fleet.max_concurrency == 7  # vmtax_forks, from a parent group's vars
+    k1, _, b1 = fleet.targets
+    assert k1.level == "L1" and b1.level == "L0"
+    assert k1.labels() == {"host": "k1", "group": "kvm_hosts", "groups": "fleet,kvm_hosts"}
+    assert b1.labels()["rack"] == "r9" and b1.labels()["group"] == "bare"
+    assert k1.provenance()["ansible_host"] == "10.1.0.1"
+    limited = load_fleet(script, "kvm_hosts:!k2")
+    assert [t.name for t in limited.targets] == ["k1"] and limited.targets[0].inventory.limit
 
 
 def test_a_malformed_fleet_file_is_one_usage_error(tmp_path):
     bad = tmp_path / "hosts.toml"
-    bad.write_text('[[hosts]]\nurl = "ssh://a"\nport = 22\n')
-    with pytest.raises(UsageError, match="unknown key 'port'"):
-        load_fleet(bad)
-    bad.write_text('max_concurrency = 0\n[[hosts]]\nurl = "ssh://a"\n')
-    with pytest.raises(UsageError, match="max_concurrency"):
-        load_fleet(bad)
-    bad.write_text('[[hosts]]\nurl = "ssh://a"\n[[hosts]]\nurl = "ssh://a"\n')
-    with pytest.raises(UsageError, match="listed twice"):
-        load_fleet(bad)
-    bad.write_text("hosts = [")
-    with pytest.raises(UsageError, match="not valid TOML"):
-        load_fleet(bad)
+    for text, message in (
+        ('[[hosts]]\nurl = "ssh://a"\nport = 22\n', "unknown key 'port'"),
+        ('max_concurrency = 0\n[[hosts]]\nurl = "ssh://a"\n', "max_concurrency"),
+        ('[[hosts]]\nurl = "ssh://a"\n[[hosts]]\nurl = "ssh://a"\n', "listed twice"),
+        ("hosts = [", "not valid TOML"),
+        ('[[hosts]]\nurl = "http://a"\n', "not an ssh URL"),
+        ('[[hosts]]\nurl = "ssh://a"\nlevel = "L7"\n', "level must be"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(UsageError, match=message):
+            parse_fleet(text, bad)
 
 
-def test_a_huge_ansible_host_range_is_refused_before_it_is_listed(tmp_path):
-    # Found by the mutation fuzzer: a mutated range listed 10^11 names and the machine ran
-    # out of memory. A range is sized first and refused above 100,000 hosts.
-    inventory = tmp_path / "inventory.ini"
-    inventory.write_text("[all]\nnode[0:99999999999]\n")
-    with pytest.raises(UsageError, match=r"host range '\[0:99999999999\]' is empty or too large"):
-        load_fleet(inventory)
-    inventory.write_text("[all]\nnode[1:3]x[a:b]\n")
-    assert len(load_fleet(inventory).targets) == 6
+def test_vmtax_run_refuses_an_inventory_beside_other_targets_and_a_stray_limit(cli, tmp_path):
+    inv = tmp_path / "inv.ini"
+    inv.write_text("h1\n")
+    for args, message in (
+        (["--inventory", str(inv), "--targets", str(inv)], "not both"),
+        (["--limit", "web"], "--limit narrows an inventory"),
+        (["--inventory", str(tmp_path / "none.ini")], "inventory not found"),
+    ):
+        proc = cli("run", *args, "--runs", "2")
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

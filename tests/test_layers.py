@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model",),  # the nested-cost model
     ("hostprof",),  # VM-exit profiles: recorded on targets, stored
     ("sampling",),  # adaptive sampling: when a probe has enough runs
+    ("fleet",),  # an inventory's hosts measured through Ansible
     ("runner",),  # executes a plan on targets, stores every run
     ("plan",),  # suites and the seeded run order
     ("workloads",),  # application benchmarks against real servers

@@ -26,6 +26,7 @@ NOT_RUN = {
     ("cargo", "build"): "builds the agent (scripts/test builds the one the tests use)",
     ("vmtax", "run", "--target"): "needs SSH hosts (tests/test_ssh_target.py has real ones)",
     ("vmtax", "run", "--targets"): "needs a fleet file of hosts (tests/test_fleet*.py)",
+    ("vmtax", "run", "--inventory"): "needs an inventory of hosts (tests/test_fleet*.py)",
 }
 
 

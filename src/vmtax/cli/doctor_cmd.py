@@ -34,6 +34,7 @@ ENABLES = {
     "ssh": "SSH targets and fleets (ssh client; sshd for the tests)",
     "tools": "file and ps, used by the image builder and cleanup",
     "postgres-store": "--db postgresql://... (the psycopg driver)",
+    "fleet": "--inventory and --targets: fleets through Ansible (ansible-core, ansible-runner)",
     "leftovers": "nothing of an earlier vmtax running beside your runs",
     "leftover": "nothing: vmtax doctor --clean removes it",
 }

@@ -16,7 +16,7 @@ from vmtax.cli import background_report, options
 from vmtax.cli.output import out_console, print_table
 from vmtax.cli.report_output import progress_steps, show_run_report
 from vmtax.cli.signals import sigterm_as_interrupt
-from vmtax.errors import VmtaxError
+from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.report import Reporting, check_template
 from vmtax.sampling.outcome import lines as precision_lines
 from vmtax.stats.compare_options import BOOT_COST_S
@@ -149,7 +149,22 @@ def run(
     target: Annotated[
         list[str] | None, typer.Option(help="Run on ssh://user@host[:port] (repeatable).")
     ] = None,
-    targets: Annotated[str | None, typer.Option(help="A hosts.toml fleet file.")] = None,
+    targets: Annotated[
+        str | None, typer.Option(help="A hosts.toml fleet file (run as an inventory).")
+    ] = None,
+    inventory: Annotated[
+        str | None,
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Measure the hosts of an Ansible inventory through Ansible: any inventory "
+            "Ansible takes (a file, a directory, a script, a plugin's .yml); docs/fleet.md.",
+        ),
+    ] = None,
+    limit: Annotated[
+        str | None,
+        typer.Option("--limit", help="Only the inventory's hosts matching this Ansible pattern."),
+    ] = None,
     accept_new_host_key: Annotated[
         bool, typer.Option(help="Trust an SSH host key seen for the first time.")
     ] = False,
@@ -203,12 +218,15 @@ def run(
     Example: vmtax run --levels L0,L1 --guest-net user --probe net --param peer=host
 
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
+
+    Example: vmtax run --inventory inventory.ini --limit kvm_hosts --runs 5
     """
     request = experiment.RunRequest(
         suite=suite, probes=probe or [], runs=runs, params=param or [], level=level,
         labels=label or [], db=db, timeout=timeout, duration=duration, seed=seed,
         levels=levels, depth=depth, preset=preset, accel=accel, inner_accel=inner_accel,
-        guest_net=guest_net, ssh=target or [], fleet=targets,
+        guest_net=guest_net, ssh=target or [], fleet=_fleet(inventory, targets, limit),
+        limit=limit,
         accept_new_host_key=accept_new_host_key, exits=exits, precision=precision,
         budget=budget, min_runs=min_runs, boots=boots, boot_cost_s=boot_cost,
         argv=sys.argv[1:],
@@ -252,6 +270,14 @@ def exits_alone_is_counts(argv: list[str]) -> list[str]:
         if arg == "--exits" and (i + 1 == len(out) or out[i + 1].startswith("-")):
             out[i] = "--exits=counts"
     return out
+
+
+def _fleet(inventory: str | None, targets: str | None, limit: str | None) -> str | None:
+    if inventory and targets:
+        raise UsageError("give --inventory or --targets, not both")
+    if limit and not (inventory or targets):
+        raise UsageError("--limit narrows an inventory: give --inventory too")
+    return inventory or targets
 
 
 def _progress() -> RichProgress:

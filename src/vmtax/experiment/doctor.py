@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ def check(*, clean: bool = False) -> Checked:
         if c.capability.name == "exits":
             rows += [_exits_mode_row(mode) for mode in exit_modes.MODES]
     rows.append(_driver_row())
+    rows.append(_ansible_row())
     apt, dnf = checks.install_line(found, "apt"), checks.install_line(found, "dnf")
     pip = "pip install 'psycopg[binary]'" if not rows[-1]["ok"] else None
     left = leftovers.find()
@@ -98,6 +100,18 @@ def _kvm_row(levels_ok: bool) -> dict[str, Any]:
 def _exits_mode_row(mode: str) -> dict[str, Any]:
     ok, detail = exit_modes.availability(mode)
     return {"capability": f"exits {mode}", "ok": ok, "detail": detail, "apt": []}
+
+
+def _ansible_row() -> dict[str, Any]:
+    # pip packages, not apt ones: the row names what to install in one line.
+    missing = [name for name, found in (
+        ("ansible-core", shutil.which("ansible-playbook") and shutil.which("ansible-inventory")),
+        ("ansible-runner", importlib.util.find_spec("ansible_runner")),
+    ) if not found]  # fmt: skip
+    detail = "ansible-core, ansible-runner" if not missing else (
+        f"no {' or '.join(missing)}: pip install {' '.join(missing)}"
+    )  # fmt: skip
+    return {"capability": "fleet", "ok": not missing, "detail": detail, "apt": []}
 
 
 def _driver_row() -> dict[str, Any]:

@@ -59,6 +59,8 @@ class RunRequest:
     guest_net: str = ""
     ssh: list[str] = field(default_factory=list)
     fleet: str | None = None
+    #: An Ansible host pattern narrowing the inventory (--limit).
+    limit: str | None = None
     accept_new_host_key: bool = False
     #: --exits: None or False (none), True or "counts", or "trace" (``modes.parse_mode``).
     exits: bool | str | None = False
@@ -125,6 +127,7 @@ class RunRequest:
             accel=self.accel,
             ssh=self.ssh,
             fleet=self.fleet,
+            limit=self.limit,
             inner_accel=self.inner_accel,
             guest_net=self.guest_net,
             boots=self.boots,
@@ -211,6 +214,7 @@ def target_specs(
     accel: str,
     ssh: list[str],
     fleet: str | None,
+    limit: str | None = None,
     inner_accel: str = "tcg",
     guest_net: str = "",
     boots: int | None = None,
@@ -253,9 +257,12 @@ def target_specs(
             raise UsageError(f"--target must look like ssh://user@host[:port], got {url!r}")
         specs.append(SshSpec(url=url))
     if fleet:
-        if not Path(fleet).is_file():
-            raise UsageError(f"fleet file not found: {fleet}")
-        count, _ = fleet_size(fleet)
-        path = str(Path(fleet).resolve())
-        specs += [FleetHostSpec(path=path, index=i) for i in range(count)]
+        # An inventory may also be a directory or Ansible's "host1,host2," list.
+        if "," not in fleet and not Path(fleet).exists():
+            raise UsageError(f"inventory not found: {fleet}")
+        if levels or ssh:
+            raise UsageError("an inventory is measured alone, not with --levels or --target")
+        count, _ = fleet_size(fleet, limit)
+        path = str(Path(fleet).resolve()) if Path(fleet).exists() else fleet
+        specs += [FleetHostSpec(path=path, index=i, limit=limit) for i in range(count)]
     return specs or [LocalSpec()]

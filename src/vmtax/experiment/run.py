@@ -11,6 +11,7 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from vmtax import doctor
@@ -20,6 +21,7 @@ from vmtax.errors import VmtaxError
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.report import Reporting, RunReport, after_run, check_template
 from vmtax.experiment.request import RunRequest, command_line
+from vmtax.fleet.run import AnsibleRunner, is_inventory
 from vmtax.hostprof.modes import parse_mode
 from vmtax.hostprof.recorder import Recorder
 from vmtax.plan import bounds
@@ -125,6 +127,7 @@ def run(
         store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
         max_workers=limit or 4, fingerprints=fps, exits=parse_mode(request.exits),
         progress=progress, started=request.started,
+        accept_new_host_key=request.accept_new_host_key,
     )  # fmt: skip
     return _reported(reporting, finished)
 
@@ -167,6 +170,7 @@ def resume(
         store, plan, built, exp_id, done=done, level=options.get("level"),
         labels=options.get("labels") or {}, max_workers=limit or 4, fingerprints={},
         exits=_stored_exits(options.get("exits")), progress=progress, started=None,
+        accept_new_host_key=accept_new_host_key,
     )  # fmt: skip
     return _reported(reporting, finished)
 
@@ -213,9 +217,14 @@ def execute(
     exits: str,
     progress: rn.Progress | None,
     started: float | None,
+    accept_new_host_key: bool = False,
 ) -> Finished:
     """Run ``plan``'s missing steps on ``built`` and mark the experiment's status."""
-    runner = rn.Runner(
+    # An inventory's hosts run through Ansible (vmtax.fleet), the other targets in threads.
+    make: Any = rn.Runner
+    if is_inventory(built):
+        make = partial(AnsibleRunner, accept_new_host_key=accept_new_host_key)
+    runner = make(
         store,
         plan,
         built,

@@ -69,7 +69,7 @@ def make_targets(
                 i += 1
             case FleetHostSpec():
                 load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-                fleet, limit = _fleet_parts(load_fleet(spec.path))
+                fleet, limit = _fleet_parts(load_fleet(spec.path, spec.limit))
                 count = sum(
                     1 for s in typed if isinstance(s, FleetHostSpec) and s.path == spec.path
                 )
@@ -82,10 +82,10 @@ def make_targets(
     return out, limit
 
 
-def fleet_size(path: str) -> tuple[int, int | None]:
-    """How many hosts a fleet file lists, and its concurrency limit."""
+def fleet_size(path: str, limit_to: str | None = None) -> tuple[int, int | None]:
+    """How many hosts a fleet file or inventory lists (within --limit), and its forks."""
     load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-    fleet, limit = _fleet_parts(load_fleet(path))
+    fleet, limit = _fleet_parts(load_fleet(path, limit_to))
     for t in fleet:
         with contextlib.suppress(Exception):
             t.close()

@@ -120,9 +120,12 @@ class FleetHostSpec(_Spec):
     kind: Literal["fleet"] = "fleet"
     path: str
     index: int
+    #: The Ansible host pattern (--limit) the inventory was narrowed by.
+    limit: str | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "index": self.index}
+        limit = {"limit": self.limit} if self.limit else {}
+        return {"kind": self.kind, "path": self.path, "index": self.index, **limit}
 
 
 TargetSpec = Annotated[LocalSpec | LevelSpec | SshSpec | FleetHostSpec, Field(discriminator="kind")]

@@ -1,0 +1,1 @@
+"""Fleets through Ansible: an inventory's hosts measured by ansible-runner (docs/fleet.md)."""

@@ -15,7 +15,6 @@ import pytest
 from vmtax import api
 from vmtax.errors import UsageError
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.spec import SweepSpec
 from vmtax.targets.levels import host_resources
 
@@ -28,7 +27,7 @@ def test_a_notebook_starts_the_sweep_vmtax_sweep_starts(tmp_path):
                     window=0.5, interval=0.25, events=10, max_prime=5000)  # fmt: skip
     with Store.open(db) as store:
         stored = store.experiment(exp)
-        rows = sweep_store.steps(store, exp)
+        rows = store.sweeps.steps(exp)
     assert stored["status"] == "ok" and stored["suite"] == "sweep" and stored["seed"] == 11
     assert stored["command"] == ["vmtax", "(vmtax.api.sweep)"]
     plan = stored["plan"]

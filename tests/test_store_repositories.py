@@ -12,14 +12,13 @@ from vmtax.errors import VmtaxError
 from vmtax.hostprof.store import exit_profiles
 from vmtax.sampling.outcome import lines, outcomes
 from vmtax.store import Store
-from vmtax.sweep.store import committed_steps
 
 
 def test_repositories_read_an_empty_store(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "s.db")) as store:
         assert outcomes(store, [1]).empty
         assert lines(store, 1) == []
-        assert committed_steps(store, 1) == set()
+        assert store.sweeps.committed_steps(1) == set()
         assert store.sweeps.latest() is None
         assert exit_profiles(store, 1).empty
         assert store.sampling.resume_point(1) == (None, None)
@@ -30,7 +29,7 @@ def test_repositories_read_an_empty_store(tmp_path: Path) -> None:
     [
         ("sampling_outcomes", lambda s: outcomes(s, [1])),
         ("sampling_looks", lambda s: s.sampling.resume_point(1)),
-        ("sweep_steps", lambda s: committed_steps(s, 1)),
+        ("sweep_steps", lambda s: s.sweeps.committed_steps(1)),
         ("exit_counts", lambda s: exit_profiles(s, 1)),
     ],
 )

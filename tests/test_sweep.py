@@ -8,6 +8,7 @@ boots a real TCG guest and makes the second one fail to boot for real (too littl
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,6 @@ from sqlalchemy import inspect
 
 from vmtax.errors import UsageError
 from vmtax.store import Store, migrate
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.guests import local_factory
 from vmtax.sweep.run import Guest, SweepError, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing, apply_presets, study_b_steps
@@ -30,6 +30,33 @@ TINY = Timing(0.5, 1.5, 0.5)
 @pytest.fixture
 def cli_agent():
     return str(find_agent())
+
+
+class Lines:
+    """A sweep's progress (``vmtax.runner.Progress``): the lines of its units, in order;
+    Ctrl-C after ``stop_after`` of them."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.total: int | None = None
+        self.lines: list[str] = []
+        self.last: tuple[str, bool] | None = None
+        self.stop_after = stop_after
+
+    def add_target(self, name: str, total: int) -> None:
+        assert name == "sweep"
+        self.total = total
+
+    def advance(self, name: str, description: str) -> None:
+        self.lines.append(description)
+        if self.stop_after is not None and len(self.lines) >= self.stop_after:
+            raise KeyboardInterrupt
+
+    def finish(self, name: str, description: str, *, failed: bool) -> None:
+        self.last = (description, failed)
+
+    def steps(self) -> list[int]:
+        """The step index of each unit's line."""
+        return [int(re.search(r" step (\d+)/", line)[1]) - 1 for line in self.lines]
 
 
 def _spec(**kw) -> SweepSpec:
@@ -137,11 +164,13 @@ def test_l0_replicated_sweep_stores_each_unit_and_shows_replicate_intervals(cli,
                  timing=Timing(0.2, 1.0, 0.5))  # fmt: skip
     with Store.open(db) as store:
         exp = _experiment(store, spec)
-        seen = []
-        SweepRunner(store, spec, local_factory(spec), level="L0",
-                    on_step=seen.append).execute(exp)  # fmt: skip
-        rows = sweep_store.steps(store, exp)
+        lines = Lines()
+        seen = SweepRunner(store, spec, local_factory(spec), level="L0",
+                           progress=lines).execute(exp)  # fmt: skip
+        rows = store.sweeps.steps(exp)
     assert [(o.replicate, o.index) for o in seen] == spec.order()
+    assert lines.total == 12 and len(lines.lines) == 12 and lines.lines[0].startswith("[1/12] ")
+    assert lines.last == ("sweep: done, 12 units", False)
     assert sorted(rows["step_index"]) == list(range(12)) and set(rows["status"]) == {"ok"}
     details = {int(r["step_index"]): r["detail"] for _, r in rows.iterrows()}
     for position, (rep, index) in enumerate(spec.order()):
@@ -173,12 +202,11 @@ def test_migration_0003_upgrades_and_downgrades(sqlite_url):
 def test_l0_sweep_commits_every_step_with_its_samples(store):
     spec = _spec(ratios=(0.5, 1.0, 1.5))
     exp = _experiment(store, spec)
-    seen = []
-    SweepRunner(store, spec, local_factory(spec), level="L0", on_step=seen.append).execute(exp)
+    seen = SweepRunner(store, spec, local_factory(spec), level="L0").execute(exp)
     assert [o.status for o in seen] == ["ok"] * 3
-    rows = sweep_store.steps(store, exp)
+    rows = store.sweeps.steps(exp)
     assert list(rows["guests"]) == [1, 2, 3] and set(rows["status"]) == {"ok"}
-    samples = sweep_store.samples(store, list(rows["id"]))
+    samples = store.sweeps.samples(list(rows["id"]))
     window = samples[samples["phase"] == "window"]
     assert len(window) == 3 * 3 and len(samples) == 3 * 4
     # Every step measured something (an interval may be empty on a busy machine).
@@ -193,24 +221,17 @@ def test_interrupted_sweep_resumes_at_its_step_without_redoing_committed_ones(st
     exp = _experiment(store, spec)
 
     order = [i for _, i in spec.order()]  # one replicate, its steps in a random order
-    seen = []
-
-    def interrupt_after_second(outcome):
-        seen.append(outcome.index)
-        if len(seen) == 2:
-            raise KeyboardInterrupt
-
-    runner = SweepRunner(store, spec, local_factory(spec), level="L0",
-                         on_step=interrupt_after_second)  # fmt: skip
+    seen = Lines(stop_after=2)
+    runner = SweepRunner(store, spec, local_factory(spec), level="L0", progress=seen)
     with pytest.raises(KeyboardInterrupt):
         runner.execute(exp)
     assert store.experiment(exp)["status"] == "interrupted"
-    before = sweep_store.steps(store, exp)
-    assert list(before["step_index"]) == sorted(order[:2]) == sorted(seen)
-    ran = []
-    SweepRunner(store, spec, local_factory(spec), level="L0", on_step=ran.append).execute(exp)
-    assert [o.index for o in ran] == order[2:]
-    after = sweep_store.steps(store, exp)
+    before = store.sweeps.steps(exp)
+    assert list(before["step_index"]) == sorted(order[:2]) == sorted(seen.steps())
+    rest = Lines()
+    ran = SweepRunner(store, spec, local_factory(spec), level="L0", progress=rest).execute(exp)
+    assert [o.index for o in ran] == order[2:] == rest.steps() and rest.total == 2
+    after = store.sweeps.steps(exp)
     assert list(after["step_index"]) == [0, 1, 2, 3] and set(after["status"]) == {"ok"}
     kept = after[after["step_index"].isin(order[:2])]
     assert list(kept["id"]) == list(before["id"])
@@ -235,7 +256,7 @@ def test_guest_that_fails_to_start_at_step_k_keeps_the_steps_before(store, tmp_p
         SweepRunner(store, spec, factory, level="L0").execute(exp)
     msg = str(err.value)
     assert "\n" not in msg and "guest 3 of 3 failed to boot" in msg and "no-agent" in msg
-    rows = sweep_store.steps(store, exp)
+    rows = store.sweeps.steps(exp)
     # The steps run before the first with a third guest stay; that one is stored as failed.
     order = [i for _, i in spec.order()]
     failing = next(n for n, i in enumerate(order) if spec.steps()[i].guests >= 3)
@@ -304,19 +325,16 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
     with Store.open(db) as store:
         exp = _experiment(store, spec)
 
-        def stop_after_first(outcome):
-            raise KeyboardInterrupt
-
         with pytest.raises(KeyboardInterrupt):
             SweepRunner(store, spec, local_factory(spec), level="L0",
-                        on_step=stop_after_first).execute(exp)  # fmt: skip
+                        progress=Lines(stop_after=1)).execute(exp)  # fmt: skip
     res = cli("sweep", "--resume", str(exp), "--db", db)
     assert res.returncode == 0, res.stderr
     first = spec.order()[0][1]
     assert res.stderr.count("] replicate 1/1 step ") == 2
     assert f"step {first + 1}/3" not in res.stderr
     with Store.open(db) as store:
-        rows = sweep_store.steps(store, exp)
+        rows = store.sweeps.steps(exp)
         assert list(rows["step_index"]) == [0, 1, 2] and set(rows["status"]) == {"ok"}
         assert store.experiment(exp)["status"] == "ok"
     res = cli("sweep", "--resume", "999", "--db", db)
@@ -349,9 +367,9 @@ def test_sigterm_stops_the_sweep_and_resume_finishes_it(tmp_path):
     assert "vmtax: error: interrupted" in rest
     with Store.open(db) as store:
         assert store.experiment(1)["status"] == "interrupted"
-        assert list(sweep_store.steps(store, 1)["step_index"]) == [first]
+        assert list(store.sweeps.steps(1)["step_index"]) == [first]
     res = subprocess.run([vmtax, "sweep", "--resume", "1", "--db", db], env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0, res.stderr
     with Store.open(db) as store:
-        assert list(sweep_store.steps(store, 1)["step_index"]) == [0, 1, 2]
+        assert list(store.sweeps.steps(1)["step_index"]) == [0, 1, 2]

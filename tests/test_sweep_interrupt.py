@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from test_sweep import Lines
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.guests import LocalGuests
 from vmtax.sweep.run import Client, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing
@@ -60,7 +60,7 @@ def test_ctrl_c_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path):
     assert rest.splitlines() == ["vmtax: error: interrupted"], rest
     first = SweepSpec(ratios=(0.5, 1.0, 1.5), replicates=1, order_seed=0).order()[0][1]
     with Store.open(db) as store:
-        assert list(sweep_store.steps(store, 1)["step_index"]) == [first]
+        assert list(store.sweeps.steps(1)["step_index"]) == [first]
     show = subprocess.run([_vmtax(), "sweep", "show", "1", "--format", "json", "--db", db],
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert show.returncode == 0, show.stderr
@@ -70,7 +70,7 @@ def test_ctrl_c_stops_the_sweep_in_one_line_and_resume_finishes_it(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
     with Store.open(db) as store:
-        assert list(sweep_store.steps(store, 1)["step_index"]) == [0, 1, 2]
+        assert list(store.sweeps.steps(1)["step_index"]) == [0, 1, 2]
         assert store.experiment(1)["status"] == "ok"
 
 
@@ -88,18 +88,16 @@ def test_a_second_ctrl_c_during_the_cleanup_still_marks_the_sweep_interrupted(tm
     # "running" for `sweep show`.
     spec = _spec()
 
-    def first_ctrl_c(_outcome: object) -> None:
-        raise KeyboardInterrupt
-
     with Store.open(str(tmp_path / "i.db")) as store:
         exp = store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,
                                       plan={"sweep": spec.as_plan(), "level": "L0"},
                                       vmtax_version="test", agent_version=None)  # fmt: skip
-        runner = SweepRunner(store, spec, _SecondCtrlC(spec), level="L0", on_step=first_ctrl_c)
+        first_ctrl_c = Lines(stop_after=1)
+        runner = SweepRunner(store, spec, _SecondCtrlC(spec), level="L0", progress=first_ctrl_c)
         with pytest.raises(KeyboardInterrupt):
             runner.execute(exp)
         assert store.experiment(exp)["status"] == "interrupted"
-        assert len(sweep_store.steps(store, exp)) == 1
+        assert len(store.sweeps.steps(exp)) == 1
 
 
 def test_a_stopped_client_whose_agent_is_killed_ends_without_an_error():

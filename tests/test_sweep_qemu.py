@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.guests import qemu_factory
 from vmtax.sweep.run import SweepError, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing
@@ -42,10 +41,10 @@ def test_qemu_guest_failing_to_boot_at_step_2_keeps_step_1(store: Store, cache):
         SweepRunner(store, spec, factory).execute(exp)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("step 2 (1:1): guest 2 of 2 failed to boot")
-    rows = sweep_store.steps(store, exp)
+    rows = store.sweeps.steps(exp)
     assert list(rows["status"]) == ["ok", "failed"]
     ok_id = int(rows["id"].iloc[0])
-    samples = sweep_store.samples(store, [ok_id])
+    samples = store.sweeps.samples([ok_id])
     window = samples[samples["phase"] == "window"]
     assert len(window) == 3 and (window["throughput"] > 0).all()
     # Host-side figures of a real QEMU process: its CPU share, RSS and run-queue wait.
@@ -66,11 +65,11 @@ def test_memory_sweep_pages_inside_the_cap(store: Store, cache):
                                   plan={"sweep": spec.as_plan(), "level": "L1"},
                                   vmtax_version="test", agent_version=None)  # fmt: skip
     SweepRunner(store, spec, qemu_factory(spec, boot_timeout=300)).execute(exp)
-    rows = sweep_store.steps(store, exp)
+    rows = store.sweeps.steps(exp)
     assert list(rows["status"]) == ["ok"] * 2
     cap = rows["detail"].iloc[0]["memory_cap"]
     assert cap["limit_mb"] == 256 and cap["guest_ram"].startswith("file-backed")
-    samples = sweep_store.samples(store, list(rows["id"]))
+    samples = store.sweeps.samples(list(rows["id"]))
     window = samples[samples["phase"] == "window"]
     usage = [m["usage_mb"] for m in window["memory"]]
     assert max(usage) <= 256 and max(usage) > 200  # the guest is charged to the cap

@@ -4,12 +4,13 @@ the sweep loop writes them) shown by `vmtax sweep show` and `vmtax report`."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
 import pytest
 
+from vmtax.runner import Storing
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
+from vmtax.store.runtimes import RunTimes
+from vmtax.sweep.run import SAMPLE_FIELDS
 from vmtax.sweep.spec import SweepSpec, Timing
 from vmtax.testing.sweeps import study_b
 
@@ -36,13 +37,14 @@ def zvm_db(tmp_path):
                      "memory": {"workingset_refault_file_per_s": 5120.0 if r >= 2.5 else 0.0}}
                     for k in range(2)
                 ]  # fmt: skip
-                sweep_store.add_step(
-                    store, exp, step_index=rep * n + i, ratio=r, axis="guests", status="ok",
-                    guests=int(3 * r * 2), vcpus=int(8 * r), guest_memory_mb=int(9196 * r),
-                    host_cpus=8, host_memory_mb=None, started_at=datetime.now(UTC),
-                    detail={"resp_p95_s": float(rt) * 22, "resp_mean_s": float(rt),
-                            "step": i, "replicate": rep},
-                    samples=rows,
+                Storing(store, exp).add_unit(
+                    {"step_index": rep * n + i, "ratio": r, "axis": "guests", "status": "ok",
+                     "guests": int(3 * r * 2), "vcpus": int(8 * r),
+                     "guest_memory_mb": int(9196 * r), "host_cpus": 8, "host_memory_mb": None,
+                     "detail": {"resp_p95_s": float(rt) * 22, "resp_mean_s": float(rt),
+                                "step": i, "replicate": rep}},
+                    [{k: row.get(k) for k in SAMPLE_FIELDS} for row in rows],
+                    RunTimes(),
                 )  # fmt: skip
         store.finish_experiment(exp, "ok")
     return db

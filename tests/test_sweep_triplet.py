@@ -22,7 +22,6 @@ import pytest
 
 from vmtax.errors import UsageError
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.gueststeal import StealRecorder
 from vmtax.sweep.run import SweepError, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing, apply_presets
@@ -213,15 +212,20 @@ def test_a_triplet_of_tcg_guests_serves_pages_from_its_db_and_a_failed_boot_keep
 
     pages = []
 
-    def on_step(outcome):
-        if outcome.status == "ok":
-            db, _app, web = outcome.detail["guests"]
-            url = f"http://127.0.0.1:{web['port']}/app.php?id=5"
-            body = urllib.request.urlopen(url, timeout=60).read().decode()
-            pages.append((db["db_server_id"], body))
+    class Runner(SweepRunner):
+        """Reads a page through each step's triplet while its guests are still up."""
+
+        def run_step(self, size, replicate=0):
+            outcome = super().run_step(size, replicate)
+            if outcome.status == "ok":
+                db, _app, web = outcome.detail["guests"]
+                url = f"http://127.0.0.1:{web['port']}/app.php?id=5"
+                body = urllib.request.urlopen(url, timeout=60).read().decode()
+                pages.append((db["db_server_id"], body))
+            return outcome
 
     with pytest.raises(SweepError) as err:
-        SweepRunner(store, spec, Factory(), on_step=on_step).execute(exp)
+        Runner(store, spec, Factory()).execute(exp)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("step 2 (3:1): guest 4 of 6 failed to boot")
 
@@ -230,12 +234,12 @@ def test_a_triplet_of_tcg_guests_serves_pages_from_its_db_and_a_failed_boot_keep
     assert f'<p id="server">db server {server_id}</p>' in body
     assert re.search(r'<p id="row">row 5: [0-9-]{119}</p>', body)
 
-    rows = sweep_store.steps(store, exp)
+    rows = store.sweeps.steps(exp)
     assert list(rows["status"]) == ["ok", "failed"]
     detail = rows["detail"].iloc[0]
     assert [g["tier"] for g in detail["guests"]] == ["db", "app", "web"]
     assert detail["window_transactions"] > 0 and detail["resp_p95_s"] > 0
-    samples = sweep_store.samples(store, [int(rows["id"].iloc[0])])
+    samples = store.sweeps.samples([int(rows["id"].iloc[0])])
     window = samples[samples["phase"] == "window"]
     assert len(window) == 2 and (window["throughput"] > 0).all()
     assert (window["guest_util"] > 0).all()

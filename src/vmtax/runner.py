@@ -1,4 +1,7 @@
-"""Execute a plan on one or more targets and store every run as soon as it ends.
+"""The execution engine: execute a plan on one or more targets and store every run as soon
+as it ends. A sweep (``vmtax.sweep.run``) executes on the same engine: it stores its units
+through the same ``Storing``, reports through the same ``Progress`` and ends its experiment
+the same way.
 
 Each target is fingerprinted (``env``), gets its configuration, and then runs its share of
 the plan one step at a time: one agent invocation per run, read with ``read_stream``. A
@@ -13,9 +16,11 @@ flight are killed, what finished stays stored, and the experiment is marked inte
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -45,7 +50,9 @@ _EMPTY = np.empty(0, dtype=np.float64)
 
 
 class Progress(Protocol):
-    """What the runner tells a progress display (the CLI draws a rich bar on stderr)."""
+    """What an execution tells a progress display, a row per target (a run's targets, or a
+    sweep): its total, a line per run or unit done, and its last line. `vmtax run` draws a
+    rich bar per row on stderr, `vmtax sweep` prints each unit's line."""
 
     def add_target(self, name: str, total: int) -> None: ...
     def advance(self, name: str, description: str) -> None: ...
@@ -166,6 +173,84 @@ def detected_labels(fp: Fingerprint) -> dict[str, str]:
     return out
 
 
+class Storing:
+    """The one place an execution writes to the store: its runs (``add_run``), a sweep's
+    units (``add_unit``), and the experiment's status, set once however the execution ends
+    (``settling``). Targets run in threads and share one store connection, so every write
+    holds one lock."""
+
+    def __init__(self, store: Store, experiment_id: int) -> None:
+        self.store = store
+        self.experiment_id = experiment_id
+        #: The status ``settling`` stores: ok until the execution says otherwise.
+        self.status = "ok"
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        with self._lock:
+            return fn(**kwargs)
+
+    def add_run(self, **kwargs: Any) -> int:
+        """One run and its samples (``Store.add_run``), committed before it returns."""
+        return int(self.call(self.store.add_run, experiment_id=self.experiment_id, **kwargs))
+
+    def add_unit(
+        self, row: dict[str, Any], samples: Sequence[dict[str, Any]], times: RunTimes
+    ) -> int:
+        """One sweep unit with its samples, committed whole (``store.sweeps.add_step``)."""
+        row = {"experiment_id": self.experiment_id, **row}
+        row.update(started_at=times.started_at, ended_at=times.end().ended_at)
+        return int(self.call(self.store.sweeps.add_step, step=row, samples=samples))
+
+    @contextlib.contextmanager
+    def settling(
+        self, cleanup: Callable[[], None] = lambda: None, *, only_if_stopped: bool = False
+    ) -> Iterator[None]:
+        """Store the experiment's status when the block ends, then ``cleanup()``; Ctrl-C
+        waits for both (a second Ctrl-C halfway left the experiment "running"). An error
+        ends it failed, Ctrl-C interrupted, unless it was marked already. ``only_if_stopped``:
+        a stage before the execution, which stores a status only when it does not end well."""
+        try:
+            yield
+        except BaseException as exc:
+            if self.status == "ok":
+                self.status = "failed" if isinstance(exc, Exception) else "interrupted"
+            raise
+        finally:
+            if self.status != "ok" or not only_if_stopped:
+                with interrupts_deferred():
+                    self.call(
+                        self.store.finish_experiment,
+                        experiment_id=self.experiment_id,
+                        status=self.status,
+                    )
+                    cleanup()
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (cleanup that must finish: the stored
+    status, the guests); one that came meanwhile is raised then, unless an exception is
+    already on its way out. Outside the main thread signals cannot be set: nothing changes."""
+    got: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        got.append(signum)
+
+    try:
+        previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if got and sys.exc_info()[0] is None:
+        raise KeyboardInterrupt
+
+
 class Runner:
     """Runs a stored plan's missing steps on its targets; the store is shared under a lock."""
 
@@ -200,13 +285,9 @@ class Runner:
         # (slot, config_id, target, planned, store_call) -> steps that may add more as it
         # goes (adaptive sampling, vmtax.sampling).
         self.step_source = step_source
-        self._lock = threading.Lock()
+        self._storing = Storing(store, 0)  # execute() makes the experiment's own
         self._stop = threading.Event()
         self._turns: dict[int, Turns] = {}
-
-    def _store(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self._lock:
-            return fn(**kwargs)
 
     def execute(self, experiment_id: int, done: set[int] | None = None) -> Outcome:
         """Run every step not in ``done`` and mark the experiment ok, failed or interrupted.
@@ -215,40 +296,39 @@ class Runner:
         in flight, marks the experiment interrupted and is re-raised.
         """
         done = set(done or ())
+        storing = self._storing = Storing(self.store, experiment_id)
         outcomes = [TargetOutcome(name=t.name, level=self.level or t.level) for t in self.targets]
         for slot, target in enumerate(self.targets):
             todo = [s for s in self.plan.steps_for(slot) if s.index not in done]
             outcomes[slot].skipped = len(self.plan.steps_for(slot)) - len(todo)
             self.progress.add_target(target.name, len(todo))
         self._turns = self._shared_machine_turns(done)
-        pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.targets)))
-        futures: list[Future[None]] = [
-            pool.submit(self._target_worker, experiment_id, slot, done, outcomes[slot])
-            for slot in range(len(self.targets))
-        ]
-        try:
-            pending = set(futures)
-            while pending:
-                # Short waits keep the main thread responsive to signals.
-                _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
-        except BaseException:
-            self._stop.set()
-            for target in self.targets:
-                with contextlib.suppress(Exception):
-                    target.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
-            self._store(
-                self.store.finish_experiment, experiment_id=experiment_id, status="interrupted"
-            )
-            raise
-        pool.shutdown(wait=True)
-        for fut, outcome in zip(futures, outcomes, strict=True):
-            exc = fut.exception()
-            if exc is not None and outcome.error is None:
-                outcome.error = _one_line(str(exc) or type(exc).__name__)
-        status = "ok" if all(not (o.error or o.failed or o.lost) for o in outcomes) else "failed"
-        self._store(self.store.finish_experiment, experiment_id=experiment_id, status=status)
-        return Outcome(experiment_id=experiment_id, status=status, targets=outcomes)
+        with storing.settling():
+            pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.targets)))
+            futures: list[Future[None]] = [
+                pool.submit(self._target_worker, experiment_id, slot, done, outcomes[slot])
+                for slot in range(len(self.targets))
+            ]
+            try:
+                pending = set(futures)
+                while pending:
+                    # Short waits keep the main thread responsive to signals.
+                    _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+            except BaseException:
+                self._stop.set()
+                for target in self.targets:
+                    with contextlib.suppress(Exception):
+                        target.cancel()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+            for fut, outcome in zip(futures, outcomes, strict=True):
+                exc = fut.exception()
+                if exc is not None and outcome.error is None:
+                    outcome.error = _one_line(str(exc) or type(exc).__name__)
+            if any(o.error or o.failed or o.lost for o in outcomes):
+                storing.status = "failed"
+        return Outcome(experiment_id=experiment_id, status=storing.status, targets=outcomes)
 
     def _shared_machine_turns(self, done: set[int]) -> dict[int, Turns]:
         """Slot -> the turns it takes with the other targets on its machine (targets alone on
@@ -303,7 +383,7 @@ class Runner:
             }
             if scaling:
                 provenance["memory_scaling"] = scaling
-            config_id = self._store(
+            config_id = self._storing.call(
                 self.store.configuration,
                 experiment_id=experiment_id,
                 level=level,
@@ -315,7 +395,11 @@ class Runner:
             outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
             lost_in_a_row = 0
             source = self.step_source
-            todo = steps if source is None else source(slot, config_id, target, steps, self._store)
+            todo = (
+                steps
+                if source is None
+                else source(slot, config_id, target, steps, self._storing.call)
+            )
             turns = self._turns.get(slot)
             if turns:
                 turns.ready(slot)
@@ -332,7 +416,7 @@ class Runner:
                     if boot is not None and step.boot != boot:
                         target.reboot()
                     boot = step.boot
-                    status = self._run_step(experiment_id, config_id, target, step, fp, outcome)
+                    status = self._run_step(config_id, target, step, fp, outcome)
                 bad = outcome.failed + outcome.lost
                 self.progress.advance(
                     target.name,
@@ -357,7 +441,6 @@ class Runner:
 
     def _run_step(
         self,
-        experiment_id: int,
         config_id: int,
         target: Target,
         step: Step,
@@ -385,7 +468,6 @@ class Runner:
         stream = read_stream(lines)
         header = stream.header.model_dump(mode="json", by_alias=True) if stream.header else None
         common = {
-            "experiment_id": experiment_id,
             "configuration_id": config_id,
             "probe": step.entry,
             "plan_index": step.index,
@@ -395,8 +477,7 @@ class Runner:
         }
         if stream.runs:
             run = stream.runs[0]
-            run_id = self._store(
-                self.store.add_run,
+            run_id = self._storing.add_run(
                 **common,
                 summary=run.summary.model_dump(mode="json"),
                 values=run.values,
@@ -421,8 +502,7 @@ class Runner:
         if stream.problem and stream.problem not in reason and status == "lost":
             reason = f"{reason} ({stream.problem})"
         reason = _one_line(f"{entry['probe']}: {reason}")
-        run_id = self._store(
-            self.store.add_run,
+        run_id = self._storing.add_run(
             **common,
             summary=None,
             values=_EMPTY,

@@ -18,7 +18,6 @@ from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
 from vmtax.experiment.sweep import (
     SweepRequest,
-    UnitDone,
     resume_sweep,
     run_sweep,
     stored_sweep,
@@ -241,14 +240,15 @@ def sweep(
     # SIGTERM stops like Ctrl-C: guests killed, committed steps kept, experiment marked
     # interrupted (resume with --resume).
     if resume is not None:
-        request.check(resuming=True)
+        request.validate()  # bad input is refused before --resume opens anything, too
         with sigterm_as_interrupt():
             done = resume_sweep(
-                resume, db=db, boot_timeout=boot_timeout, progress=_unit_line, notice=_to_stderr
-            )
+                resume, db=db, boot_timeout=boot_timeout, progress=UnitLines(),
+                notice=_to_stderr,
+            )  # fmt: skip
     else:
         with sigterm_as_interrupt():  # bad input is refused before anything starts
-            done = run_sweep(request, progress=_unit_line, notice=_to_stderr)
+            done = run_sweep(request, progress=UnitLines(), notice=_to_stderr)
     with done:
         _show(done.summary(), "table")
 
@@ -257,14 +257,18 @@ def _to_stderr(line: str) -> None:
     typer.echo(line, err=True)
 
 
-def _unit_line(u: UnitDone) -> None:
-    o = u.outcome
-    typer.echo(
-        f"[{u.done}/{u.units}] replicate {o.replicate + 1}/{u.replicates} "
-        f"step {o.index + 1}/{u.steps} {o.ratio:g}:1 {o.status}: {u.throughput:,.0f} "
-        f"{u.throughput_unit}, p95 {u.p95_s:.3g} s, host CPU {u.host_cpu_pct:.0f}%",
-        err=True,
-    )
+class UnitLines:
+    """The sweep's progress (``vmtax.runner.Progress``): each unit's line on stderr."""
+
+    def add_target(self, name: str, total: int) -> None:
+        del name, total
+
+    def advance(self, name: str, description: str) -> None:
+        del name
+        typer.echo(description, err=True)
+
+    def finish(self, name: str, description: str, *, failed: bool) -> None:
+        del name, description, failed
 
 
 def _show(summary: SweepSummary, fmt: str, output: Path | None = None) -> None:

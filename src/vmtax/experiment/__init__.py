@@ -13,7 +13,6 @@ from vmtax.experiment.run import Finished, resume, run
 from vmtax.experiment.sweep import (
     SweepRequest,
     SweepResult,
-    UnitDone,
     resume_sweep,
     run_sweep,
     stored_sweep,
@@ -26,7 +25,6 @@ __all__ = [
     "RunRequest",
     "SweepRequest",
     "SweepResult",
-    "UnitDone",
     "command_line",
     "experiment_id",
     "parse_labels",

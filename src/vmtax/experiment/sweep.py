@@ -8,21 +8,19 @@ the guests, the store and the summary with its knee.
 
 from __future__ import annotations
 
-import contextlib
-import math
 import secrets
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line
 from vmtax.experiment.run import open_existing
-from vmtax.runner import controller_identity
+from vmtax.runner import Progress, Storing, controller_identity
 from vmtax.store import Store
 from vmtax.sweep.guests import local_factory, qemu_factory
-from vmtax.sweep.run import GuestFactory, StepOutcome, SweepRunner, spec_for_resume, throughput_unit
+from vmtax.sweep.run import GuestFactory, StepOutcome, SweepRunner, spec_for_resume
 from vmtax.sweep.spec import DEFAULT_REPLICATES, SweepSpec, Timing, apply_presets
 from vmtax.sweep.tiers import TRIPLET_EVENTS
 from vmtax.targets.accel import choose_accel
@@ -73,8 +71,10 @@ class SweepRequest:
     #: The command line stored with the experiment (its --db shown without a password).
     argv: list[str] = field(default_factory=list)
 
-    def check(self, *, resuming: bool = False) -> None:
-        """The checks a resumed sweep makes too (its spec comes from the store)."""
+    def validate(self) -> SweepSpec:
+        """Refuse what cannot run, in one line (UsageError), before anything starts (a
+        resumed sweep too: its spec comes from the store, its options are checked alike);
+        the sweep's spec on this machine (its accelerator is chosen when it starts)."""
         if self.level not in ("L0", "L1"):
             raise UsageError(f"--level must be L0 or L1, got {self.level!r}")
         if self.workload == "triplet" and (self.guest_vcpus or self.guest_memory):
@@ -82,17 +82,9 @@ class SweepRequest:
                 "--guest-vcpus and --guest-memory size plain guests; the triplet's tiers are "
                 "sized by --tiers (small or study-b)"
             )
-        if self.workload == "triplet" and not resuming:
+        if self.workload == "triplet":
             _triplet_can_run(self.level)
-        if not (0 < self.boot_timeout <= 3600):
-            raise UsageError(
-                f"--boot-timeout must be above 0 and at most 3600 s, got {self.boot_timeout}"
-            )
-
-    def validate(self) -> SweepSpec:
-        """Refuse what cannot run, in one line (UsageError), before anything starts; the
-        sweep's spec on this machine (its accelerator is chosen when it starts)."""
-        self.check()
+        check_boot_timeout(self.boot_timeout)
         cpus, host_mb = host_resources()
         spec = SweepSpec(
             axis=self.axis,
@@ -136,24 +128,6 @@ class SweepRequest:
         )
         spec.check()
         return spec
-
-
-@dataclass
-class UnitDone:
-    """One committed unit (one step of one replicate), as a sweep reports its progress."""
-
-    done: int  # units this call has run, this one included
-    units: int  # units of the whole sweep
-    replicates: int
-    steps: int
-    outcome: StepOutcome
-    throughput: float  # the window's mean (nan when none)
-    throughput_unit: str
-    p95_s: float  # the window's response-time p95 (nan when none)
-    host_cpu_pct: float  # the window's mean host CPU utilisation (nan when none)
-
-
-Progress = Callable[[UnitDone], None]
 
 
 @dataclass
@@ -205,7 +179,8 @@ def run_sweep(
             vmtax_version=__version__,
             agent_version=None,
         )
-        with _marked_if_stopped(store, exp_id):  # the guests' image can take minutes
+        # The guests' image can take minutes: a Ctrl-C or an error meanwhile ends the sweep.
+        with Storing(store, exp_id).settling(only_if_stopped=True):
             factory = _factory(spec, request.level, request.boot_timeout)
         units = _execute(store, spec, factory, exp_id, request.level, progress, notice)
     except BaseException:
@@ -223,14 +198,14 @@ def resume_sweep(
     notice: Notice = _to_stderr,
 ) -> SweepResult:
     """Run the units of sweep ``experiment_id`` without an ``ok`` row, in its stored order."""
-    SweepRequest(boot_timeout=boot_timeout).check(resuming=True)
+    check_boot_timeout(boot_timeout)
     store = open_existing(db)  # a missing store is refused, not created empty
     try:
         plan = store.experiment(experiment_id).get("plan") or {}
         spec = spec_for_resume(plan)
         level = str(plan.get("level", "L1"))
         store.reopen_experiment(experiment_id, controller_identity())
-        with _marked_if_stopped(store, experiment_id):
+        with Storing(store, experiment_id).settling(only_if_stopped=True):
             factory = _factory(spec, level, boot_timeout)
         units = _execute(store, spec, factory, experiment_id, level, progress, notice)
     except BaseException:
@@ -279,39 +254,18 @@ def _execute(
     progress: Progress | None,
     notice: Notice,
 ) -> list[StepOutcome]:
-    total = len(spec.ratios)
-    units = total * spec.replicates
-    done = [0]
-    unit = throughput_unit(spec)
-
-    def on_step(o: StepOutcome) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(_unit_done(o, done[0], units, spec, unit))
-
     notice(
-        f"vmtax: sweep experiment {exp_id}: {total} steps x {spec.replicates} "
+        f"vmtax: sweep experiment {exp_id}: {len(spec.ratios)} steps x {spec.replicates} "
         f"replicates, order seed {spec.order_seed}"
     )
-    runner = SweepRunner(store, spec, factory, level=level, on_step=on_step)
+    runner = SweepRunner(store, spec, factory, level=level, progress=progress)
     return runner.execute(exp_id)
 
 
-def _unit_done(o: StepOutcome, done: int, units: int, spec: SweepSpec, unit: str) -> UnitDone:
-    window = [s for s in o.samples if s["phase"] == "window"]
-    tput = [s["throughput"] for s in window if s["throughput"] is not None]
-    util = [s["host_util"] for s in window if s["host_util"] is not None]
-    return UnitDone(
-        done=done,
-        units=units,
-        replicates=spec.replicates,
-        steps=len(spec.ratios),
-        outcome=o,
-        throughput=sum(tput) / len(tput) if tput else math.nan,
-        throughput_unit=unit,
-        p95_s=o.detail.get("resp_p95_s") or math.nan,
-        host_cpu_pct=100 * sum(util) / len(util) if util else math.nan,
-    )
+def check_boot_timeout(seconds: float) -> None:
+    """--boot-timeout: above 0 and at most an hour (a start and a resume alike)."""
+    if not (0 < seconds <= 3600):
+        raise UsageError(f"--boot-timeout must be above 0 and at most 3600 s, got {seconds}")
 
 
 def _custom_ratios(steps: str | Sequence[float]) -> tuple[float, ...] | None:
@@ -334,18 +288,6 @@ def _triplet_can_run(level: str) -> None:
     if level != "L1":
         raise UsageError("the triplet workload runs its tiers in QEMU guests: use --level L1")
     webapp.extension_dir(webapp.php_cgi())
-
-
-@contextlib.contextmanager
-def _marked_if_stopped(store: Store, experiment_id: int) -> Iterator[None]:
-    """Until the runner owns the sweep's status: a Ctrl-C (or an error) here marks the
-    experiment interrupted (or failed) instead of leaving it "running"."""
-    try:
-        yield
-    except BaseException as exc:
-        status = "failed" if isinstance(exc, Exception) else "interrupted"
-        store.finish_experiment(experiment_id, status)
-        raise
 
 
 def _factory(spec: SweepSpec, level: str, boot_timeout: float) -> GuestFactory:

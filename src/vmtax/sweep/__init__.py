@@ -11,12 +11,12 @@ replicate means.
 - ``spec``: axes, steps, timings and presets (study B's steps and timings);
 - ``host``: host-side sampling (CPU utilisation, vCPU run-queue wait, memory, paging);
 - ``cgroup``: the memory cap around the guests' QEMU processes;
-- ``run``: the step loop, the closed-loop clients, resume and failure handling;
+- ``run``: the step loop, the closed-loop clients, resume and failure handling, on the
+  execution engine of ``vmtax.runner`` (its storing, progress and end of an experiment);
 - ``guests``: the guests of the steps: QEMU guests (L1, ``qemu``) or agent processes (L0);
 - ``tiers``, ``triplet``: study B's web, app and db guests (``--workload triplet``), their
   sizes, and the clients on this machine that drive them;
 - ``gueststeal``: a guest's own steal, read inside it, when its clients run elsewhere;
-- ``store``: the tables and what ``vmtax sweep show`` reads;
 - ``summary``: a stored sweep as per-step figures and the analysis;
-- ``synthetic``: study B's two shapes with known knees, for tests.
+- study B's two shapes with known knees, for tests, are in ``vmtax.testing.sweeps``.
 """

@@ -29,21 +29,19 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from vmtax.errors import VmtaxError
+from vmtax.runner import Progress, Storing, _NoProgress
 from vmtax.store import Store
+from vmtax.store.runtimes import RunTimes
 from vmtax.sweep import host
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.cgroup import MemoryCap, swap_total_kb
 from vmtax.sweep.gueststeal import StealRecorder
 from vmtax.sweep.spec import StepSize, SweepSpec
@@ -55,6 +53,11 @@ GUEST_HZ = 100
 END_GRACE_S = 30.0
 #: How long an interrupted step waits for its clients once their agents are killed.
 HALT_S = 5.0
+#: The columns of a unit's samples (``sweep_samples``).
+SAMPLE_FIELDS = (
+    "phase", "t_s", "throughput", "transactions", "resp_mean_s", "resp_p95_s", "host_util",
+    "guest_util", "steal", "vcpu_wait", "rss_mb", "major_faults", "memory", "per_guest",
+)  # fmt: skip
 
 
 class SweepError(VmtaxError):
@@ -192,7 +195,9 @@ class StepOutcome:
 
 
 class SweepRunner:
-    """Runs a sweep's missing steps and stores each as it ends."""
+    """Runs a sweep's missing units on the execution engine (``vmtax.runner``): each is
+    stored through its ``Storing`` as it ends, and is a line of its ``Progress`` (one row,
+    ``sweep``)."""
 
     def __init__(
         self,
@@ -201,13 +206,13 @@ class SweepRunner:
         factory: GuestFactory,
         *,
         level: str = "L1",
-        on_step: Callable[[StepOutcome], None] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.store = store
         self.spec = spec
         self.factory = factory
         self.level = level
-        self.on_step = on_step or (lambda _o: None)
+        self.progress: Progress = progress or _NoProgress()
         self.guests: list[Guest] = []  # the round's guests
         self.active: list[Guest] = []  # the step's: the first of them
         self.cap: MemoryCap | None = None
@@ -417,24 +422,25 @@ class SweepRunner:
     def execute(self, experiment_id: int) -> list[StepOutcome]:
         """Run every unit not yet committed, round by round in the spec's order; mark the
         experiment ok, failed or interrupted."""
-        done = sweep_store.committed_steps(self.store, experiment_id)
+        storing = Storing(self.store, experiment_id)
+        done = self.store.sweeps.committed_steps(experiment_id)
         sizes = self.spec.steps()
+        order = list(enumerate(self.spec.order()))
+        todo = [(p, r, i) for p, (r, i) in order if self.spec.unit(r, i) not in done]
+        units = len(order)
+        self.progress.add_target(PROGRESS_ROW, len(todo))
         out: list[StepOutcome] = []
-        status = "ok"
-        try:
+        with storing.settling(self._cleanup):
             # The cap holds guests; L0's agent processes are not guests and run uncapped.
             if self.spec.cap_mb and self.level != "L0":
                 self.cap = MemoryCap(f"vmtax-sweep-{experiment_id}", self.spec.cap_mb)
             current = None
-            for position, (replicate, index) in enumerate(self.spec.order()):
-                unit = self.spec.unit(replicate, index)
-                if unit in done:
-                    continue
+            for position, replicate, index in todo:
                 if replicate != current:  # a new round boots its own guests
                     self._stop_guests()
                     current = replicate
                 size = sizes[index]
-                started = datetime.now(UTC)
+                times = RunTimes()
                 try:
                     outcome = self.run_step(size, replicate)
                 except SweepError as exc:
@@ -443,36 +449,28 @@ class SweepRunner:
                     )
                     outcome.detail = {"step": size.index, "replicate": replicate}
                 outcome.detail["order"] = position
-                self._commit(experiment_id, size, unit, outcome, started)
+                rows = [{k: x.get(k) for k in SAMPLE_FIELDS} for x in outcome.samples]
+                storing.add_unit(self._row(size, replicate, outcome), rows, times)
                 out.append(outcome)
-                self.on_step(outcome)
+                line = unit_line(outcome, len(out), units, self.spec)
+                self.progress.advance(PROGRESS_ROW, line)
                 if outcome.status != "ok":
-                    status = "failed"
+                    storing.status = "failed"
+                    self.progress.finish(PROGRESS_ROW, line, failed=True)
                     raise SweepError(f"{outcome.error} [experiment {experiment_id}]")
-        except BaseException:
-            if status == "ok":
-                status = "interrupted"
-            raise
-        finally:
-            # The status first, and no second Ctrl-C halfway: it left the sweep "running".
-            with interrupts_deferred():
-                self.store.finish_experiment(experiment_id, status)
-                self._stop_guests()
-                close = getattr(self.factory, "close", None)
-                if close is not None:
-                    close()
-                if self.cap is not None:
-                    self.cap.close()
+        self.progress.finish(PROGRESS_ROW, f"sweep: done, {len(out)} units", failed=False)
         return out
 
-    def _commit(
-        self,
-        experiment_id: int,
-        size: StepSize,
-        unit: int,
-        outcome: StepOutcome,
-        started: datetime,
-    ) -> None:
+    def _cleanup(self) -> None:
+        self._stop_guests()
+        close = getattr(self.factory, "close", None)
+        if close is not None:
+            close()
+        if self.cap is not None:
+            self.cap.close()
+
+    def _row(self, size: StepSize, replicate: int, outcome: StepOutcome) -> dict[str, Any]:
+        """The unit's row (``sweep_steps``): ``step_index`` is the unit's index."""
         detail = dict(outcome.detail)
         file_backed = bool(getattr(self.factory, "file_backed", False))
         if self.cap is not None:
@@ -482,47 +480,38 @@ class SweepRunner:
                 "swap_mb": swap_total_kb() // 1024,
                 "guest_ram": "file-backed (share=on)" if file_backed else "anonymous",
             }
-        sweep_store.add_step(
-            self.store,
-            experiment_id,
-            step_index=unit,
-            ratio=size.ratio,
-            axis=self.spec.axis,
-            status=outcome.status,
-            guests=size.guests,
-            vcpus=sum(size.vcpus),
-            guest_memory_mb=sum(size.memory_mb),
-            host_cpus=self.spec.host_cpus,
-            host_memory_mb=size.cap_mb,
-            started_at=started,
-            detail=detail,
-            error=outcome.error,
-            samples=outcome.samples,
-        )
+        return {
+            "step_index": self.spec.unit(replicate, size.index),
+            "ratio": float(size.ratio),
+            "axis": self.spec.axis,
+            "status": outcome.status,
+            "guests": size.guests,
+            "vcpus": sum(size.vcpus),
+            "guest_memory_mb": sum(size.memory_mb),
+            "host_cpus": self.spec.host_cpus,
+            "host_memory_mb": size.cap_mb,
+            "detail": detail,
+            "error": outcome.error,
+        }
 
 
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block ends (cleanup that must finish: the stored
-    status, the guests); one that came meanwhile is raised then, unless an exception is
-    already on its way out. Outside the main thread signals cannot be set: nothing changes."""
-    got: list[int] = []
+#: The sweep's one row in a progress display.
+PROGRESS_ROW = "sweep"
 
-    def note(signum: int, _frame: object) -> None:
-        got.append(signum)
 
-    try:
-        previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if got and sys.exc_info()[0] is None:
-        raise KeyboardInterrupt
+def unit_line(o: StepOutcome, done: int, units: int, spec: SweepSpec) -> str:
+    """A unit's progress line: where it stands in the sweep and its window's figures."""
+    window = [s for s in o.samples if s["phase"] == "window"]
+    tput = [s["throughput"] for s in window if s["throughput"] is not None]
+    util = [s["host_util"] for s in window if s["host_util"] is not None]
+    throughput = sum(tput) / len(tput) if tput else math.nan
+    p95 = o.detail.get("resp_p95_s") or math.nan
+    cpu = 100 * sum(util) / len(util) if util else math.nan
+    return (
+        f"[{done}/{units}] replicate {o.replicate + 1}/{spec.replicates} "
+        f"step {o.index + 1}/{len(spec.ratios)} {o.ratio:g}:1 {o.status}: {throughput:,.0f} "
+        f"{throughput_unit(spec)}, p95 {p95:.3g} s, host CPU {cpu:.0f}%"
+    )
 
 
 def _steal(mine: list[Transaction]) -> float | None:

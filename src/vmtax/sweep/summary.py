@@ -24,7 +24,6 @@ from vmtax.stats.knee import (
     slo_check,
 )
 from vmtax.store import Store
-from vmtax.sweep import store as sweep_store
 from vmtax.sweep.run import throughput_unit
 from vmtax.sweep.spec import SweepSpec
 
@@ -133,13 +132,13 @@ def summarise(store: Store, experiment_id: int) -> SweepSummary:
         raise VmtaxError(f"experiment {experiment_id} is not a sweep")
     spec = SweepSpec.from_plan(plan["sweep"])
     n_steps = len(spec.ratios)
-    units_df = sweep_store.steps(store, experiment_id)
+    units_df = store.sweeps.steps(experiment_id)
     # The latest attempt of each unit: an ok row if there is one, else the last failure.
     units = []
     for _, group in units_df.groupby("step_index", sort=True):
         ok = group[group["status"] == "ok"]
         units.append((ok if len(ok) else group).iloc[-1])
-    samples_df = sweep_store.samples(store, [int(r["id"]) for r in units])
+    samples_df = store.sweeps.samples([int(r["id"]) for r in units])
     window_all = samples_df[samples_df["phase"] == "window"]
     by_step: dict[int, list[Any]] = {}
     for r in units:

@@ -60,6 +60,7 @@ def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, 
         # L1 handles a CPUID exit of L2 in tens of microseconds of emulated time: every
         # one timed, none below zero (the recorder's clock is one for all of L1's CPUs).
         assert row.timed >= 0.99 * row.count and 1e3 < row.time_ns / row.timed < 1e7, row
+    _the_vcpu_split_adds_up(db, prof)
     res = cli("exits", "exp=latest", "--db", db, "--format", "json")
     rows = json.loads(res.stdout)
     per = {r["reason"]: r for r in rows if r["probe"] == "cpuid"}
@@ -194,3 +195,17 @@ def test_explain_splits_l2s_timer_overhead_by_exit_group(cli, kvm_l1_l2_store):
         assert residual["explained_low"] < residual["explained"] < residual["explained_high"]
     text = cli("explain", "exp=latest", "--db", db).stdout
     assert "timer at L2" in text and ("exits explain" in text or "not detected (p = " in text)
+
+
+def _the_vcpu_split_adds_up(db: str, prof) -> None:
+    """Every traced profile says which vCPU made each exit (L2 has one vCPU here: vCPU 0),
+    and its vCPUs' counts and handling times add up to its reasons'."""
+    from vmtax.hostprof.store import vcpu_counts
+    from vmtax.store import Store
+
+    with Store.open(db) as s:
+        split = vcpu_counts(s, int(prof["experiment_id"].iloc[0]))
+    assert set(split["run_id"]) == set(prof["run_id"]) and set(split["vcpu"]) == {0}
+    whole = prof.groupby(["run_id", "code"])[["count", "time_ns"]].sum()
+    parts = split.groupby(["run_id", "code"])[["count", "time_ns"]].sum()
+    assert parts.equals(whole.loc[parts.index]) and len(parts) == len(whole)

@@ -57,6 +57,28 @@ pub fn current() -> Option<usize> {
     (c >= 0).then_some(c as usize)
 }
 
+/// Pin every thread a child process will start to one CPU: called between fork and exec,
+/// where only async-signal-safe calls are allowed, so the set is built here, before the fork.
+pub fn pin_before_exec(cmd: &mut std::process::Command, cpu: usize) -> Result<(), AffinityError> {
+    use std::os::unix::process::CommandExt;
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(AffinityError::OutOfRange(cpu));
+    }
+    // SAFETY: cpu_set_t is plain old data; cpu < CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the closure makes one system call on a set it owns, nothing else.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// Pin the calling thread to the given CPUs.
 pub fn pin(cpus: &[usize]) -> Result<(), AffinityError> {
     // SAFETY: cpu_set_t is plain old data.

@@ -7,19 +7,23 @@
 //! (`instances/vmtax`) and a synthetic event, all filtered to the guest's vCPU threads
 //! (`CPU n/KVM` of its qemu-system process):
 //!
-//! - `kvm:kvm_exit`: `hist:keys=exit_reason` counts exits by reason;
+//! - `kvm:kvm_exit`: `hist:keys=exit_reason,vcpu_id` counts exits by reason and vCPU;
 //! - `kvm:kvm_exit`: `hist:keys=common_pid:ts0=common_timestamp,r=exit_reason` remembers
 //!   when and why each vCPU thread last left its guest;
 //! - `kvm:kvm_entry`: on the next entry of the same thread, `onmatch(kvm.kvm_exit)` emits
-//!   the synthetic event `vmtax_exit(reason, lat)` with `lat` = entry - exit in ns (a
+//!   the synthetic event `vmtax_exit(reason, lat, vcpu)` with `lat` = entry - exit in ns (a
 //!   variable is read once, so each exit pairs with exactly the next entry);
-//! - `synthetic:vmtax_exit`: `hist:keys=reason:vals=hitcount,lat if lat < LAT_LIMIT_NS` sums
+//! - `synthetic:vmtax_exit`: `hist:keys=reason,vcpu:vals=hitcount,lat if lat < LAT_LIMIT_NS` sums
 //!   the handling time, and a second histogram counts by reason the exits whose `lat` is not
 //!   below the limit: an entry stamped before its exit, so `lat` wrapped below zero. The
 //!   ring buffer can stamp an event with an earlier time than it happened (an event that
 //!   interrupts another's reservation takes the buffer's last stamp), and under load a
 //!   short HLT then came out negative even with one clock for all CPUs. Those exits are
 //!   counted but left out of the time (`untimed`); the rest of the sum stays right.
+//!
+//! The vCPU key (`vcpu_id`, KVM's index of the vCPU, which is QEMU's CPU number) lets a
+//! profile say which vCPU made each exit; a kernel whose `kvm_exit` has no `vcpu_id` field
+//! (before Linux 5.11) gets the same histograms keyed by reason alone.
 //!
 //! `stop` reads both histograms, prints one JSON object and removes everything `start` set up.
 
@@ -126,27 +130,54 @@ pub fn pid_filter(pids: &[u32]) -> String {
     format!("if {}", terms.join(" || "))
 }
 
+/// The synthetic event's definition: with the vCPU when the kvm events carry it.
+pub fn synth_definition(by_vcpu: bool) -> String {
+    if by_vcpu {
+        format!("{SYNTH} u32 reason; u64 lat; u32 vcpu")
+    } else {
+        format!("{SYNTH} u32 reason; u64 lat")
+    }
+}
+
 /// The triggers `start` writes, in the order it writes them (event path, trigger text).
-/// Without `timed`, only the count per reason (one trigger instead of five).
-pub fn triggers(pids: &[u32], size: Option<u32>, timed: bool) -> Vec<(&'static str, String)> {
+/// Without `timed`, only the count per reason (one trigger instead of five). With `by_vcpu`
+/// every histogram is keyed by the vCPU too (`kvm_entry` hands its `vcpu_id` to the
+/// synthetic event).
+pub fn triggers(pids: &[u32], size: Option<u32>, timed: bool, by_vcpu: bool) -> Vec<(&'static str, String)> {
     let f = pid_filter(pids);
     let sz = size.map(|s| format!(":size={s}")).unwrap_or_default();
-    let count = ("kvm/kvm_exit", format!("hist:keys=exit_reason:vals=hitcount:sort=exit_reason{sz} {f}"));
+    let (exit_key, synth_key, vcpu_arg) =
+        if by_vcpu { ("exit_reason,vcpu_id", "reason,vcpu", ",vcpu_id") } else { ("exit_reason", "reason", "") };
+    let count = ("kvm/kvm_exit", format!("hist:keys={exit_key}:vals=hitcount:sort=exit_reason{sz} {f}"));
     if !timed {
         return vec![count];
     }
     vec![
-        ("synthetic/vmtax_exit", format!("hist:keys=reason:vals=hitcount,lat:sort=reason{sz} if lat < {LAT_LIMIT_NS}")),
-        ("synthetic/vmtax_exit", format!("hist:keys=reason:vals=hitcount:sort=reason{sz} if lat >= {LAT_LIMIT_NS}")),
+        (
+            "synthetic/vmtax_exit",
+            format!("hist:keys={synth_key}:vals=hitcount,lat:sort=reason{sz} if lat < {LAT_LIMIT_NS}"),
+        ),
+        (
+            "synthetic/vmtax_exit",
+            format!("hist:keys={synth_key}:vals=hitcount:sort=reason{sz} if lat >= {LAT_LIMIT_NS}"),
+        ),
         ("kvm/kvm_exit", format!("hist:keys=common_pid:ts0=common_timestamp,r=exit_reason{sz} {f}")),
         (
             "kvm/kvm_entry",
             format!(
-                "hist:keys=common_pid:lat=common_timestamp-$ts0,rr=$r{sz}:onmatch(kvm.kvm_exit).trace({SYNTH},$rr,$lat) {f}"
+                "hist:keys=common_pid:lat=common_timestamp-$ts0,rr=$r{sz}:onmatch(kvm.kvm_exit).trace({SYNTH},$rr,$lat{vcpu_arg}) {f}"
             ),
         ),
         count,
     ]
+}
+
+/// Whether both kvm events of this kernel carry the vCPU's index (`vcpu_id`).
+fn events_have_vcpu(root: &Path) -> bool {
+    ["kvm/kvm_exit", "kvm/kvm_entry"].iter().all(|ev| {
+        fs::read_to_string(root.join("events").join(ev).join("format"))
+            .is_ok_and(|f| f.lines().any(|l| l.contains(" vcpu_id;")))
+    })
 }
 
 /// The command that removes a trigger as the `trigger` file lists it.
@@ -174,9 +205,12 @@ pub struct Profile {
     pub problems: Vec<String>,
     pub threads: Vec<u32>,
     pub window_ns: Option<u64>,
+    /// The same reasons per vCPU (KVM's `vcpu_id`), when the histograms were keyed by it.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_vcpu: BTreeMap<String, Vec<Reason>>,
 }
 
-#[derive(Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
 pub struct Reason {
     pub code: u64,
     pub count: u64,
@@ -185,31 +219,44 @@ pub struct Reason {
     pub untimed: u64,
 }
 
+/// The vCPU of a histogram entry keyed by it (`vcpu_id` on kvm_exit, `vcpu` on ours).
+fn vcpu_of(e: &HistEntry) -> Option<u64> {
+    e.keys.get("vcpu_id").or_else(|| e.keys.get("vcpu")).copied()
+}
+
 /// Combine the `kvm_exit` and `vmtax_exit` hist files into a profile.
 pub fn profile(exit_text: &str, synth_text: &str, isa: &str) -> Profile {
     let mut p = Profile { kind: "exits", isa: isa.to_string(), complete: true, ..Profile::default() };
     let exit_hists = parse_hist(exit_text);
     let synth_hists = parse_hist(synth_text);
     let mut by: BTreeMap<u64, Reason> = BTreeMap::new();
+    // (vCPU, code) -> that vCPU's share of the reason, from histograms keyed by the vCPU.
+    let mut per_vcpu: BTreeMap<(u64, u64), Reason> = BTreeMap::new();
+    let mut both = |e: &HistEntry, code: u64, f: &dyn Fn(&mut Reason)| {
+        f(by.entry(code).or_insert(Reason { code, ..Reason::default() }));
+        if let Some(v) = vcpu_of(e) {
+            f(per_vcpu.entry((v, code)).or_insert(Reason { code, ..Reason::default() }));
+        }
+    };
     let counts = exit_hists.iter().find(|h| h.trigger.starts_with("hist:keys=exit_reason"));
     match counts {
         Some(h) => {
             p.hits = h.hits;
             for e in &h.entries {
                 if let Some(&code) = e.keys.get("exit_reason") {
-                    let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
-                    r.count += e.vals.get("hitcount").copied().unwrap_or(0);
+                    let n = e.vals.get("hitcount").copied().unwrap_or(0);
+                    both(e, code, &|r| r.count += n);
                 }
             }
         }
         None => p.problems.push("the kvm_exit count histogram is missing".into()),
     }
-    match synth_hists.iter().find(|h| h.trigger.starts_with("hist:keys=reason:vals=hitcount,lat")) {
+    let timed = |h: &&Hist| h.trigger.starts_with("hist:keys=reason") && h.trigger.contains(":vals=hitcount,lat");
+    match synth_hists.iter().find(timed) {
         None if synth_text.is_empty() => {} // recorded without handling times (--no-time)
         Some(h) => {
             for e in &h.entries {
                 if let Some(&code) = e.keys.get("reason") {
-                    let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
                     let lat = e.vals.get("lat").copied().unwrap_or(0);
                     if lat > i64::MAX as u64 {
                         // A sum of u64s that went below zero: some entry read an earlier
@@ -217,21 +264,26 @@ pub fn profile(exit_text: &str, synth_text: &str, isa: &str) -> Profile {
                         p.problems.push(format!(
                             "handling time of reason {code} went below zero (a clock that differs between CPUs)"
                         ));
+                        both(e, code, &|_| {});
                         continue;
                     }
-                    r.time_ns += lat;
-                    r.timed += e.vals.get("hitcount").copied().unwrap_or(0);
+                    let n = e.vals.get("hitcount").copied().unwrap_or(0);
+                    both(e, code, &|r| {
+                        r.time_ns += lat;
+                        r.timed += n;
+                    });
                 }
             }
         }
         None => p.problems.push("the handling-time histogram is missing".into()),
     }
     // Exits whose entry was stamped before them (see the module's comment): counted, untimed.
-    if let Some(h) = synth_hists.iter().find(|h| h.trigger.starts_with("hist:keys=reason:vals=hitcount:")) {
+    let wrapped = |h: &&Hist| h.trigger.starts_with("hist:keys=reason") && h.trigger.contains(":vals=hitcount:");
+    if let Some(h) = synth_hists.iter().find(wrapped) {
         for e in &h.entries {
             if let Some(&code) = e.keys.get("reason") {
-                let r = by.entry(code).or_insert(Reason { code, ..Reason::default() });
-                r.untimed += e.vals.get("hitcount").copied().unwrap_or(0);
+                let n = e.vals.get("hitcount").copied().unwrap_or(0);
+                both(e, code, &|r| r.untimed += n);
             }
         }
     }
@@ -240,6 +292,9 @@ pub fn profile(exit_text: &str, synth_text: &str, isa: &str) -> Profile {
         p.problems.push(format!("{} events were dropped (histogram full)", p.dropped));
     }
     p.reasons = by.into_values().collect();
+    for ((v, _), r) in per_vcpu {
+        p.by_vcpu.entry(v.to_string()).or_default().push(r);
+    }
     p.timed = p.reasons.iter().map(|r| r.timed).sum();
     p.untimed = p.reasons.iter().map(|r| r.untimed).sum();
     p.complete = p.problems.is_empty();
@@ -530,10 +585,11 @@ pub fn start(o: &StartOpts) -> i32 {
         if o.timed && fs::write(inst.join("trace_clock"), "mono").is_err() {
             fs::write(inst.join("trace_clock"), "global").map_err(ExitsError::TraceClock)?;
         }
+        let by_vcpu = events_have_vcpu(&root);
         if o.timed {
-            append(&root.join("synthetic_events"), &format!("{SYNTH} u32 reason; u64 lat"))?;
+            append(&root.join("synthetic_events"), &synth_definition(by_vcpu))?;
         }
-        for (ev, trig) in triggers(&pids, o.size, o.timed) {
+        for (ev, trig) in triggers(&pids, o.size, o.timed, by_vcpu) {
             append(&inst.join("events").join(ev).join("trigger"), &trig)?;
         }
         Ok(())
@@ -669,6 +725,52 @@ Totals:
     }
 
     #[test]
+    fn histograms_keyed_by_vcpu_split_each_reason() {
+        let exits = "# trigger info: hist:keys=exit_reason,vcpu_id:vals=hitcount:sort=exit_reason:size=2048 if common_pid == 3 [active]
+{ exit_reason:        114, vcpu_id:          0 } hitcount:         40
+{ exit_reason:        114, vcpu_id:          1 } hitcount:          2
+{ exit_reason:        120, vcpu_id:          1 } hitcount:          7
+Totals:
+    Hits: 49
+    Entries: 3
+    Dropped: 0
+";
+        let synth = "# trigger info: hist:keys=reason,vcpu:vals=hitcount,lat:sort=reason:size=2048 if lat < 1000000000000000 [active]
+{ reason:        114, vcpu:          0 } hitcount:         40  lat:       4000
+{ reason:        114, vcpu:          1 } hitcount:          2  lat:        600
+{ reason:        120, vcpu:          1 } hitcount:          6  lat:      90000
+Totals:
+    Hits: 48
+    Entries: 3
+    Dropped: 0
+# trigger info: hist:keys=reason,vcpu:vals=hitcount:sort=reason:size=2048 if lat >= 1000000000000000 [active]
+{ reason:        120, vcpu:          1 } hitcount:          1
+Totals:
+    Hits: 1
+    Entries: 1
+    Dropped: 0
+";
+        let p = profile(exits, synth, "svm");
+        assert!(p.complete, "{:?}", p.problems);
+        assert_eq!(p.reasons[0], Reason { code: 114, count: 42, time_ns: 4600, timed: 42, untimed: 0 });
+        assert_eq!(p.by_vcpu["0"], vec![Reason { code: 114, count: 40, time_ns: 4000, timed: 40, untimed: 0 }]);
+        assert_eq!(
+            p.by_vcpu["1"],
+            vec![
+                Reason { code: 114, count: 2, time_ns: 600, timed: 2, untimed: 0 },
+                Reason { code: 120, count: 7, time_ns: 90000, timed: 6, untimed: 1 },
+            ]
+        );
+        // Histograms keyed by reason alone give no split (and print none).
+        assert!(profile(EXIT_HIST, SYNTH_HIST, "svm").by_vcpu.is_empty());
+        let t = triggers(&[3], None, true, true);
+        assert!(t[0].1.starts_with("hist:keys=reason,vcpu:vals=hitcount,lat:"));
+        assert!(t[3].1.contains(".trace(vmtax_exit,$rr,$lat,vcpu_id)"));
+        assert!(t[4].1.starts_with("hist:keys=exit_reason,vcpu_id:"));
+        assert_eq!(synth_definition(true), "vmtax_exit u32 reason; u64 lat; u32 vcpu");
+    }
+
+    #[test]
     fn a_handling_time_below_zero_is_a_problem_not_a_total() {
         // What L1 stored once under the per-CPU clock: one reason's sum wrapped past zero.
         let wrapped = SYNTH_HIST.replace("lat:    7093726218", "lat: 18446744073709550616");
@@ -708,8 +810,8 @@ Totals:
         assert!(!is_vcpu_thread("CPU 0/TCG"));
         assert!(!is_vcpu_thread("qemu-system-x86"));
         assert_eq!(pid_filter(&[3, 4]), "if common_pid == 3 || common_pid == 4");
-        assert_eq!(triggers(&[7], None, false).len(), 1);
-        let t = triggers(&[7], Some(128), true);
+        assert_eq!(triggers(&[7], None, false, false).len(), 1);
+        let t = triggers(&[7], Some(128), true, false);
         assert_eq!(t.len(), 5);
         assert!(t[0].1.ends_with(":size=128 if lat < 1000000000000000"));
         assert!(

@@ -132,20 +132,30 @@ impl Probe for Http {
         let addr = format!("{host}:{}", params.int("port"));
         let server = match params.str("server") {
             "" => None,
-            cmd => Some(super::net::spawn_server(cmd, &addr)?),
+            cmd => Some(super::net::spawn_server(cmd, &addr, pool.path().map(|(_, s)| s))?),
         };
+        // With --cpus the client takes the first CPU and the server it starts the second
+        // (as net's): the summary records both, and the client's connection threads
+        // inherit the pinning.
+        if let Some((client, _)) = pool.path() {
+            crate::affinity::pin(&[client])?;
+        }
         let mut conns: Vec<Conn> =
             (0..params.int("connections")).map(|_| Conn::new(&addr, host, params.str("path"))).collect();
         for c in conns.iter_mut() {
             c.get()?;
         }
-        Ok(Box::new(HttpSession { conns, cpus: pool.cpus.clone(), _server: server }))
+        let path = pool.path().filter(|_| server.is_some());
+        let cpus = pool.path().map_or_else(|| pool.cpus.clone(), |(c, _)| vec![c]);
+        Ok(Box::new(HttpSession { conns, cpus, path, _server: server }))
     }
 }
 
 struct HttpSession {
     conns: Vec<Conn>,
     cpus: Vec<usize>,
+    /// The pinned client's and server's CPUs (`CpuPool::path`), when the agent started the server.
+    path: Option<(usize, usize)>,
     // Dropped after the connections (fields drop in order): the server goes last.
     _server: Option<super::net::Child>,
 }
@@ -166,6 +176,10 @@ impl Session for HttpSession {
             return ctl.drive(|| self.iterate());
         }
         drive_parallel(ctl, &mut self.conns, Conn::get)
+    }
+
+    fn extra(&self, _values: &[f64]) -> std::collections::BTreeMap<String, f64> {
+        super::path_extra(self.path)
     }
 }
 

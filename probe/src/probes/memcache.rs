@@ -148,8 +148,14 @@ impl Probe for Memcache {
         let addr = format!("{}:{}", params.str("host"), params.int("port"));
         let server = match params.str("server") {
             "" => None,
-            cmd => Some(super::net::spawn_server(cmd, &addr)?),
+            cmd => Some(super::net::spawn_server(cmd, &addr, pool.path().map(|(_, s)| s))?),
         };
+        // With --cpus the client takes the first CPU and the server it starts the second
+        // (as net's): the summary records both, and the client's connection threads
+        // inherit the pinning.
+        if let Some((client, _)) = pool.path() {
+            crate::affinity::pin(&[client])?;
+        }
         let mut conns = Vec::new();
         for i in 0..params.int("connections") as u64 {
             conns.push(Conn {
@@ -166,13 +172,17 @@ impl Probe for Memcache {
         for key in 0..params.int("keys") as u64 {
             conns[0].set(key).map_err(|e| e.context(&addr))?;
         }
-        Ok(Box::new(McSession { conns, cpus: pool.cpus.clone(), _server: server }))
+        let path = pool.path().filter(|_| server.is_some());
+        let cpus = pool.path().map_or_else(|| pool.cpus.clone(), |(c, _)| vec![c]);
+        Ok(Box::new(McSession { conns, cpus, path, _server: server }))
     }
 }
 
 struct McSession {
     conns: Vec<Conn>,
     cpus: Vec<usize>,
+    /// The pinned client's and server's CPUs (`CpuPool::path`), when the agent started the server.
+    path: Option<(usize, usize)>,
     // Dropped after the connections (fields drop in order): the server goes last.
     _server: Option<super::net::Child>,
 }
@@ -193,5 +203,9 @@ impl Session for McSession {
             return ctl.drive(|| self.iterate());
         }
         drive_parallel(ctl, &mut self.conns, Conn::request)
+    }
+
+    fn extra(&self, _values: &[f64]) -> std::collections::BTreeMap<String, f64> {
+        super::path_extra(self.path)
     }
 }

@@ -86,6 +86,23 @@ impl CpuPool {
     pub fn two(&self) -> (usize, usize) {
         (self.cpus[0], *self.cpus.get(1).unwrap_or(&self.cpus[0]))
     }
+
+    /// Where a client and its server run when `--cpus` was given: the client on the first
+    /// CPU, the server on the second (the first again with one). None: nothing is pinned.
+    pub fn path(&self) -> Option<(usize, usize)> {
+        self.requested.then(|| self.two())
+    }
+}
+
+/// The run summary's record of a pinned client and server (`CpuPool::path`): which CPUs
+/// carried the measured requests, so a host-side profile can be split by them.
+pub fn path_extra(path: Option<(usize, usize)>) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    if let Some((client, server)) = path {
+        m.insert("client_cpu".into(), client as f64);
+        m.insert("server_cpu".into(), server as f64);
+    }
+    m
 }
 
 /// What went wrong in a probe: a parameter rule it checks itself (a usage error), or a

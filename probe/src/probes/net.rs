@@ -172,7 +172,9 @@ impl Probe for Net {
         hello[1..].copy_from_slice(&(size as u32).to_le_bytes());
         stream.write_all(&hello).map_err(|e| ProbeError::io(format!("{}: {addr}", self.0.name()), e))?;
         let cpus = if pinned { vec![cpu] } else { pool.cpus.clone() };
-        Ok(Box::new(NetSession { test: self.0, stream, buf: vec![0x5a; size], cpus }))
+        // With its own server thread the path is recorded; another agent's is not ours.
+        let path = if params.str("host").is_empty() { pool.path() } else { None };
+        Ok(Box::new(NetSession { test: self.0, stream, buf: vec![0x5a; size], cpus, path }))
     }
 }
 
@@ -181,6 +183,7 @@ struct NetSession {
     stream: TcpStream,
     buf: Vec<u8>,
     cpus: Vec<usize>,
+    path: Option<(usize, usize)>,
 }
 
 impl Session for NetSession {
@@ -208,6 +211,10 @@ impl Session for NetSession {
             Test::Rr => Some(n as f64 / wall_s),
             _ => Some((n * self.buf.len()) as f64 * 8.0 / wall_s / 1e6),
         }
+    }
+
+    fn extra(&self, _values: &[f64]) -> std::collections::BTreeMap<String, f64> {
+        super::path_extra(self.path)
     }
 }
 
@@ -304,13 +311,18 @@ impl Drop for Child {
     }
 }
 
-/// Start `cmd` (split on spaces, no shell) and wait until it accepts on `addr`; an error
-/// quotes the last line it wrote on stderr.
-pub fn spawn_server(cmd: &str, addr: &str) -> Result<Child, ProbeError> {
+/// Start `cmd` (split on spaces, no shell), pinned to `cpu` when given (every thread it
+/// starts inherits that), and wait until it accepts on `addr`; an error quotes the last
+/// line it wrote on stderr.
+pub fn spawn_server(cmd: &str, addr: &str, cpu: Option<usize>) -> Result<Child, ProbeError> {
     ensure_loopback();
     let argv: Vec<&str> = cmd.split_whitespace().collect();
     let prog = *argv.first().ok_or(ProbeError::NoServerProgram)?;
-    let child = std::process::Command::new(prog)
+    let mut command = std::process::Command::new(prog);
+    if let Some(c) = cpu {
+        crate::affinity::pin_before_exec(&mut command, c)?;
+    }
+    let child = command
         .args(&argv[1..])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

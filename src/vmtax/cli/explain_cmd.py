@@ -57,7 +57,9 @@ def explain_cmd(
     operation (from the exit profile), the cost of one exit (its handling time in the
     profile plus a round trip measured by cpuid at the same level) and its share of the
     overhead over the baseline one level down; then the residual and the explained
-    fraction with a 95% interval.
+    fraction with a 95% interval. Where the profile says which vCPU made each exit
+    (--exits=trace), the same cost per vCPU, and the fraction on the vCPUs of the measured
+    path: the client's and its server's, which the agent pins when the run has --cpus.
 
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --probe timer --exits=trace
 
@@ -79,8 +81,10 @@ def explain_cmd(
         f"(profiles recorded at {found.recorded_at}; round trip "
         f"{rows['round_trip_ns'].iloc[0]:.0f} ns from {found.round_trip_probe})"
     )
-    rendered = explain_format.render(rows, fmt, title)
+    rendered = explain_format.render(rows, fmt, title, found.vcpus)
     emit(rendered)
+    if fmt == "table" and len(found.vcpus):
+        emit(explain_format.render_split(found.vcpus, "table", "by the vCPU that made the exits"))
     if found.counted:
         print(
             "vmtax: explain: these profiles are counts (--exits), with no handling time: each "

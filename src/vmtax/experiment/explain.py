@@ -17,9 +17,12 @@ if TYPE_CHECKING:
 class Explained:
     """The split (one row per probe and exit group, then the residual) and what it is of:
     the configuration and its baseline, where the profiles were recorded, the round trip's
-    probe, and whether the profiles are counts without handling times."""
+    probe, and whether the profiles are counts without handling times. ``vcpus`` is the
+    split by vCPU (``vmtax.explain.split``), empty when no profile says which vCPU made
+    each exit."""
 
     rows: pd.DataFrame
+    vcpus: pd.DataFrame
     config: str
     baseline: str
     recorded_at: str
@@ -39,7 +42,7 @@ def explain_overhead(
     """Explain ``config``'s overhead over ``baseline`` (defaults: the highest profiled level
     and the one configuration below it) for the runs ``selectors`` pick."""
     # heavy: scipy, only for this command
-    from vmtax.explain import explain
+    from vmtax.explain import explain, split
     from vmtax.explain.inputs import from_store
 
     with Store.open(db, read_only=True) as store:
@@ -49,10 +52,12 @@ def explain_overhead(
         )  # fmt: skip
     try:
         rows = explain(chosen.probes, chosen.source)
+        vcpus = split(chosen.probes, chosen.source)
     except ValueError as exc:
         raise VmtaxError(str(exc)) from None
     return Explained(
         rows=rows,
+        vcpus=vcpus,
         config=str(chosen.config),
         baseline=str(chosen.baseline),
         recorded_at=str(chosen.recorded_at),

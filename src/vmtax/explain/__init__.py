@@ -7,6 +7,6 @@ overhead").
 - ``inputs``: picking the configuration, the baseline and the probes from the store.
 """
 
-from vmtax.explain.decompose import COLUMNS, RESIDUAL, ProbeRuns, explain
+from vmtax.explain.decompose import COLUMNS, RESIDUAL, SPLIT_COLUMNS, ProbeRuns, explain, split
 
-__all__ = ["COLUMNS", "RESIDUAL", "ProbeRuns", "explain"]
+__all__ = ["COLUMNS", "RESIDUAL", "SPLIT_COLUMNS", "ProbeRuns", "explain", "split"]

@@ -16,6 +16,10 @@ only. A reason that was never timed costs the run's mean handling per timed exit
 The explained fraction (Σ / overhead) gets a 95% interval by the delta method over the
 independent runs of the four samples it uses (stats.delta); when the probe explained is the
 round-trip probe itself, the fraction is 1 by construction and says so.
+
+Where the profile says which vCPU made each exit, ``split`` shows Σ per vCPU, and the
+fraction on the measured path is the same sum over the vCPUs the pinned client and server
+ran on (the runs' summaries record them), with the same interval.
 """
 
 from __future__ import annotations
@@ -35,7 +39,12 @@ from vmtax.stats.delta import delta_interval
 COLUMNS = [
     "config", "baseline", "probe", "group", "exits_per_op", "cost_ns", "share", "top_reason",
     "handling_ns", "round_trip_ns", "cost_basis", "overhead_ns", "overhead_p", "explained",
-    "explained_low", "explained_high", "runs", "baseline_runs",
+    "explained_low", "explained_high", "runs", "baseline_runs", "path_vcpus", "path_explained",
+    "path_explained_low", "path_explained_high",
+]  # fmt: skip
+#: Columns of ``split()``: one row per (probe, vCPU).
+SPLIT_COLUMNS = [
+    "config", "probe", "vcpu", "role", "exits_per_op", "explained_ns", "share",
 ]  # fmt: skip
 RESIDUAL = "residual"
 ALPHA = 0.05
@@ -57,12 +66,27 @@ class ProbeRuns:
     times: np.ndarray
     base_times: np.ndarray
     reasons: pd.DataFrame
+    #: ``reasons`` per vCPU (``hostprof.perop.VCPU_REASON_COLUMNS``); None or empty when the
+    #: profiles do not say which vCPU made an exit.
+    vcpu_reasons: pd.DataFrame | None = None
+    #: The vCPUs of the measured path (the pinned client's, then its server's); None when
+    #: the runs did not record them.
+    path: tuple[int, ...] | None = None
 
-    def per_run(self) -> np.ndarray:
-        """(runs, 3): time, handling ns and exits per operation of each run."""
-        sums = self.reasons.groupby("run_id")[["handling_ns", "exits_per_op"]].sum()
+    def per_run(self, vcpus: Sequence[int] | None = None) -> np.ndarray:
+        """(runs, 3): time, handling ns and exits per operation of each run (on ``vcpus``
+        only, when given)."""
+        reasons = self.reasons
+        if vcpus is not None:
+            split = self.vcpu_reasons
+            assert split is not None
+            reasons = split[split["vcpu"].isin(list(vcpus))]
+        sums = reasons.groupby("run_id")[["handling_ns", "exits_per_op"]].sum()
         sums = sums.reindex(self.run_ids).fillna(0.0)
         return np.column_stack([self.times, sums.to_numpy(dtype=np.float64)])
+
+    def has_split(self) -> bool:
+        return self.vcpu_reasons is not None and len(self.vcpu_reasons) > 0
 
 
 def _round_trip(means: Sequence[np.ndarray]) -> float:
@@ -108,11 +132,19 @@ def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> l
         fraction, low, high = got.estimate, got.low, got.high
     else:
         fraction = low = high = np.nan
+    on_path = p.path if p.has_split() and p.path else None
+    if on_path is not None and detected and not calibration:
+        got = delta_interval(_fraction, [p.per_run(on_path), p.base_times, src, source.base_times])
+        path = (got.estimate, got.low, got.high)
+    else:
+        path = (np.nan, np.nan, np.nan)
     common = {
         "config": p.config, "baseline": p.baseline, "probe": p.probe, "round_trip_ns": e,
         "overhead_ns": overhead, "overhead_p": p_value, "explained": fraction,
         "explained_low": low, "explained_high": high, "runs": len(p.times),
         "baseline_runs": len(p.base_times),
+        "path_vcpus": ",".join(map(str, on_path)) if on_path is not None else "",
+        "path_explained": path[0], "path_explained_low": path[1], "path_explained_high": path[2],
     }  # fmt: skip
     rows: list[dict[str, Any]] = []
     explained_ns = 0.0
@@ -144,6 +176,36 @@ def _probe_rows(p: ProbeRuns, source: ProbeRuns, src: np.ndarray, e: float) -> l
         }
     )  # fmt: skip
     return rows
+
+
+def split(probes: Sequence[ProbeRuns], source: ProbeRuns) -> pd.DataFrame:
+    """Per probe and vCPU: exits per operation, what they cost (exits × round trip +
+    handling, per operation) and that cost's share of the overhead; ``role`` says whether
+    the pinned client or server ran there. Probes without a split have no rows."""
+    src = source.per_run()
+    e = _round_trip([src.mean(axis=0), np.atleast_1d(source.base_times.mean())])
+    rows = []
+    for p in probes:
+        if not p.has_split():
+            continue
+        assert p.vcpu_reasons is not None
+        overhead = float(p.times.mean() - p.base_times.mean())
+        n = len(p.run_ids)
+        roles = dict(zip(p.path or (), ("client", "server"), strict=False))
+        if p.path and len(p.path) == 1:
+            roles = {p.path[0]: "client and server"}
+        for vcpu, sub in p.vcpu_reasons.groupby("vcpu"):
+            exits = float(sub["exits_per_op"].sum()) / n
+            cost = exits * e + float(sub["handling_ns"].sum()) / n
+            rows.append(
+                {
+                    "config": p.config, "probe": p.probe, "vcpu": int(str(vcpu)),
+                    "role": roles.get(int(str(vcpu)), "" if p.path else "not recorded"),
+                    "exits_per_op": exits, "explained_ns": cost,
+                    "share": cost / overhead if overhead > 0 else np.nan,
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=SPLIT_COLUMNS)
 
 
 def _groups(p: ProbeRuns) -> dict[str, pd.DataFrame]:

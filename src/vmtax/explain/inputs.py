@@ -14,8 +14,8 @@ import pandas as pd
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.explain.decompose import ProbeRuns
-from vmtax.hostprof.perop import per_reason
-from vmtax.hostprof.store import COLUMNS, exit_profiles
+from vmtax.hostprof.perop import per_reason, per_vcpu_reason
+from vmtax.hostprof.store import COLUMNS, VCPU_COLUMNS, exit_profiles, path_cpus, vcpu_counts
 from vmtax.hostprof.table import matches
 from vmtax.model.mechanisms import MECHANISMS, NULL
 from vmtax.model.sources import level_number, ns_per_op, tsc_rates
@@ -44,8 +44,12 @@ def select(
     baseline: str | None,
     probes: Sequence[str],
     round_trip_probe: str,
+    vcpus: pd.DataFrame | None = None,
+    paths: dict[int, tuple[int, ...]] | None = None,
 ) -> Selection:
-    """Pick the configuration and baseline, check them, and gather every probe's runs."""
+    """Pick the configuration and baseline, check them, and gather every probe's runs.
+    ``vcpus`` (``hostprof.store.vcpu_counts``) and ``paths`` (run -> the vCPUs of its
+    pinned client and server) give the split by vCPU where the profiles have one."""
     if MECHANISMS.get(round_trip_probe) != NULL:
         raise UsageError(
             f"--round-trip-probe {round_trip_probe!r}: its exit mechanism is not the null exit; "
@@ -64,6 +68,11 @@ def select(
     recorded_at = f"L{level - 1}"
     at_config = ok[(ok["config"] == chosen["config"]) & ok["run_id"].isin(profiled)]
     reasons = per_reason(profiles[profiles["run_id"].isin(at_config["run_id"])], recorded_at)
+    split = per_vcpu_reason(
+        profiles[profiles["run_id"].isin(at_config["run_id"])],
+        vcpus if vcpus is not None else pd.DataFrame(columns=VCPU_COLUMNS),
+        recorded_at,
+    )
     at_config = at_config[at_config["run_id"].isin(reasons["run_id"])]
     if at_config.empty:
         raise UsageError(
@@ -99,6 +108,8 @@ def select(
             times=ns_per_op(mine, tsc_hz),
             base_times=ns_per_op(base, tsc_hz),
             reasons=reasons[reasons["run_id"].isin(mine["run_id"])].reset_index(drop=True),
+            vcpu_reasons=split[split["run_id"].isin(mine["run_id"])].reset_index(drop=True),
+            path=_path(mine["run_id"], paths or {}),
         )
 
     return Selection(
@@ -108,6 +119,15 @@ def select(
         source=gather(round_trip_probe),
         recorded_at=recorded_at,
     )
+
+
+def _path(run_ids: pd.Series, paths: dict[int, tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The vCPUs the runs' pinned clients and servers ran on (client first); None when a
+    run did not record them."""
+    got = [paths.get(int(r)) for r in run_ids]
+    if not got or any(g is None for g in got):
+        return None
+    return tuple(dict.fromkeys(c for g in got if g is not None for c in g))
 
 
 def _one_match(configs: pd.DataFrame, option: str, selector: str) -> pd.Series:
@@ -168,8 +188,12 @@ def from_store(
     if runs.empty:
         raise UsageError(f"no runs match {' '.join(selectors) or 'exp=latest'}")
     tsc = tsc_rates(store, runs)
-    frames = [exit_profiles(store, int(e)) for e in sorted(set(runs["experiment_id"]))]
+    experiments = sorted(set(runs["experiment_id"]))
+    frames = [exit_profiles(store, int(e)) for e in experiments]
     frames = [f for f in frames if len(f)]
     profiles = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
-    return select(runs, profiles, tsc, **options)
+    splits = [f for f in (vcpu_counts(store, int(e)) for e in experiments) if len(f)]
+    vcpus = pd.concat(splits, ignore_index=True) if splits else pd.DataFrame(columns=VCPU_COLUMNS)
+    paths = {r: c for e in experiments for r, c in path_cpus(store, int(e)).items()}
+    return select(runs, profiles, tsc, vcpus=vcpus, paths=paths, **options)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from vmtax.hostprof.groups import group_of
+
 #: Reasons whose recorded time is the vCPU waiting (halted), not the hypervisor working.
 HALT_REASONS = ("hlt", "idle_hlt", "mwait", "mwait_cond", "mwait_instruction", "umwait", "tpause")
 #: Columns of ``per_reason``.
@@ -48,3 +50,27 @@ def per_reason(profiles: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
             rows.append([run_id, str(reason), str(group), n / iterations,
                          n * cost / iterations, str(how)])  # fmt: skip
     return pd.DataFrame(rows, columns=REASON_COLUMNS)
+
+
+#: Columns of ``per_vcpu_reason``.
+VCPU_REASON_COLUMNS = ["vcpu", *REASON_COLUMNS]
+
+
+def per_vcpu_reason(profiles: pd.DataFrame, vcpus: pd.DataFrame, recorded_at: str) -> pd.DataFrame:
+    """``per_reason`` for each vCPU of the runs ``vcpus`` (``hostprof.store.vcpu_counts``)
+    splits: the same exits and handling per operation, by the vCPU that made them."""
+    done = profiles[profiles["complete"].astype(bool) & (profiles["recorded_at"] == recorded_at)]
+    runs = done.groupby("run_id").agg(
+        iterations=("iterations", "max"), recorder=("recorder", "first")
+    )
+    mine = vcpus[(vcpus["recorded_at"] == recorded_at) & vcpus["run_id"].isin(runs.index)]
+    if mine.empty:
+        return pd.DataFrame(columns=VCPU_REASON_COLUMNS)
+    frame = mine.join(runs, on="run_id").assign(
+        complete=True, group=[group_of(str(r)) for r in mine["reason"]]
+    )
+    out = []
+    for vcpu, sub in frame.groupby("vcpu"):
+        got = per_reason(sub, recorded_at)
+        out.append(got.assign(vcpu=int(str(vcpu))))
+    return pd.concat(out, ignore_index=True)[VCPU_REASON_COLUMNS]

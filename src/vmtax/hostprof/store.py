@@ -75,7 +75,7 @@ def save_profile(
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
-    keep = ("threads", "timed", "untimed", "vcpus", "kvm_stats")
+    keep = ("threads", "timed", "untimed", "vcpus", "kvm_stats", "by_vcpu")
     out: dict[str, Any] = {k: profile[k] for k in keep if k in profile}
     if profile.get("startup") is not None:
         out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}
@@ -121,3 +121,58 @@ def kvm_counters(store: Store, experiment_id: int) -> pd.DataFrame:
             out.append([run_id, probe, level, recorder, str(name), int(n)])
     columns = ["run_id", "probe", "recorded_at", "recorder", "counter", "count"]
     return pd.DataFrame(out, columns=columns)
+
+
+#: Columns of ``vcpu_counts()``; one row per (run, recording level, vCPU, reason).
+VCPU_COLUMNS = [
+    "run_id", "recorded_at", "vcpu", "code", "reason", "count", "time_ns", "timed", "startup",
+]  # fmt: skip
+
+
+def vcpu_counts(store: Store, experiment_id: int) -> pd.DataFrame:
+    """Each traced profile's exits per vCPU (KVM's ``vcpu_id``) and reason, from its detail's
+    ``by_vcpu``; profiles recorded before the histograms were keyed by the vCPU, or by a
+    kernel whose ``kvm_exit`` has no ``vcpu_id``, have no rows.
+
+    ``startup`` is the reason's start-up exits (measured once per configuration, all vCPUs
+    together) shared out over the vCPUs in proportion to their counts in the run, so the
+    vCPUs' net exits add up to the profile's."""
+    profiles = exit_profiles(store, experiment_id)
+    startup = {
+        (int(r), str(a), int(c)): int(s)
+        for r, a, c, s in zip(
+            profiles["run_id"], profiles["recorded_at"], profiles["code"].fillna(-1),
+            profiles["startup"], strict=True,
+        )
+    }  # fmt: skip
+    isa = dict(zip(profiles["run_id"], profiles["isa"].fillna(""), strict=True))
+    rows = []
+    for run_id, _probe, level, _recorder, _hits, detail in store.exits.profiles(experiment_id):
+        split = (detail or {}).get("by_vcpu") or {}
+        totals: dict[int, int] = {}
+        for reasons in split.values():
+            for r in reasons:
+                totals[int(r["code"])] = totals.get(int(r["code"]), 0) + int(r.get("count") or 0)
+        for vcpu, reasons in split.items():
+            for r in reasons:
+                code, n = int(r["code"]), int(r.get("count") or 0)
+                whole = startup.get((int(run_id), str(level), code), 0)
+                share = whole * n / totals[code] if totals.get(code) else 0.0
+                name = reason_name(str(isa.get(run_id) or ""), code)
+                time_ns, timed = int(r.get("time_ns") or 0), int(r.get("timed") or 0)
+                rows.append(
+                    [int(run_id), str(level), int(vcpu), code, name, n, time_ns, timed, share]
+                )
+    return pd.DataFrame(rows, columns=VCPU_COLUMNS)
+
+
+def path_cpus(store: Store, experiment_id: int) -> dict[int, tuple[int, ...]]:
+    """Per profiled run whose agent pinned a client and its server (``--cpus``): the CPUs
+    they ran on, client first, as the run's summary recorded them."""
+    out: dict[int, tuple[int, ...]] = {}
+    for run_id, extra in store.exits.run_extras(experiment_id):
+        got = dict((extra or {}).get("extra") or {})
+        if "client_cpu" in got and "server_cpu" in got:
+            cpus = (int(got["client_cpu"]), int(got["server_cpu"]))
+            out[int(run_id)] = tuple(dict.fromkeys(cpus))
+    return out

@@ -61,17 +61,66 @@ def summary(rows: pd.DataFrame) -> list[str]:
         )
         out.append(f"{head} (p = {fmt_p(first['overhead_p'])}); exits explain {span}"
                    + (f"; top: {top}" if top else ""))  # fmt: skip
+        if not (first["explained_low"] == first["explained_high"] == frac):
+            out.append(_path_line(first))
     return out
 
 
-def render(rows: pd.DataFrame, fmt: str, title: str = "") -> str | Any:  # noqa: ANN401
-    """The decomposition in one of FORMATS (a rich Table for ``table``)."""
+def _path_line(first: Any) -> str:  # noqa: ANN401
+    """The fraction on the measured path's vCPUs, or why there is none."""
+    vcpus = str(first.get("path_vcpus") or "")
+    frac = first.get("path_explained")
+    if not vcpus:
+        return (
+            "  on the measured path: not split (the profile does not say which vCPU made each "
+            "exit, or the run did not pin its client and server: --cpus)"
+        )
+    if missing(frac):
+        return f"  on the measured path (vCPUs {vcpus}): no interval"
+    return (
+        f"  on the measured path (vCPUs {vcpus}: client, then server): {_share(frac)} "
+        f"[95% CI {_share(first['path_explained_low'])}, "
+        f"{_share(first['path_explained_high'])}]"
+    )
+
+
+def split_view(vcpus: pd.DataFrame) -> pd.DataFrame:
+    """The split by vCPU as shown: per probe and vCPU, exits and their cost per operation."""
+    return pd.DataFrame(
+        {
+            "probe": vcpus["probe"],
+            "vCPU": vcpus["vcpu"].astype(int),
+            "runs there": vcpus["role"],
+            "exits/op": vcpus["exits_per_op"].map(_exits),
+            "cost/op": vcpus["explained_ns"].map(_time),
+            "share of overhead": vcpus["share"].map(_share),
+        }
+    )
+
+
+def render_split(vcpus: pd.DataFrame, fmt: str, title: str = "") -> str | Any:  # noqa: ANN401
+    """The split by vCPU in ``table`` or ``markdown``; "" when there is none."""
+    if vcpus.empty:
+        return ""
+    view = split_view(vcpus)
+    if fmt == "markdown":
+        return (f"\n**{title}**\n\n" if title else "\n") + markdown(view)
+    return render_frame(view, "table", title)
+
+
+def render(
+    rows: pd.DataFrame, fmt: str, title: str = "", vcpus: pd.DataFrame | None = None
+) -> str | Any:  # noqa: ANN401
+    """The decomposition in one of FORMATS (a rich Table for ``table``). In JSON and CSV
+    each probe's residual row carries its split by vCPU (``by_vcpu``, a list of rows of
+    ``vcpus``)."""
+    rows = _with_split(rows, vcpus)
     if fmt == "json":
         keys = [*JSON_KEYS, *(c for c in rows.columns if c not in JSON_KEYS)]
         records = [{k: json_safe(rec[k]) for k in keys} for rec in rows.to_dict(orient="records")]
         return json.dumps(records, indent=2, allow_nan=False) + "\n"
     if fmt == "csv":
-        return csv_text(rows)
+        return csv_text(rows.assign(by_vcpu=[json.dumps(v) if v else "" for v in rows["by_vcpu"]]))
     view = pd.DataFrame(
         {
             "probe": rows["probe"],
@@ -88,5 +137,20 @@ def render(rows: pd.DataFrame, fmt: str, title: str = "") -> str | Any:  # noqa:
     )
     if fmt == "markdown":
         text = (f"**{title}**\n\n" if title else "") + markdown(view)
-        return text + "\n" + "".join(f"- {line}\n" for line in summary(rows))
+        split = render_split(vcpus if vcpus is not None else pd.DataFrame(), "markdown", "by vCPU")
+        return text + "\n" + "".join(f"- {line}\n" for line in summary(rows)) + str(split)
     return render_frame(view, "table", title)
+
+
+def _with_split(rows: pd.DataFrame, vcpus: pd.DataFrame | None) -> pd.DataFrame:
+    """``rows`` with a ``by_vcpu`` column: each probe's split on its residual row."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    if vcpus is not None and len(vcpus):
+        for probe, sub in vcpus.groupby("probe", sort=False):
+            keep = sub.drop(columns=["config", "probe"]).to_dict(orient="records")
+            by[str(probe)] = [{str(k): json_safe(v) for k, v in r.items()} for r in keep]
+    cells = [
+        by.get(str(p), []) if g == "residual" else []
+        for p, g in zip(rows["probe"], rows["group"], strict=True)
+    ]
+    return rows.assign(by_vcpu=pd.Series(cells, index=rows.index, dtype=object))

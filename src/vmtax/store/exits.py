@@ -91,3 +91,16 @@ class ExitRepository(Repository):
             .order_by(p.c.run_id, p.c.recorded_at)
         )
         return self._read(lambda connection: [tuple(row) for row in connection.execute(stmt)])
+
+    def run_extras(self, experiment_id: int) -> list[tuple[Any, ...]]:
+        """(run_id, summary_extra) of every run of an experiment with an exit profile: what
+        its summary recorded beyond the statistics (e.g. the CPUs of a pinned client and
+        server)."""
+        p, r = ExitProfile.__table__, Run.__table__
+        stmt = (
+            select(r.c.id, r.c.summary_extra)
+            .where(r.c.experiment_id == int(experiment_id))
+            .where(r.c.id.in_(select(p.c.run_id)))
+            .order_by(r.c.id)
+        )
+        return self._read(lambda connection: [tuple(row) for row in connection.execute(stmt)])

@@ -24,10 +24,14 @@ from typing import Any
 import yaml
 
 from vmtax.errors import VmtaxError
+from vmtax.fleet.keys import PrivateAgent
 from vmtax.targets.fleet import ansible_env
 
 #: Where the agent is kept on a host unless it sets vmtax_remote_dir.
 REMOTE_DIR = "~/.cache/vmtax/agents"
+#: The largest loop item result ansible-runner passes on whole (a run's stream and its JSON);
+#: a task's result, every item of a host at once, may be larger and is then left empty.
+MAX_EVENT_RES = 64 << 20
 #: Seconds between keep-alives on a host's SSH connection, and how many may go unanswered.
 ALIVE_S, ALIVE_MAX = 5, 3
 
@@ -111,11 +115,13 @@ class Ansible:
         self.forks = forks
         self.accept_new_host_key = accept_new_host_key
         self._dir = Path(tempfile.mkdtemp(prefix="vmtax-ansible-"))
+        self.keys = PrivateAgent(self._dir)
         self._stop = False
         #: The end of ansible-playbook's own output in the last play, for messages.
         self.last_output = ""
 
     def close(self) -> None:
+        self.keys.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def cancel(self) -> None:
@@ -143,8 +149,13 @@ class Ansible:
                 "ANSIBLE_PIPELINING": "True",  # one SSH round trip per module, not three
                 "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
                 "ANSIBLE_SSH_CONTROL_PATH_DIR": str(self._dir / "cp"),
+                # ansible-runner empties an event's result above this many characters
+                # (700,000 by default, a 1.5 s run of cpuid): one run's stream must fit.
+                "MAX_EVENT_RES": str(MAX_EVENT_RES),
             }
         )
+        if self.keys.running:
+            env["SSH_AUTH_SOCK"] = str(self.keys.sock)
         return env
 
     def play(

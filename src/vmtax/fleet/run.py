@@ -20,7 +20,7 @@ import numpy as np
 
 from vmtax.contract import Fingerprint, read_stream
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.fleet.ansible import Ansible, Event
+from vmtax.fleet.ansible import MAX_EVENT_RES, Ansible, Event
 from vmtax.plan.plan import Plan, Step
 from vmtax.runner import MAX_CONSECUTIVE_LOST, Outcome, Progress, TargetOutcome, detected_labels
 from vmtax.store.runtimes import RunTimes
@@ -143,17 +143,26 @@ class AnsibleRunner:
         self._fp: dict[str, Fingerprint] = {}
         self._agent_path: dict[str, str] = {}
         self._copied: dict[str, bool] = {}
-        names = list(self._todo)
-        self.ansible.play(
-            "place",
-            {"vmtax_local_agent": str(agent), "vmtax_sha256": sha},
-            self._placed,
-            limit=",".join(names),
-        )
+        names = []
+        for name in self._todo:
+            hv = self.hosts[self._slot[name]].hostvars
+            key, var = hv.get("ansible_ssh_private_key_file"), hv.get("vmtax_passphrase_env")
+            locked = self.ansible.keys.add(str(key), str(var)) if key and var else None
+            if locked:
+                self._outcomes[name].error = locked
+            else:
+                names.append(name)
+        if names:
+            self.ansible.play(
+                "place",
+                {"vmtax_local_agent": str(agent), "vmtax_sha256": sha},
+                self._placed,
+                limit=",".join(names),
+            )
         ready = []
-        for name in names:
+        for name in self._todo:
             out = self._outcomes[name]
-            if name in self._fp:
+            if name in self._fp and not out.error:
                 self._configure(name, sha)
                 ready.append(name)
             elif not out.error:
@@ -250,6 +259,13 @@ class AnsibleRunner:
             return
         item = ev.res.get("item") or {}
         step = next((s for s in self._pending[ev.host] if s.index == item.get("index")), None)
+        if step is None and not ev.res and self._pending[ev.host]:
+            # ansible-runner left the result out (larger than MAX_EVENT_RES): a host's items
+            # run in order, so this is its next pending run, whose stream is lost.
+            step = self._pending[ev.host][0]
+            ev.res = {"oversize": f"the run's stream is over {MAX_EVENT_RES >> 20} MiB, "
+                      "which Ansible's events do not carry"}  # fmt: skip
+            ev.status = "unreachable"
         if step is None:
             return
         self._pending[ev.host].remove(step)
@@ -296,7 +312,9 @@ class AnsibleRunner:
             return "ok"
         rc = ev.res.get("rc")
         transport = None
-        if ev.status == "unreachable":
+        if ev.res.get("oversize"):
+            transport = str(ev.res["oversize"])
+        elif ev.status == "unreachable":
             transport = f"connection lost: {_one_line(ev.res.get('msg') or '')[:200]}"
         elif rc == 124:
             transport = f"agent did not finish within {timeout:g} s and was stopped"

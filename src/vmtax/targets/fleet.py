@@ -62,6 +62,7 @@ _HOST_KEYS = {
     "level",
     "remote_dir",
     "python",
+    "passphrase_env",
 }
 _LEVEL = re.compile(r"^L[0-3]$")
 _LABEL_PREFIX = "vmtax_label_"
@@ -331,7 +332,7 @@ def _toml_host(merged: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]
 
     if "url" not in merged:
         raise UsageError(f"{where}: missing url (ssh://user@host[:port])")
-    for key in ("url", "name", "identity", "known_hosts", "level", "remote_dir", "python"):
+    for key in _HOST_KEYS - {"accept_new_host_key", "labels"}:
         if key in merged and not isinstance(merged[key], str):
             raise UsageError(f"{where}: {key} must be a string")
     if not isinstance(merged.get("accept_new_host_key", False), bool):
@@ -361,6 +362,8 @@ def _toml_host(merged: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]
         hv["ansible_ssh_common_args"] = shlex.join(ssh_opts)  # Ansible splits it with shlex
     if "remote_dir" in merged:
         hv["vmtax_remote_dir"] = merged["remote_dir"]
+    if "passphrase_env" in merged:
+        hv["vmtax_passphrase_env"] = merged["passphrase_env"]
     if "python" in merged:
         hv["ansible_python_interpreter"] = merged["python"]
     for key, value in labels.items():

@@ -30,8 +30,8 @@ def test_the_boot_cost_reaches_sampling_and_the_runs_report(
 ):
     seen: list[float] = []
 
-    def write_run_report(store, exp_id, out, progress=None, boot_cost_s=BOOT_COST_S):
-        seen.append(boot_cost_s)
+    def write_run_report(store, exp_id, out, progress=None, options=None):
+        seen.append(options.boot_cost_s)
         raise report.VmtaxError("not this test's")
 
     monkeypatch.setattr(report, "write_run_report", write_run_report)

@@ -429,6 +429,7 @@ def test_a_nested_level_under_tcg_is_refused_not_modelled(cli, store, sqlite_url
     # A TCG L1 over a KVM-guest L0 (this machine's worked example): emulation has no exits
     # to multiply, so every "prediction" from it would be noise; the report leaves it out.
     from vmtax.experiment.report import write_report
+    from vmtax.stats.compare_options import CompareOptions
 
     rng = np.random.default_rng(1)
     _populate(
@@ -442,5 +443,5 @@ def test_a_nested_level_under_tcg_is_refused_not_modelled(cli, store, sqlite_url
     _one_line_usage(res)
     assert "needs the nested VM (L1) under KVM" in res.stderr
     out = tmp_path / "report.md"
-    write_report(store, ["exp=latest"], out, fmt="markdown", resamples=200)
+    write_report(store, ["exp=latest"], out, fmt="markdown", options=CompareOptions(resamples=200))
     assert "vs measured" not in out.read_text()

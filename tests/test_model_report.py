@@ -6,12 +6,13 @@ import numpy as np
 
 from test_model import _measured_levels, _noisy, _populate
 from vmtax.experiment.report import write_report
+from vmtax.stats.compare_options import CompareOptions
 
 
 def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
     _populate(store, _measured_levels(np.random.default_rng(5)))
     out = tmp_path / "report.md"
-    write_report(store, ["exp=latest"], out, fmt="markdown", resamples=200)
+    write_report(store, ["exp=latest"], out, fmt="markdown", options=CompareOptions(resamples=200))
     text = out.read_text()
     head = (
         "Predicted (and decomposed) vs measured: calibrated on L2 (the VM) and L3 (the nested VM)"
@@ -29,5 +30,5 @@ def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
 def test_report_without_two_levels_of_an_exit_probe_has_no_prediction(store, tmp_path):
     _populate(store, {"L2": {"memory": _noisy(np.random.default_rng(0), 30.0)}})
     out = tmp_path / "report.html"
-    write_report(store, ["exp=latest"], out, resamples=200)
+    write_report(store, ["exp=latest"], out, options=CompareOptions(resamples=200))
     assert "vs measured" not in out.read_text()

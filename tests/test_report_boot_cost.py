@@ -32,7 +32,7 @@ def test_the_boot_cost_reaches_the_reports_comparison(cli, db, tmp_path, monkeyp
     seen: list[float] = []
 
     def compare(*args, **kwargs):
-        seen.append(kwargs["boot_cost_s"])
+        seen.append(kwargs["options"].boot_cost_s)
         raise _Stop("stop")
 
     monkeypatch.setattr(analysis, "compare", compare)

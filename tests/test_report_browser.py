@@ -12,6 +12,7 @@ from playwright import sync_api
 
 from headless_chromium import ARGS, CHROMIUM
 from vmtax.report import analysis, gather, write_model
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
@@ -28,7 +29,9 @@ def page_report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
     store = Store.open(f"sqlite:///{tmp / 'b.db'}")
     populate(store, runs=6, iterations=600, labels={"note": LABEL}, hostname=HOST)
-    model = analysis.build(gather.load(store, ["exp=latest"], None), resamples=1_000)
+    model = analysis.build(
+        gather.load(store, ["exp=latest"], None), options=CompareOptions(resamples=1_000)
+    )
     store.close()
     path = write_model(model, tmp / "report.html").path
     events = {"console": [], "requests": [], "dialogs": [], "errors": []}

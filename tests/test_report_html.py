@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from vmtax.report import analysis, gather, write_model
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
@@ -32,7 +33,7 @@ def report(tmp_path_factory):
     url = f"sqlite:///{tmp / 'r.db'}"
     store = build_store(url, runs=6, iterations=600, labels={"note": LABEL}, hostname=HOST)
     data = gather.load(store, ["exp=latest"], None, ["vmtax", "report", "exp=latest"])
-    model = analysis.build(data, resamples=1_000)
+    model = analysis.build(data, options=CompareOptions(resamples=1_000))
     html = write_model(model, tmp / "report.html")
     md = write_model(model, tmp / "report.md", fmt="markdown")
     store.close()
@@ -128,7 +129,9 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
         store = build_store(
             f"sqlite:///{tmp_path / f'{i}.db'}", runs=3, iterations=iterations, probes=("cpuid",)
         )
-        model = analysis.build(gather.load(store, ["exp=latest"], None), resamples=500)
+        model = analysis.build(
+            gather.load(store, ["exp=latest"], None), options=CompareOptions(resamples=500)
+        )
         sizes.append(write_model(model, tmp_path / f"{i}.html").size)
         store.close()
     assert sizes[1] < 1.5 * sizes[0], sizes
@@ -209,7 +212,7 @@ def test_two_experiments_side_by_side(tmp_path):
     )
     populate(store, runs=5, iterations=150, probes=("cpuid",), seed=2)
     data = gather.load(store, ["exp=1", "exp=2"], "exp=1,level=L0")
-    model = analysis.build(data, resamples=500)
+    model = analysis.build(data, options=CompareOptions(resamples=500))
     store.close()
     assert len(model.summary) == 5  # every configuration but the baseline
     assert any(line.startswith("#2 L0 vcpus=2: ") for line in model.summary)

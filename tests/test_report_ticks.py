@@ -7,6 +7,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from vmtax.report.analysis import build
 from vmtax.report.gather import load
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.testing.report_store import populate
 
 
@@ -39,6 +40,6 @@ def test_no_figure_has_tick_labels_that_run_together(store, iterations):
     populate(
         store, levels=("L0", "L1", "L2"), probes=("cpuid", "io"), runs=6, iterations=iterations
     )
-    model = build(load(store, ["exp=latest"], "level=L0"), resamples=999)
+    model = build(load(store, ["exp=latest"], "level=L0"), options=CompareOptions(resamples=999))
     for spec in model.figures:
         assert overlapping_tick_labels(spec.draw()) == [], spec.key

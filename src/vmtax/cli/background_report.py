@@ -12,15 +12,18 @@ before the run returns, so the file is there when the next command looks.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vmtax.cli.report_output import described
 from vmtax.errors import VmtaxError
 from vmtax.experiment.report import stored_run_report
+from vmtax.stats.compare_options import CompareOptions
 
 if TYPE_CHECKING:
     from vmtax.store import Store
@@ -33,16 +36,16 @@ def wanted() -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
-def start(store: Store, exp_id: int, out: Path, boot_cost_s: float) -> int | None:
-    """Start the child writing experiment ``exp_id``'s report to ``out`` (a boot costing
-    ``boot_cost_s``); its process id, or None when it could not be started (the caller then
+def start(store: Store, exp_id: int, out: Path, options: CompareOptions) -> int | None:
+    """Start the child writing experiment ``exp_id``'s report to ``out`` (its comparison
+    made with ``options``); its process id, or None when it could not be started (the caller then
     writes the report itself)."""
     # The store's URL with its password goes through the environment, not the command
     # line, which every user of the machine can read.
     env = {**os.environ, "VMTAX_DB": store.url_with_password()}
     try:
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(exp_id), str(out), repr(boot_cost_s)],
+            [sys.executable, "-c", _CHILD, str(exp_id), str(out), json.dumps(asdict(options))],
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
@@ -56,9 +59,10 @@ def main() -> None:
     """The child: write the report, then one line on stderr (exit 1 when not written)."""
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the measuring, and below anything else
-    exp_id, out, boot_cost_s = int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    exp_id, out = int(sys.argv[1]), Path(sys.argv[2])
+    options = CompareOptions(**json.loads(sys.argv[3]))
     try:
-        result = stored_run_report(None, exp_id, out, boot_cost_s)
+        result = stored_run_report(None, exp_id, out, options)
     except VmtaxError as exc:
         _say(f"vmtax: report of experiment {exp_id} not written: {exc.message}")
         sys.exit(1)

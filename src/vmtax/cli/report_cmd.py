@@ -14,7 +14,7 @@ from vmtax.cli.report_output import described, progress_steps
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
 from vmtax.experiment.report import stored_report
-from vmtax.stats.compare_options import BOOT_COST_S
+from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
 
 FORMATS = ("html", "markdown")
 
@@ -92,9 +92,7 @@ def report(
             argv=sys.argv[1:],
             fmt=fmt,
             baseline=baseline,
-            resamples=resamples,
-            seed=seed,
+            options=CompareOptions(resamples=resamples, seed=seed, boot_cost_s=boot_cost),
             progress=step,
-            boot_cost_s=boot_cost,
         )
     typer.echo(f"wrote {described(result)}")

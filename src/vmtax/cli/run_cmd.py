@@ -19,7 +19,7 @@ from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.report import Reporting, check_template
 from vmtax.sampling.outcome import lines as precision_lines
-from vmtax.stats.compare_options import BOOT_COST_S
+from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
 
 if TYPE_CHECKING:
     from vmtax.experiment import Finished
@@ -238,7 +238,7 @@ def run(
     reporting = Reporting(
         background=background_report.start if background_report.wanted() else None,
         steps=progress_steps,
-        boot_cost_s=boot_cost,
+        options=CompareOptions(boot_cost_s=boot_cost),
     )
     with sigterm_as_interrupt():
         if resume is not None:

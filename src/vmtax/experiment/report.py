@@ -23,7 +23,7 @@ from vmtax.experiment.request import command_line
 from vmtax.outfile import destination
 from vmtax.report import Written
 from vmtax.report import write_report as render
-from vmtax.stats.compare_options import BOOT_COST_S
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 
 #: Where a run writes the report of the experiment it just made: a path ({id} is the
@@ -43,12 +43,11 @@ def write_report(
     fmt: str = "html",
     baseline: str | None = None,
     command: Sequence[str] = (),
-    resamples: int = 10_000,
-    seed: int = 0,
+    options: CompareOptions | None = None,
     progress: Steps | None = None,
-    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
-    """Build the report of the runs ``selectors`` pick and write it to ``output``.
+    """Build the report of the runs ``selectors`` pick and write it to ``output``;
+    ``options`` are its comparison's (the defaults when None), as `vmtax compare`'s.
 
     ``progress`` is called with the name of each step as it starts (loading, statistics,
     timing artifacts, figures, writing)."""
@@ -58,10 +57,7 @@ def write_report(
     step = progress or (lambda _name: None)
     step("loading runs and samples")
     data = load(store, selectors, baseline, command)
-    return render(
-        data, output, fmt=fmt, resamples=resamples, seed=seed, progress=step,
-        boot_cost_s=boot_cost_s,
-    )  # fmt: skip
+    return render(data, output, fmt=fmt, options=options, progress=step)
 
 
 def stored_report(
@@ -72,18 +68,16 @@ def stored_report(
     argv: Sequence[str],
     fmt: str = "html",
     baseline: str | None = None,
-    resamples: int = 10_000,
-    seed: int = 0,
+    options: CompareOptions | None = None,
     progress: Steps | None = None,
-    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
     """`vmtax report`: the report of a store opened read-only (``db``: a URL, a path, or None
     for the default); ``argv``, the command line it is recorded with."""
     with Store.open(db, read_only=True) as store:
         return write_report(
             store, selectors, output, fmt=fmt, baseline=baseline,
-            command=command_line(list(argv), store.url_display), resamples=resamples, seed=seed,
-            progress=progress, boot_cost_s=boot_cost_s,
+            command=command_line(list(argv), store.url_display), options=options,
+            progress=progress,
         )  # fmt: skip
 
 
@@ -92,25 +86,34 @@ def write_run_report(
     exp_id: int,
     out: Path,
     progress: Steps | None = None,
-    boot_cost_s: float = BOOT_COST_S,
+    options: CompareOptions | None = None,
 ) -> Written:
-    """The report of one run's experiment, as `vmtax report exp=ID -o OUT --boot-cost S`
-    writes it."""
-    command = ["vmtax", "report", f"exp={exp_id}", "-o", str(out)]
-    if boot_cost_s != BOOT_COST_S:
-        command += ["--boot-cost", f"{boot_cost_s:g}"]
+    """The report of one run's experiment, as `vmtax report exp=ID -o OUT` writes it with
+    the same options (the run's --boot-cost)."""
+    options = options or CompareOptions()
+    command = ["vmtax", "report", f"exp={exp_id}", "-o", str(out), *_given(options)]
     return write_report(
-        store, [f"exp={exp_id}"], out, command=command, progress=progress,
-        boot_cost_s=boot_cost_s,
-    )  # fmt: skip
+        store, [f"exp={exp_id}"], out, command=command, progress=progress, options=options
+    )
+
+
+def _given(options: CompareOptions) -> list[str]:
+    """`vmtax report`'s options that differ from their defaults, as its command line."""
+    default = CompareOptions()
+    flags = [("--resamples", "resamples"), ("--seed", "seed"), ("--boot-cost", "boot_cost_s")]
+    out: list[str] = []
+    for flag, name in flags:
+        if getattr(options, name) != getattr(default, name):
+            out += [flag, f"{getattr(options, name):g}"]
+    return out
 
 
 def stored_run_report(
-    db: str | None, exp_id: int, out: Path, boot_cost_s: float = BOOT_COST_S
+    db: str | None, exp_id: int, out: Path, options: CompareOptions | None = None
 ) -> Written:
     """``write_run_report`` on a store opened read-only (``db``: None for ``$VMTAX_DB``)."""
     with Store.open(db, read_only=True) as store:
-        return write_run_report(store, exp_id, out, boot_cost_s=boot_cost_s)
+        return write_run_report(store, exp_id, out, options=options)
 
 
 def _quiet() -> AbstractContextManager[Steps]:
@@ -121,12 +124,12 @@ def _quiet() -> AbstractContextManager[Steps]:
 class Reporting:
     """How the report after a run is written. ``background(store, exp_id, out)`` starts a
     child process writing it and returns its pid (None: it could not, and the report is
-    written here); ``steps()`` shows the steps of a report written here; ``boot_cost_s``,
-    what a boot costs in its runs per boot (the run's --boot-cost)."""
+    written here); ``steps()`` shows the steps of a report written here; ``options`` are
+    its comparison's (the run's --boot-cost)."""
 
-    background: Callable[[Store, int, Path, float], int | None] | None = None
+    background: Callable[[Store, int, Path, CompareOptions], int | None] | None = None
     steps: Callable[[], AbstractContextManager[Steps]] = _quiet
-    boot_cost_s: float = BOOT_COST_S
+    options: CompareOptions = CompareOptions()
 
 
 @dataclass(frozen=True)
@@ -162,14 +165,12 @@ def after_run(store: Store, exp_id: int, how: Reporting) -> RunReport | None:
         return None
     replaced = out.exists()
     start = how.background
-    pid = start(store, exp_id, out, how.boot_cost_s) if start is not None else None
+    pid = start(store, exp_id, out, how.options) if start is not None else None
     if pid is not None:
         return RunReport(out, replaced, pid=pid)
     try:
         with how.steps() as step:
-            written = write_run_report(
-                store, exp_id, out, progress=step, boot_cost_s=how.boot_cost_s
-            )
+            written = write_run_report(store, exp_id, out, progress=step, options=how.options)
     except VmtaxError as exc:
         return RunReport(out, replaced, problem=exc.message)
     return RunReport(out, replaced, written=written)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from vmtax import outfile
 from vmtax.errors import VmtaxError
-from vmtax.stats.compare_options import BOOT_COST_S
+from vmtax.stats.compare_options import CompareOptions
 
 if TYPE_CHECKING:
     from vmtax.report.analysis import ReportModel
@@ -41,12 +41,11 @@ def write_report(
     output: Path,
     *,
     fmt: str = "html",
-    resamples: int = 10_000,
-    seed: int = 0,
+    options: CompareOptions | None = None,
     progress: Callable[[str], None] | None = None,
-    boot_cost_s: float = BOOT_COST_S,
 ) -> Written:
-    """Render the report of ``data`` (``report.gather.load``) and write it to ``output``.
+    """Render the report of ``data`` (``report.gather.load``) and write it to ``output``;
+    ``options`` are its comparison's (the defaults when None), as `vmtax compare`'s.
 
     ``progress`` is called with the name of each step as it starts (statistics, timing
     artifacts, figures, writing)."""
@@ -59,9 +58,7 @@ def write_report(
     if data.sweeps_only:
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
-    model = analysis.build(
-        data, resamples=resamples, seed=seed, progress=step, boot_cost_s=boot_cost_s
-    )
+    model = analysis.build(data, options=options, progress=step)
     model.sweeps = sweeps
     step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
     return write_model(model, output, fmt=fmt)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -31,7 +31,7 @@ from vmtax.stats.artifacts import (
     family_resamples,
 )
 from vmtax.stats.compare import COLUMNS, compare
-from vmtax.stats.compare_options import BOOT_COST_S
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.stats.describe import describe
 
 if TYPE_CHECKING:
@@ -83,14 +83,13 @@ def default_baseline(runs: pd.DataFrame) -> str:
 def build(
     data: ReportInput,
     *,
-    noise: float = 0.02,
-    resamples: int = 10_000,
-    seed: int = 0,
+    options: CompareOptions | None = None,
     progress: Callable[[str], None] | None = None,
-    boot_cost_s: float = BOOT_COST_S,
 ) -> ReportModel:
     """Run the statistics on ``data`` and lay out every section of the report (``progress``
-    is told each step's name as it starts)."""
+    is told each step's name as it starts); ``options`` are its comparison's, as `vmtax
+    compare`'s (the seed is the artifact checks' too)."""
+    options = options or CompareOptions()
     runs = data.runs
     if runs.empty or not (runs["status"] == "ok").any():
         raise UsageError("no completed runs match the selectors: nothing to report")
@@ -102,7 +101,7 @@ def build(
     colors = figures.palette(order)
     progress = progress or (lambda _step: None)
     progress("statistics")
-    baseline, all_rows, notes = _comparison(data, raw, noise, resamples, seed, boot_cost_s)
+    baseline, all_rows, notes = _comparison(data, raw, options)
     # The headline metric is the per-iteration mean (response time), exactly as `vmtax compare`
     # computes and prints it; throughput rows only feed the ΔL(n−1) column of the tables.
     all_rows = _sorted(all_rows, order)
@@ -140,7 +139,7 @@ def build(
         )
     matrices = _matrices(ok, data.samples, order)
     progress("timing artifacts")
-    results = _detect_all(matrices, baseline_configs, detect, as_matrix, seed)
+    results = _detect_all(matrices, baseline_configs, detect, as_matrix, options.seed)
     progress("figures")
     sample_figs, findings = _sample_figures(probes, described, matrices, results, colors)
     figs.extend(sample_figs)
@@ -341,28 +340,13 @@ _NO_BASELINE = (
 )
 
 
-class _CompareOptions(TypedDict):
-    """The keyword arguments the report passes to every ``stats.compare.compare`` call."""
-
-    label: str | None
-    noise: float
-    resamples: int
-    seed: int
-    boot_cost_s: float
-    imprecise: Collection[tuple[int, str]]
-
-
 def _comparison(
-    data: ReportInput,
-    raw: pd.DataFrame,
-    noise: float,
-    resamples: int,
-    seed: int,
-    boot_cost_s: float = BOOT_COST_S,
+    data: ReportInput, raw: pd.DataFrame, options: CompareOptions
 ) -> tuple[str, pd.DataFrame, list[str]]:
     """The comparison rows: the headline (metric auto) computed exactly as `vmtax compare`
-    computes it, with the same baseline, family of tests and seed, so both print one number;
-    then throughput, for the ΔL(n−1) column only. No baseline and one configuration: none."""
+    computes it, with the same baseline, family of tests and options, so both print one
+    number; then throughput, for the ΔL(n−1) column only. No baseline and one
+    configuration: none."""
     base: str | pd.Series | None = data.baseline_mask
     label = data.baseline
     if base is None:
@@ -370,16 +354,11 @@ def _comparison(
             return "", pd.DataFrame(columns=COLUMNS), []
         label = default_baseline(raw)
         base = label
-    opts: _CompareOptions = {
-        "label": label,
-        "noise": noise,
-        "resamples": resamples,
-        "seed": seed,
-        "boot_cost_s": boot_cost_s,  # Kalibera and Jones' runs per boot, as compare's
-        "imprecise": data.imprecise,  # adaptive sampling's misses: no verdict, as compare
-    }
+    # Adaptive sampling's misses get no verdict, as in compare.
+    same = partial(compare, data.runs, base, options=options, label=label,
+                   imprecise=data.imprecise)  # fmt: skip
     try:
-        head = compare(data.runs, base, metric="auto", **opts)
+        head = same(metric="auto")
     except UsageError as exc:
         if not exc.message.startswith("nothing to compare"):
             raise
@@ -388,7 +367,7 @@ def _comparison(
     frames, notes = [head.rows], list(head.warnings)
     if pd.to_numeric(raw["throughput"], errors="coerce").notna().any():
         try:
-            thr = compare(data.runs, base, metric="throughput", **opts)
+            thr = same(metric="throughput")
             frames.append(thr.rows[thr.rows["probe"] != "geomean"])
         except UsageError:
             pass  # no probe has throughput on both sides: the ΔL(n−1) cells stay empty

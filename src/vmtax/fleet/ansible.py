@@ -163,7 +163,7 @@ class Ansible:
         name: str,
         extravars: dict[str, Any],
         on_event: Callable[[Event], None],
-        limit: str | None = None,
+        limit: list[str],
     ) -> dict[str, Any]:
         """Run play ``name`` (place or measure) and call ``on_event`` as each host's task or
         item ends; returns ansible-runner's status (successful, failed or canceled)."""
@@ -184,11 +184,15 @@ class Ansible:
         # render a '{{' in them.
         varfile = self._dir / f"{name}-vars.yml"
         varfile.write_text(yaml.dump(_unsafe(extravars), Dumper=_Dumper, sort_keys=False))
+        # The hosts by name, one a line (Ansible's --limit @file): they are already within the
+        # user's --limit, and a file has no pattern syntax to trip over.
+        hosts = self._dir / f"{name}-hosts"
+        hosts.write_text("".join(f"{h}\n" for h in limit))
         result = ansible_runner.run(
             private_data_dir=str(private),
             playbook=str(book),
             inventory=self.inventory,
-            limit=_limit(self.limit, limit),
+            limit=f"@{hosts}",
             forks=self.forks,
             cmdline=shlex.join(["--extra-vars", f"@{varfile}"]),
             envvars=self.envvars(),
@@ -228,12 +232,6 @@ def _unsafe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_unsafe(v) for v in value]
     return value
-
-
-def _limit(first: str | None, second: str | None) -> str | None:
-    # Ansible intersects patterns joined with ':&'.
-    parts = [p for p in (first, second) if p]
-    return ":&".join(f"{p}" for p in parts) or None
 
 
 _KINDS = {

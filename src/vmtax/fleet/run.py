@@ -157,7 +157,7 @@ class AnsibleRunner:
                 "place",
                 {"vmtax_local_agent": str(agent), "vmtax_sha256": sha},
                 self._placed,
-                limit=",".join(names),
+                limit=names,
             )
         ready = []
         for name in self._todo:
@@ -174,7 +174,7 @@ class AnsibleRunner:
         parts = {name: [self._item(name, s) for s in self._todo[name]] for name in ready}
         self._pending = {name: list(self._todo[name]) for name in ready}
         self._lost_in_a_row = dict.fromkeys(ready, 0)
-        self.ansible.play("measure", {"vmtax_parts": parts}, self._measured, limit=",".join(ready))
+        self.ansible.play("measure", {"vmtax_parts": parts}, self._measured, limit=ready)
         for name in ready:
             out = self._outcomes[name]
             if self._pending[name] and not out.error:

@@ -140,6 +140,7 @@ def test_through_the_runner_a_host_that_goes_away_keeps_its_completed_runs(sshd,
     hosts.write_text(
         f'[[hosts]]\nurl = "{sshd.url}"\nname = "gone"\nidentity = "{sshd.client_key}"\n'
         f'known_hosts = "{sshd.known_hosts}"\nremote_dir = "{sshd.remote_dir}"\n'
+        'python = "/usr/bin/python3"\n'  # Ansible's modules run on the system Python
     )
     db = f"sqlite:///{tmp_path / 'gone.db'}"
     proc = subprocess.Popen(

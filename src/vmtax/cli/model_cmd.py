@@ -70,7 +70,9 @@ def model_cmd(
         typer.Option(
             "--out-of-sample",
             help="Predict each probe's nested level from its VM-level runs and exit profile "
-            "and a nesting factor fitted on other probes only (cpuid alone, and all others).",
+            "and a nesting factor fitted on other probes only (cpuid alone, and all others); "
+            "with the spin probe at both levels, also with the time-driven term "
+            "(docs/model.md).",
         ),
     ] = False,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",

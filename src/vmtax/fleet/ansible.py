@@ -164,7 +164,7 @@ class Ansible:
         extravars: dict[str, Any],
         on_event: Callable[[Event], None],
         limit: list[str],
-    ) -> dict[str, Any]:
+    ) -> str:
         """Run play ``name`` (place or measure) and call ``on_event`` as each host's task or
         item ends; returns ansible-runner's status (successful, failed or canceled)."""
         import ansible_runner  # type: ignore[import-untyped]  # noqa: PLC0415 - loaded only when an inventory is run

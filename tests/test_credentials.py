@@ -87,7 +87,7 @@ def test_no_password_or_passphrase_in_any_output(postgres_url, tmp_path, vmtax_h
     hosts.write_text(
         f'[[hosts]]\nurl = "{server.url}"\nname = "locked"\nidentity = "{server.client_key}"\n'
         f'known_hosts = "{server.known_hosts}"\nremote_dir = "{server.remote_dir}"\n'
-        'passphrase_env = "BENCH_KEY_PASSPHRASE"\n'
+        'passphrase_env = "BENCH_KEY_PASSPHRASE"\npython = "/usr/bin/python3"\n'
     )
     (work / "suite.toml").write_text(SUITE)
     monkeypatch.chdir(work)

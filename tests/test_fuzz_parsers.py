@@ -170,7 +170,7 @@ def test_fuzz_runner_never_stores_a_partial_run_as_ok(replay_store, lines):
     from vmtax.contract import Fingerprint
     from vmtax.plan.plan import build_plan
     from vmtax.plan.suite import parse_suite
-    from vmtax.runner import Runner, TargetOutcome
+    from vmtax.runner import Runner, Storing, TargetOutcome
 
     store = replay_store
     suite = parse_suite('name = "fuzz"\n[[probes]]\nprobe = "cpuid"\nruns = 1\n', "fuzz.toml")
@@ -181,8 +181,9 @@ def test_fuzz_runner_never_stores_a_partial_run_as_ok(replay_store, lines):
                               target="replay", provenance={})  # fmt: skip
     target = _Replay(lines)
     runner = Runner(store, plan, [target])
+    runner._storing = Storing(store, exp)  # what execute() gives the experiment it runs
     fp = Fingerprint.model_validate(json.loads(OK_LINES[0])["env"])
-    status = runner._run_step(exp, cfg, target, plan.steps[0], fp,
+    status = runner._run_step(cfg, target, plan.steps[0], fp,
                               TargetOutcome(name="replay", level="L0"))  # fmt: skip
     runs = store.runs([f"exp={exp}"])
     assert len(runs) == 1

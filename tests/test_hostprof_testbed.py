@@ -120,9 +120,11 @@ def _per_iteration(cli, db: str) -> dict[str, float]:
         # It needs L2's second vCPU: on one, the threads share a CPU (0.03 exits per trip).
         ("wakeup", {"msr": 0.75, "hlt": 0.5}, "kvm-testbed-smp"),
         # O_DIRECT reads of 4 KiB from virtio-blk. A read's request is a kick (an MMIO write:
-        # npf) unless the virtqueue has its notifications suppressed (0.84 kicks per read in
-        # CI). Its completion IRQ has an exit of its own only when it finds the vCPU in L2:
-        # halted for the read (hlt: the IRQ ends the halt) or running (interrupt, or vintr
+        # npf) unless the virtqueue has its notifications suppressed while QEMU polls it:
+        # 0.84 kicks per read in one CI run, 0.35 in another, a race of its own, so the
+        # bound only asks that kicks are seen (losing them fails the last bound). Its
+        # completion IRQ has an exit of its own only when it finds the vCPU in L2: halted
+        # for the read (hlt: the IRQ ends the halt) or running (interrupt, or vintr
         # at an interrupt window). When it finds the vCPU outside L2, in L1's KVM still
         # handling the kick (slow under TCG), it is injected at the next entry with no exit.
         # A race: in CI's quiet run the completion had its own exit on half the reads (0.52
@@ -131,7 +133,7 @@ def _per_iteration(cli, db: str) -> dict[str, float]:
         # read in that run. Losing the completion exits fails both bounds.
         (
             "io",
-            {"npf": 0.5, "interrupt+vintr+hlt": 0.25, "npf+interrupt+vintr+hlt": 0.9},
+            {"npf": 0.1, "interrupt+vintr+hlt": 0.25, "npf+interrupt+vintr+hlt": 0.9},
             "kvm-testbed",
         ),
     ],

@@ -19,6 +19,7 @@ from vmtax.report.gather import load as load_report_input
 from vmtax.runner import Runner
 from vmtax.sampling import design, noise, outcome
 from vmtax.sampling.adaptive import AdaptiveSampler
+from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 from vmtax.store.models import SamplingLook
 from vmtax.targets.base import find_agent
@@ -147,7 +148,8 @@ def test_unreachable_target_ends_with_the_budget_named_imprecise_without_verdict
     with Store.open(db) as store:
         data = load_report_input(store, [], f"exp={exp}")
     assert {p for _, p in data.imprecise} == {"syscall", "cpu"}
-    _, table, _ = report_comparison(data, data.runs, 0.5, 10_000, 0)
+    options = CompareOptions(noise=0.5, resamples=10_000, seed=0)
+    _, table, _ = report_comparison(data, data.runs, options)
     tested = table[(table["metric"] == "mean") & ~table["is_baseline"].astype(bool)]
     assert set(tested["verdict"]) == {"imprecise"}
 

@@ -25,7 +25,7 @@ from vmtax.plan.plan import Plan, Step
 from vmtax.runner import MAX_CONSECUTIVE_LOST, Outcome, Progress, TargetOutcome, detected_labels
 from vmtax.store.runtimes import RunTimes
 from vmtax.targets.base import Target, find_agent
-from vmtax.targets.fleet import InventoryHost
+from vmtax.targets.fleet import InventoryHost, release_inventory
 from vmtax.targets.ssh import file_sha256
 from vmtax.workloads import is_workload
 
@@ -134,6 +134,7 @@ class AnsibleRunner:
             raise
         finally:
             self.ansible.close()
+            release_inventory(self.hosts[0].inventory.source)
         self.store.finish_experiment(experiment_id=experiment_id, status=status)
         return Outcome(experiment_id, status, [self._outcomes[h.name] for h in self.hosts])
 

@@ -274,6 +274,15 @@ def _remove_made() -> None:
         shutil.rmtree(made, ignore_errors=True)
 
 
+def release_inventory(source: str) -> None:
+    """Remove the inventory ``toml_inventory`` made for ``source`` once its run is over (the
+    exit hook is only for a process that ends first: one that runs on leaves none behind)."""
+    made = Path(source).parent
+    if made in _made:
+        _made.remove(made)
+        shutil.rmtree(made, ignore_errors=True)
+
+
 @dataclass
 class FleetFile:
     """A ``hosts.toml``: each host's inventory variables, and the forks."""

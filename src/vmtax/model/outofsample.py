@@ -29,7 +29,7 @@ coefficient of variation at the VM level); tests/test_model_coverage.py simulate
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,9 +111,11 @@ def predict_one(
     return est, low, high, kappa
 
 
-def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") -> pd.DataFrame:
-    """Every probe's nested level, both weightings, both calibrations where they exist."""
-    rows = []
+def calibration_sets(
+    loads: Sequence[ProbeLoad],
+) -> Iterator[tuple[ProbeLoad, list[ProbeLoad]]]:
+    """Each probe with each calibration that exists for it (CALIBRATIONS): the target and the
+    other probes measured at the nested level it is calibrated on, never the target itself."""
     measured = {p.probe: p for p in loads if len(p.nested)}
     for target in loads:
         for how in CALIBRATIONS:
@@ -121,26 +123,32 @@ def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") 
                 cal = [measured["cpuid"]] if "cpuid" in measured and target.probe != "cpuid" else []
             else:
                 cal = [p for name, p in measured.items() if name != target.probe]
-            if not cal:
+            if cal:
+                yield target, cal
+
+
+def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") -> pd.DataFrame:
+    """Every probe's nested level, both weightings, both calibrations where they exist."""
+    rows = []
+    for target, cal in calibration_sets(loads):
+        for weights in WEIGHTS:
+            col = target.weight(weights)
+            if any(float(c.vm[:, col].mean()) <= 0 for c in cal):
                 continue
-            for weights in WEIGHTS:
-                col = target.weight(weights)
-                if any(float(c.vm[:, col].mean()) <= 0 for c in cal):
-                    continue
-                est, low, high, kappa = predict_one(target, cal, weights)
-                if not est > 0:
-                    continue  # not a time (the calibration probes got faster one level down)
-                real = float(target.nested.mean()) if len(target.nested) else None
-                rows.append(
-                    {
-                        "benchmark": target.probe, "level": nested_level, "dvh": False,
-                        "weights": weights,
-                        "calibrated_on": ", ".join(c.probe for c in cal), "predicted": est,
-                        "low": low, "high": high, "unit": unit, "measured": real,
-                        "error_pct": 100.0 * (est - real) / real if real else None,
-                        "kappa": kappa, "kind": "prediction",
-                    }
-                )  # fmt: skip
+            est, low, high, kappa = predict_one(target, cal, weights)
+            if not est > 0:
+                continue  # not a time (the calibration probes got faster one level down)
+            real = float(target.nested.mean()) if len(target.nested) else None
+            rows.append(
+                {
+                    "benchmark": target.probe, "level": nested_level, "dvh": False,
+                    "weights": weights,
+                    "calibrated_on": ", ".join(c.probe for c in cal), "predicted": est,
+                    "low": low, "high": high, "unit": unit, "measured": real,
+                    "error_pct": 100.0 * (est - real) / real if real else None,
+                    "kappa": kappa, "kind": "prediction",
+                }
+            )  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

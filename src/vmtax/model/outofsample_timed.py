@@ -34,7 +34,7 @@ import pandas as pd
 
 from vmtax.hostprof.perop import per_reason
 from vmtax.model.intervals import future_run, interval, linearise
-from vmtax.model.outofsample import CALIBRATIONS, COLUMNS, WEIGHTS, ProbeLoad
+from vmtax.model.outofsample import COLUMNS, WEIGHTS, ProbeLoad, calibration_sets
 from vmtax.model.sources import level_number, ns_scale
 
 #: The probe that calibrates the time-driven term at a level.
@@ -139,39 +139,31 @@ def predict(
     calibrations where they exist; the columns of vmtax.model.outofsample plus ``load``
     (the nested level's r · c) and ``note``."""
     rows = []
-    measured = {p.probe: p for p in loads if len(p.nested)}
-    for target in loads:
-        for how in CALIBRATIONS:
-            if how == "cpuid":
-                cal = [measured["cpuid"]] if "cpuid" in measured and target.probe != "cpuid" else []
-            else:
-                cal = [p for name, p in measured.items() if name != target.probe]
-            if not cal:
-                continue
-            for weights in WEIGHTS:
-                got = prediction_intervals(groups_for(target, cal, spin), len(cal), weights)
-                est, low, high, kappa, load = (
-                    float(x[0]) for x in (got.predicted, got.low, got.high, got.kappa, got.load)
-                )
-                never = bool(got.never[0])
-                if not never and not est > 0:
-                    continue  # not a time (the calibration probes got faster one level down)
-                real = float(target.nested.mean()) if len(target.nested) else None
-                rows.append(
-                    {
-                        "benchmark": target.probe, "level": nested_level, "dvh": False,
-                        "weights": TIMED[weights],
-                        "calibrated_on": ", ".join([*(c.probe for c in cal), SPIN]),
-                        "predicted": None if never else est,
-                        "low": None if never else low, "high": None if never else high,
-                        "unit": unit, "measured": real,
-                        "error_pct": 100.0 * (est - real) / real if real and not never else None,
-                        "kappa": kappa, "kind": "prediction", "load": load,
-                        "note": f"r·c = {load:.3g} ≥ 1 at L{nested_level}: the time-driven "
-                        "exits take all of its time, it never finishes an operation"
-                        if never else "",
-                    }
-                )  # fmt: skip
+    for target, cal in calibration_sets(loads):
+        for weights in WEIGHTS:
+            got = prediction_intervals(groups_for(target, cal, spin), len(cal), weights)
+            est, low, high, kappa, load = (
+                float(x[0]) for x in (got.predicted, got.low, got.high, got.kappa, got.load)
+            )
+            never = bool(got.never[0])
+            if not never and not est > 0:
+                continue  # not a time (the calibration probes got faster one level down)
+            real = float(target.nested.mean()) if len(target.nested) else None
+            rows.append(
+                {
+                    "benchmark": target.probe, "level": nested_level, "dvh": False,
+                    "weights": TIMED[weights],
+                    "calibrated_on": ", ".join([*(c.probe for c in cal), SPIN]),
+                    "predicted": None if never else est,
+                    "low": None if never else low, "high": None if never else high,
+                    "unit": unit, "measured": real,
+                    "error_pct": 100.0 * (est - real) / real if real and not never else None,
+                    "kappa": kappa, "kind": "prediction", "load": load,
+                    "note": f"r·c = {load:.3g} ≥ 1 at L{nested_level}: the time-driven "
+                    "exits take all of its time, it never finishes an operation"
+                    if never else "",
+                }
+            )  # fmt: skip
     return pd.DataFrame(rows, columns=[*COLUMNS, "load", "note"])
 
 

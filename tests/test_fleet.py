@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from vmtax.errors import UsageError
-from vmtax.targets.fleet import load_fleet, parse_fleet, toml_inventory
+from vmtax.targets.fleet import load_fleet, parse_fleet, release_inventory, toml_inventory
 
 HOSTS_TOML = """
 max_concurrency = 3
@@ -47,7 +47,11 @@ def test_a_hosts_toml_becomes_an_inventory_with_its_connection_and_labels(tmp_pa
     path = tmp_path / "hosts.toml"
     path.write_text(HOSTS_TOML)
     source, forks = toml_inventory(path)
-    hosts = yaml.safe_load(Path(source).read_text())["all"]["hosts"]
+    try:
+        hosts = yaml.safe_load(Path(source).read_text())["all"]["hosts"]
+    finally:
+        release_inventory(source)  # as the run that loads it does when it ends
+    assert not Path(source).parent.exists()
     assert forks == 3
     assert hosts["a1"]["ansible_host"] == "10.0.0.1" and hosts["a1"]["ansible_user"] == "bench"
     assert hosts["a1"]["ansible_ssh_private_key_file"].endswith("/.ssh/bench")

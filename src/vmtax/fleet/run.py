@@ -99,6 +99,12 @@ class AnsibleRunner:
 
     # -- the whole inventory ----------------------------------------------------------------
     def execute(self, experiment_id: int, done: set[int] | None = None) -> Outcome:
+        try:
+            return self._execute(experiment_id, done)
+        finally:
+            release_inventory(self.hosts[0].inventory.source)
+
+    def _execute(self, experiment_id: int, done: set[int] | None) -> Outcome:
         done = set(done or ())
         self._exp = experiment_id
         self._outcomes = {
@@ -134,7 +140,6 @@ class AnsibleRunner:
             raise
         finally:
             self.ansible.close()
-            release_inventory(self.hosts[0].inventory.source)
         self.store.finish_experiment(experiment_id=experiment_id, status=status)
         return Outcome(experiment_id, status, [self._outcomes[h.name] for h in self.hosts])
 

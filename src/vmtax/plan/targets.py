@@ -69,11 +69,14 @@ def make_targets(
                 i += 1
             case FleetHostSpec():
                 load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-                fleet, limit = _fleet_parts(load_fleet(spec.path, spec.limit))
+                loaded = load_fleet(spec.path, spec.limit)
+                fleet, limit = _fleet_parts(loaded)
                 count = sum(
                     1 for s in typed if isinstance(s, FleetHostSpec) and s.path == spec.path
                 )
                 if len(fleet) != count:
+                    if hasattr(loaded, "release"):
+                        loaded.release()
                     raise VmtaxError(
                         f"{spec.path} now lists {len(fleet)} hosts; the plan was made for {count}"
                     )
@@ -85,10 +88,13 @@ def make_targets(
 def fleet_size(path: str, limit_to: str | None = None) -> tuple[int, int | None]:
     """How many hosts a fleet file or inventory lists (within --limit), and its forks."""
     load_fleet = _optional("vmtax.targets.fleet", "load_fleet", "--targets")
-    fleet, limit = _fleet_parts(load_fleet(path, limit_to))
+    loaded = load_fleet(path, limit_to)
+    fleet, limit = _fleet_parts(loaded)
     for t in fleet:
         with contextlib.suppress(Exception):
             t.close()
+    if hasattr(loaded, "release"):
+        loaded.release()  # only counted: the run loads its own
     return len(fleet), limit
 
 

@@ -114,6 +114,10 @@ class Inventory:
     targets: list[Target] = field(default_factory=list)
     max_concurrency: int = DEFAULT_FORKS
 
+    def release(self) -> None:
+        """Remove the inventory file translated from a ``hosts.toml``, if this is one."""
+        release_inventory(self.source)
+
 
 def load_fleet(path: str | Path, limit: str | None = None) -> Inventory:
     """The hosts of an inventory (or a ``hosts.toml`` translated into one), in Ansible's order,
@@ -122,6 +126,14 @@ def load_fleet(path: str | Path, limit: str | None = None) -> Inventory:
     forks_default = DEFAULT_FORKS
     if source.endswith(".toml"):
         source, forks_default = toml_inventory(Path(path))
+    try:
+        return _resolve(path, source, limit, forks_default)
+    except BaseException:
+        release_inventory(source)  # a translation nobody will run
+        raise
+
+
+def _resolve(path: str | Path, source: str, limit: str | None, forks_default: int) -> Inventory:
     listed = _ansible_inventory(source, limit)
     inv = Inventory(source, limit)
     hostvars: dict[str, dict[str, Any]] = listed.get("_meta", {}).get("hostvars", {})

@@ -270,3 +270,23 @@ def test_the_agents_start_up_is_taken_off_exits_per_iteration(store):
     assert t.loc["cpuid", "per_iteration"] == pytest.approx(1.0)
     assert t.loc["cpuid", "per_iteration_raw"] == pytest.approx(4210 / 1200)
     assert t.loc["cpuid", "startup"] == 3010
+
+
+def test_a_run_whose_recording_was_lost_counts_as_no_data_not_as_zero_exits(store):
+    # Seen at L3 in CI: one run's `exits stop` found no recording. Its profile is kept (one
+    # row, with the reason); the column's means come from the run that was recorded, and
+    # the column says it is incomplete.
+    exp, cfgs = _experiment(store)
+    save_profile(store, _run(store, cfgs["L2"], exp, 0), "L1", _profile(1200, 10))
+    lost = {"complete": False, "problems": ["stop: exits: no recording in progress"]}
+    save_profile(store, _run(store, cfgs["L2"], exp, 1), "L1", lost)
+    t = table2(exit_profiles(store, exp))
+    cpuid = t[t.row == "cpuid"].iloc[0]
+    total = t[t.row == "total"].iloc[0]
+    assert cpuid["per_iteration"] == pytest.approx(1.0) and cpuid["count"] == 1200
+    assert total["runs"] == 1 and total["iterations"] == 1200 and not total["complete"]
+    # With no complete profile at all, the column is shown from what there is, marked so.
+    exp2, cfgs2 = _experiment(store)
+    save_profile(store, _run(store, cfgs2["L2"], exp2, 0), "L1", lost)
+    only = table2(exit_profiles(store, exp2))
+    assert only["count"].sum() == 0 and not only["complete"].any()

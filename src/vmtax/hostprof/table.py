@@ -54,7 +54,8 @@ def table2(
     included) once the exits of the agent's own start-up (``startup``, measured once per
     configuration; 0 when unknown) are taken off; ``per_iteration_raw`` keeps them.
     ``baseline`` (KEY=VAL) picks the baseline; default: the first column (lowest
-    level). ``complete`` is false when any run's profile of that column was incomplete.
+    level). ``complete`` is false when any run's profile of that column was incomplete; the
+    means are then over its complete profiles (over all of them when none is complete).
     """
     if by not in {"reason", "group"}:
         raise UsageError(f"--by must be reason or group, got {by!r}")
@@ -67,7 +68,12 @@ def table2(
     ]
     df["row"] = df["reason"] if by == "reason" else df["group"]
     out = []
-    for probe, sub in df.groupby("probe", sort=True):
+    for probe, every in df.groupby("probe", sort=True):
+        # A column's means are over its complete profiles: a run whose recording was lost
+        # (its stop found none) has no exits to count, not zero exits. Only a column with no
+        # complete profile at all is shown from its incomplete ones, marked so.
+        whole = every.groupby("column")["complete"].transform("any")
+        sub = every[every["complete"] | ~whole]
         runs = sub.drop_duplicates(["run_id", "recorded_at"])
         per_col = runs.groupby("column", sort=False).agg(
             runs=("run_id", "nunique"),
@@ -78,6 +84,7 @@ def table2(
             level=("level", "first"),
             counts_only=("recorder", lambda r: bool((r == "kvm-stats").all())),
         )
+        per_col["complete"] = every.groupby("column", sort=False)["complete"].all()
         per_col = per_col.sort_values(["level", "recorded_at"], kind="stable")
         per_col.index.name = None
         counted = sub.dropna(subset=["row"])

@@ -14,6 +14,7 @@ The other modules of fault tests (test_faults_*.py) build their fleets with the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pty
 import random
@@ -432,3 +433,16 @@ def test_an_inventory_of_eight_hosts_through_ansible_into_one_postgresql(
     # The agent was copied once to the hosts' shared directory and checked on every host.
     sums = {c["provenance"]["agent_sha256"] for c in info["configurations"]}
     assert len(sums) == 1
+    # The tax of one inventory group against another, hosts as the unit: four hosts a side,
+    # each entering as the mean of its runs (the hosts are one machine's namespaces, so the
+    # verdict is not asked for, only its unit and its scope).
+    res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", "compare",
+                          f"exp={exp}", "--by", "group", "--baseline", "group=bare", "--format",
+                          "json", "--db", postgres_url], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows = [r for r in json.loads(res.stdout)["rows"] if r["probe"] != "geomean"]
+    assert {r["config"] for r in rows} == {"group=bare", "group=kvm_hosts"}
+    for r in rows:
+        assert r["boots"] == 4 and r["n_runs"] == 8, r  # four hosts, two runs each
+        assert not any("one host" in w for w in r["warnings"]), r

@@ -80,6 +80,7 @@ def compare_cmd(
         ),
     ] = 0,
     boot_cost: options.BootCost = BOOT_COST_S,
+    by: options.By = None,
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     dataset: Annotated[
         str | None,
@@ -116,6 +117,9 @@ def compare_cmd(
 
     Example: vmtax compare exp=latest --baseline level=L0 --boot-cost 90 (L2 boots slowly)
 
+    Example: vmtax compare exp=latest --by group --baseline group=bare (an inventory's groups,
+    hosts as the unit)
+
     Example: vmtax compare --dataset fitzgerald2014 --format csv
     """
     if fmt not in fmt_mod.FORMATS:
@@ -136,6 +140,7 @@ def compare_cmd(
         resamples=resamples,
         seed=seed,
         boot_cost_s=boot_cost,
+        by=by,
     )
     comp = measured(selectors, baseline, how, metric=metric, db=db)
     if dataset:

@@ -147,3 +147,13 @@ BootCost = Annotated[
         "Kalibera and Jones' formula picks.",
     ),
 ]
+
+#: compare's and report's --by: a label whose values are compared, pooled, hosts the unit.
+By = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        help="Compare the values of this label instead of configurations, e.g. --by group: "
+        "an inventory's groups, each pooling its hosts, with hosts as the unit.",
+    ),
+]

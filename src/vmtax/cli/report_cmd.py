@@ -65,6 +65,7 @@ def report(
         ),
     ] = 0,
     boot_cost: options.BootCost = BOOT_COST_S,
+    by: options.By = None,
 ) -> None:
     """Write a report: summary, study-A tables, figures, artifacts, environment.
 
@@ -75,6 +76,8 @@ def report(
     Example: vmtax report exp=latest --baseline level=L0 -o report.html
 
     Example: vmtax report exp=latest --boot-cost 40 (a guest boots in 40 s here)
+
+    Example: vmtax report exp=latest --by group --baseline group=bare -o fleet.html
     """
     fmt = fmt.lower()
     if fmt not in FORMATS:
@@ -92,7 +95,7 @@ def report(
             argv=sys.argv[1:],
             fmt=fmt,
             baseline=baseline,
-            options=CompareOptions(resamples=resamples, seed=seed, boot_cost_s=boot_cost),
+            options=CompareOptions(resamples=resamples, seed=seed, boot_cost_s=boot_cost, by=by),
             progress=step,
         )
     typer.echo(f"wrote {described(result)}")

@@ -41,7 +41,7 @@ def measured(
             )
         # The positional selectors scope the baseline: exp=latest --baseline level=L0 is the
         # latest experiment's L0 (the same resolver serves report and artifacts).
-        resolved = resolve(store, selectors, baseline)
+        resolved = resolve(store, selectors, baseline, options.by)
         runs = resolved.runs
         imprecise = imprecise_of(store, runs)
     # No mask only for an empty --baseline: compare() then reports the selector itself.

@@ -56,7 +56,7 @@ def write_report(
 
     step = progress or (lambda _name: None)
     step("loading runs and samples")
-    data = load(store, selectors, baseline, command)
+    data = load(store, selectors, baseline, command, by=options.by if options else None)
     return render(data, output, fmt=fmt, options=options, progress=step)
 
 
@@ -105,6 +105,8 @@ def _given(options: CompareOptions) -> list[str]:
     for flag, name in flags:
         if getattr(options, name) != getattr(default, name):
             out += [flag, f"{getattr(options, name):g}"]
+    if options.by:
+        out += ["--by", options.by]
     return out
 
 

@@ -115,6 +115,15 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=[k for k, _ in _DISPLAY])
 
 
+def _headers(comp: Comparison) -> list[tuple[str, str]]:
+    """The columns and their headings: a comparison pooled by a label counts hosts where
+    another counts boots (its clusters are hosts)."""
+    if not comp.by:
+        return _DISPLAY
+    named = {"boots": "hosts", "between_share": "between-host %", "runs_per_boot": "runs/host"}
+    return [(k, named.get(k, head)) for k, head in _DISPLAY]
+
+
 def comparison_table(comp: Comparison) -> Table:
     """A rich table of a Comparison, warnings as a caption."""
     view = comparison_display(comp.rows)
@@ -122,7 +131,7 @@ def comparison_table(comp: Comparison) -> Table:
         title=f"overhead vs baseline {comp.baseline} ({comp.test} test, "
         f"{comp.adjust} adjusted, noise ±{comp.noise:.0%})"
     )
-    for key, head in _DISPLAY:
+    for key, head in _headers(comp):
         right = key not in ("probe", "metric", "config", "unit", "verdict")
         table.add_column(head, justify="right" if right else "left")
     for rec in view.to_dict(orient="records"):
@@ -196,7 +205,7 @@ def render_comparison(comp: Comparison, fmt: str) -> str | Table:
     if fmt == "table":
         return comparison_table(comp)
     if fmt == "markdown":
-        text = markdown(comparison_display(comp.rows), [h for _, h in _DISPLAY])
+        text = markdown(comparison_display(comp.rows), [h for _, h in _headers(comp)])
         notes = _notes(comp)
         if notes:
             text += "\n" + "\n".join(f"- {n}" for n in notes) + "\n"

@@ -35,17 +35,19 @@ def load(
     selectors: Sequence[str],
     baseline: str | None = None,
     command: Sequence[str] = (),
+    by: str | None = None,
 ) -> ReportInput:
     """Read the runs the selectors pick (and the baseline's, scoped by the selectors as
     `vmtax compare` scopes it), their samples, configurations, experiments and exit
-    profiles, and the sweeps the selectors name."""
+    profiles, and the sweeps the selectors name. ``by``: the label a pooled comparison
+    compares (its baseline is one value of it, however many configurations)."""
     sweeps = tuple(summarise(store, e) for e in selected_sweeps(store, selectors))
     if sweeps:
         picked = store.runs(list(selectors))
         if not (picked["status"] == "ok").any():
             # The selectors picked sweeps and no runs: the report is the sweeps alone.
             return _sweeps_alone(picked, sweeps, selectors, command)
-    resolved = resolve(store, list(selectors), baseline)
+    resolved = resolve(store, list(selectors), baseline, by)
     runs = resolved.runs
     ok_ids = [int(r) for r in runs.loc[runs["status"] == "ok", "run_id"]]
     samples = store.samples(ok_ids) if ok_ids else {}

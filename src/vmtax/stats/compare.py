@@ -111,6 +111,8 @@ class Comparison:
     alpha: float = ALPHA
     confidence: float = CONFIDENCE
     warnings: list[str] = field(default_factory=list)
+    #: The label a pooled comparison compares (``CompareOptions.by``), or None.
+    by: str | None = None
 
     @property
     def family_size(self) -> int:
@@ -138,6 +140,7 @@ class Comparison:
             "resamples": self.resamples,
             "seed": self.seed,
             "family_size": self.family_size,
+            "by": self.by,
             "rows": rows,
             "warnings": list(self.warnings),
         }
@@ -187,6 +190,46 @@ def _group_keys(ok: pd.DataFrame) -> pd.Series:
     return prefixed.where(clash, ok["config"].astype(str))
 
 
+def _pooled_by(ok: pd.DataFrame, by: str, notes: list[str]) -> pd.DataFrame:
+    """Runs pooled by the value of label ``by`` (an inventory's ``group``): each value is one
+    side, and each configuration in it (a host) is a cluster, in the ``boot`` column that
+    the boot-level comparison reads, so a side of two hosts or more enters as its host
+    means. A host's boots and runs are averaged into its mean: hosts are the unit there."""
+    key = by.casefold()
+    values = [
+        next((str(v) for k, v in (labels or {}).items() if str(k).casefold() == key), None)
+        for labels in ok["labels"]
+    ]
+    has = pd.Series([v is not None for v in values], index=ok.index)
+    if not has.any():
+        seen = sorted({str(k) for labels in ok["labels"] for k in (labels or {})})
+        raise UsageError(
+            f"--by {by}: no run has a label {by} (labels here: {', '.join(seen) or 'none'})"
+        )
+    if not has.all():
+        notes.append(f"{int((~has).sum())} runs have no label {by}; left out")
+    out = ok[has.to_numpy()].copy()
+    out["_key"] = [f"{by}={v}" for v in values if v is not None]
+    out["boot"] = "#" + out["experiment_id"].astype(str) + " " + out["config"].astype(str)
+    out["_pooled"] = True
+    return out
+
+
+def _hosts_as_the_unit(frame: pd.DataFrame) -> None:
+    """Say host where a pooled comparison's clusters are hosts, not boots."""
+    if frame.empty:
+        return
+    for old, new in (
+        (ONE_BOOT, "one host: the interval holds for this host only"),
+        ("has one boot: the interval holds for its boot only",
+         "has one host: the interval holds for that host only"),
+        ("boots as the unit", "hosts as the unit"),
+    ):  # fmt: skip
+        frame["warnings"] = frame["warnings"].str.replace(old, new, regex=False)
+    if "_unit_name" in frame:
+        frame["_unit_name"] = frame["_unit_name"].replace("boots", "hosts")
+
+
 def compare(
     runs: pd.DataFrame,
     baseline: str | pd.Series,
@@ -219,7 +262,11 @@ def compare(
     ok = runs[runs["status"] == "ok"].copy()
     if ok.empty:
         raise UsageError("no completed runs match the selectors")
-    ok["_key"] = _group_keys(ok)
+    notes: list[str] = []
+    if options.by:
+        ok = _pooled_by(ok, options.by, notes)
+    else:
+        ok["_key"] = _group_keys(ok)
     ok["_base"] = _baseline_mask(ok, baseline).to_numpy()
     if not ok["_base"].any():
         raise UsageError(f"baseline {label!r} matches no completed run")
@@ -227,7 +274,6 @@ def compare(
     rows: list[dict[str, Any]] = []
     ratios: dict[int, intervals.RatioInterval] = {}
     sides: dict[int, tuple[boots.Units, boots.Units]] = {}
-    notes: list[str] = []
     for probe, pruns in ok.groupby("probe", sort=True):
         base_keys = list(dict.fromkeys(pruns.loc[pruns["_base"], "_key"]))
         if len(base_keys) > 1:
@@ -264,6 +310,8 @@ def compare(
         raise UsageError(
             "nothing to compare: no probe has runs in both the baseline and another configuration"
         )
+    if options.by:
+        _hosts_as_the_unit(frame)
     _chain_deltas(frame)
     tested = ~frame["is_baseline"]
     pvals = frame["p_value"].astype(float).to_numpy()
@@ -301,6 +349,8 @@ def compare(
         )
     ]
     geo = _geomean_rows(frame, sides, noise)
+    if options.by:
+        _hosts_as_the_unit(geo)
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
     if imprecise:
@@ -316,6 +366,7 @@ def compare(
         seed=seed,
         metrics=metrics,
         warnings=notes,
+        by=options.by,
     )
 
 
@@ -435,11 +486,12 @@ def _compare_metric(
                 (cfg_units, base_units, key, g),
                 (base_units, cfg_units, "the baseline", base),
             ):
-                # L0's one boot is the machine's own: its runs are its unit, no warning.
+                # L0's one boot is the machine's own: its runs are its unit, no warning
+                # (but a pool of hosts with one host in it has one host, whatever its level).
                 if (
                     not side.boot_level
                     and other.boot_level
-                    and level_number(at["level"].iloc[0]) != 0
+                    and ("_pooled" in at or level_number(at["level"].iloc[0]) != 0)
                 ):
                     warnings.append(f"{who} has one boot: the interval holds for its boot only")
         else:

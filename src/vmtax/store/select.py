@@ -180,13 +180,16 @@ class Resolved:
     selectors: list[str]
 
 
-def resolve(store: Store, selectors: Sequence[str], baseline: str | None) -> Resolved:
+def resolve(
+    store: Store, selectors: Sequence[str], baseline: str | None, by: str | None = None
+) -> Resolved:
     """Load the runs of ``selectors`` (OR) and of the scoped ``baseline`` from ``store``, once
     for every command that takes a baseline (compare, report, artifacts).
 
     Raises UsageError when the baseline matches no run of the store, or, for one probe, more
-    than one configuration: the message lists the candidates with their experiment, its start
-    time and the labels, and how to pick one.
+    than one configuration (with ``by``, a pooled comparison: more than one value of that
+    label): the message lists the candidates with their experiment, its start time and the
+    labels, and how to pick one.
     """
     chosen = list(selectors)
     runs = store.runs(chosen)
@@ -200,8 +203,28 @@ def resolve(store: Store, selectors: Sequence[str], baseline: str | None) -> Res
     if not base_mask.any():
         where = " within " + " or ".join(scoped) if scoped != [baseline] else ""
         raise UsageError(f"baseline {baseline!r} matches no completed run{where}")
-    _check_one_configuration(store, both[base_mask], baseline)
+    if by is None:
+        _check_one_configuration(store, both[base_mask], baseline)
+    else:
+        _check_one_value(both[base_mask], baseline, by)
     return Resolved(both, base_mask, baseline, chosen)
+
+
+def _check_one_value(base: pd.DataFrame, baseline: str, by: str) -> None:
+    """A pooled baseline is one value of label ``by`` (its hosts may be many)."""
+    key = by.casefold()
+    values = sorted(
+        {
+            next((str(v) for k, v in (labels or {}).items() if str(k).casefold() == key), "")
+            for labels in base["labels"]
+        }
+    )
+    if len(values) > 1:
+        shown = ", ".join(f"{by}={v}" if v else f"no {by}" for v in values)
+        raise UsageError(
+            f"baseline {baseline!r} spans {len(values)} values of {by} ({shown}); "
+            f"name one, e.g. --baseline {by}={values[-1]}"
+        )
 
 
 def _check_one_configuration(store: Store, base: pd.DataFrame, baseline: str) -> None:

@@ -1,0 +1,99 @@
+"""`vmtax compare --by group`: an inventory's groups compared as pools of hosts, with hosts as
+the unit (each host's runs averaged into its mean, Welch's t on the log host means)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from vmtax.errors import UsageError
+from vmtax.report import compare_format
+from vmtax.stats.compare import compare
+from vmtax.stats.compare_options import CompareOptions
+
+BY_GROUP = CompareOptions(by="group", resamples=999)
+
+
+def fleet(rng, hosts: dict[str, int], *, slower: float = 1.0, host_sd=0.05, run_sd=0.01, runs=4):
+    """Runs of one probe on hosts of inventory groups (``hosts``: group -> host count); each
+    host draws its own effect, and group ``kvm`` is ``slower`` times the others."""
+    cols: dict[str, list] = {k: [] for k in ("config", "labels", "configuration_id", "mean")}
+    cid = 0
+    for group, count in hosts.items():
+        for h in range(count):
+            cid += 1
+            labels = {"host": f"{group}{h}", "group": group}
+            effect = host_sd * rng.standard_normal() + (np.log(slower) if group == "kvm" else 0)
+            values = 100 * np.exp(effect + run_sd * rng.standard_normal(runs))
+            cols["config"] += [f"L0 group={group} host={group}{h}"] * runs
+            cols["labels"] += [labels] * runs
+            cols["configuration_id"] += [cid] * runs
+            cols["mean"] += list(values)
+    n = len(cols["mean"])
+    return pd.DataFrame(cols).assign(
+        probe="syscall", level="L0", status="ok", experiment_id=1, better="lower", unit="ns",
+        throughput_unit=None, wall_s=0.5, run_index=[i % runs for i in range(n)],
+        boot=None,
+    )  # fmt: skip
+
+
+def test_a_group_is_its_hosts_means_and_the_interval_is_welchs_on_them():
+    rng = np.random.default_rng(5)
+    runs = fleet(rng, {"bare": 4, "kvm": 5}, slower=1.1)
+    comp = compare(runs, "group=bare", options=BY_GROUP)
+    rows = comp.rows.set_index("config")
+    assert list(rows.index) == ["group=bare", "group=kvm"]
+    kvm = rows.loc["group=kvm"]
+    assert kvm.boots == 5 and kvm.n_runs == 20  # five hosts, their twenty runs
+    # Independently: the ratio of the groups' means of host means, its log's delta-method
+    # variance and Welch-Satterthwaite's degrees of freedom, from numpy and scipy's t.
+    means = runs.groupby("config")["mean"].mean()
+    kvm_m = means[means.index.str.contains("group=kvm")].to_numpy()
+    bare_m = means[means.index.str.contains("group=bare")].to_numpy()
+    v = [x.var(ddof=1) / (x.size * x.mean() ** 2) for x in (kvm_m, bare_m)]
+    dof = sum(v) ** 2 / sum(vi**2 / (x.size - 1) for vi, x in zip(v, (kvm_m, bare_m), strict=True))
+    est = kvm_m.mean() / bare_m.mean()
+    half = stats.t.ppf(0.975, dof) * np.sqrt(sum(v))
+    want = (est * np.exp(-half), est * np.exp(half))
+    assert kvm.overhead == pytest.approx(est, rel=1e-12)
+    assert (kvm.ci_low, kvm.ci_high) == pytest.approx(want, rel=1e-6)
+    assert kvm.verdict == "slower"
+    text = compare_format.render_comparison(comp, "markdown")
+    header = next(line for line in text.splitlines() if line.startswith("|"))
+    assert "hosts" in header and "between-host" in header and "boots" not in header
+    assert comp.to_json()["by"] == "group"
+
+
+def test_a_group_of_one_host_says_the_interval_holds_for_that_host_only():
+    rng = np.random.default_rng(6)
+    comp = compare(fleet(rng, {"bare": 3, "kvm": 1}), "group=bare", options=BY_GROUP)
+    kvm = comp.rows.set_index("config").loc["group=kvm"]
+    assert "has one host: the interval holds for that host only" in kvm.warnings
+    assert "boot" not in kvm.warnings
+
+
+def test_runs_without_the_label_are_left_out_and_a_label_nobody_has_is_one_line():
+    rng = np.random.default_rng(7)
+    runs = fleet(rng, {"bare": 3, "kvm": 3})
+    lone = runs.iloc[:4].assign(labels=[{"host": "x"}] * 4, config="L0 host=x")
+    comp = compare(pd.concat([runs, lone], ignore_index=True), "group=bare", options=BY_GROUP)
+    assert "4 runs have no label group; left out" in comp.warnings
+    with pytest.raises(UsageError, match="--by rack: no run has a label rack"):
+        compare(runs, "group=bare", options=CompareOptions(by="rack"))
+    with pytest.raises(UsageError, match="--by takes a label's name"):
+        CompareOptions(by="group;rm")
+
+
+def test_the_host_level_interval_covers_the_truth_95_percent_of_the_time():
+    # Hosts differ (5% sd) far more than runs on one host (1%): an interval that took the
+    # pooled runs as its unit would cover about half the time, not 95%.
+    rng = np.random.default_rng(8)
+    trials, covered = 300, 0
+    for _ in range(trials):
+        comp = compare(fleet(rng, {"bare": 4, "kvm": 5}, slower=1.1), "group=bare",
+                       options=BY_GROUP)  # fmt: skip
+        kvm = comp.rows.set_index("config").loc["group=kvm"]
+        covered += kvm.ci_low <= 1.1 <= kvm.ci_high
+    assert 0.91 <= covered / trials <= 0.985, covered / trials

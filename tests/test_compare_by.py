@@ -3,6 +3,8 @@ the unit (each host's runs averaged into its mean, Welch's t on the log host mea
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -97,3 +99,41 @@ def test_the_host_level_interval_covers_the_truth_95_percent_of_the_time():
         kvm = comp.rows.set_index("config").loc["group=kvm"]
         covered += kvm.ci_low <= 1.1 <= kvm.ci_high
     assert 0.91 <= covered / trials <= 0.985, covered / trials
+
+
+@pytest.fixture
+def cli_agent():
+    from vmtax.targets.base import find_agent
+
+    return str(find_agent())
+
+
+def test_a_report_of_several_hosts_compares_groups_when_asked_and_otherwise_describes_them(
+    cli, sqlite_url, tmp_path, monkeypatch
+):
+    # Four "hosts": this machine measured four times with host and group labels, as an
+    # inventory's hosts are labelled. No one of them is the baseline by default: the report
+    # says so instead of failing on an ambiguous level=L0.
+    monkeypatch.setenv("VMTAX_RUN_REPORT", "none")
+    for host, group in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("b2", "b")):
+        res = cli("run", "--probe", "syscall", "--runs", "2", "--label", f"host={host}",
+                  "--label", f"group={group}", "--db", sqlite_url)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+    exps = ["exp=1", "exp=2", "exp=3", "exp=4"]
+    plain = cli("report", *exps, "--db", sqlite_url, "-o", str(tmp_path / "r.html"))
+    assert plain.returncode == 0, plain.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "has 4 configurations (hosts), so nothing is compared" in page
+    pooled = cli("report", *exps, "--by", "group", "--baseline", "group=a", "--db", sqlite_url,
+                 "-o", str(tmp_path / "g.html"))  # fmt: skip
+    assert pooled.returncode == 0, pooled.stderr
+    assert "group=b" in (tmp_path / "g.html").read_text()
+    table = cli("compare", *exps, "--by", "group", "--baseline", "group=a", "--format", "json",
+                "--db", sqlite_url)  # fmt: skip
+    rows = json.loads(table.stdout)["rows"]
+    assert [(r["config"], r["boots"]) for r in rows if r["probe"] == "syscall"] == [
+        ("group=a", 2),
+        ("group=b", 2),
+    ]
+    both = cli("compare", *exps, "--by", "group", "--baseline", "level=L0", "--db", sqlite_url)
+    assert both.returncode == 2 and "spans 2 values of group" in both.stderr

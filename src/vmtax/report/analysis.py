@@ -156,7 +156,7 @@ def build(
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         baseline=baseline,
         baseline_configs=baseline_configs,
-        summary=words.summary(rows) if baseline else [_NO_BASELINE],
+        summary=words.summary(rows) if baseline else notes[:1] or [_NO_BASELINE],
         overhead_table=_overhead_table(rows, order),
         studya_tables=[*_studya_tables(described, all_rows), *study_c_table(ok, baseline_configs)],
         figures=figs,
@@ -354,6 +354,25 @@ def _comparison(
             return "", pd.DataFrame(columns=COLUMNS), []
         label = default_baseline(raw)
         base = label
+        lowest = raw[raw["level"].astype(str) == label.removeprefix("level=")]
+        if options.by:
+            why = (
+                f"No baseline was given for --by {options.by}, so nothing is compared: the "
+                "sections below describe every configuration. Name one value, e.g. "
+                f"--baseline {options.by}=NAME."
+            )
+            return "", pd.DataFrame(columns=COLUMNS), [why]
+        if lowest.groupby("probe")["configuration_id"].nunique().max() > 1:
+            # Several hosts (a fleet) at the lowest level: none of them is the baseline by
+            # default. Describe them all, and say how to compare.
+            why = (
+                f"No baseline was given and the lowest level, {label}, has "
+                f"{lowest['configuration_id'].nunique()} configurations (hosts), so nothing "
+                "is compared: the sections below describe each. Name one with --baseline "
+                "(e.g. --baseline host=NAME), or compare inventory groups with --by group "
+                "--baseline group=NAME."
+            )
+            return "", pd.DataFrame(columns=COLUMNS), [why]
     # Adaptive sampling's misses get no verdict, as in compare.
     same = partial(compare, data.runs, base, options=options, label=label,
                    imprecise=data.imprecise)  # fmt: skip

@@ -175,42 +175,62 @@ class Recorder:
         probe's set-up, a workload's servers), so a table can tell the probe's exits per
         iteration from it."""
         startup: dict[str, dict[int, int]] = {}
-        for level, side in sides.items():
-            why = ""
-            for _ in range(CALIBRATION_TRIES):
-                got, why = self._record(self.mode, target, side, args)
-                if got is not None:
-                    startup[level] = got
-                    break
-            else:
+        why: dict[str, str] = {}
+        for _ in range(CALIBRATION_TRIES):
+            # Every side not measured yet records the same invocation: one agent start-up
+            # for all of them (at L3 an invocation costs seconds of a nested stack).
+            todo = {level: side for level, side in sides.items() if level not in startup}
+            if not todo:
+                break
+            got = self._record(self.mode, target, todo, args)
+            for level, (counts, reason) in got.items():
+                if counts is not None:
+                    startup[level] = counts
+                else:
+                    why[level] = reason
+        for level in sides:
+            if level not in startup:
                 self.note_once(
                     f"exits: {target.name}: the start-up's exits at {level} were not measured "
-                    f"({why}); its exits per iteration include them"
+                    f"({why.get(level, 'not tried')}); its exits per iteration include them"
                 )
         with self._lock:
             self._startup[key] = startup
 
     @staticmethod
     def _record(
-        mode: str, target: Target, side: Target, args: list[str]
-    ) -> tuple[dict[int, int] | None, str]:
-        """One agent invocation of ``args`` on ``target``, recorded on ``side``: (its exits by
-        code, "") when the profile is complete, else (None, why not)."""
-        begun = begin(mode, target, side)
-        if begun[0]:
-            end(mode, target, side, begun)
-            return None, f"start: {begun[0]}"
+        mode: str, target: Target, sides: dict[str, Target], args: list[str]
+    ) -> dict[str, tuple[dict[int, int] | None, str]]:
+        """One agent invocation of ``args`` on ``target``, recorded on every one of
+        ``sides``: by level, (its exits by code, "") when that profile is complete, else
+        (None, why not)."""
+        out: dict[str, tuple[dict[int, int] | None, str]] = {}
+        begun: dict[str, Begun] = {}
+        for level, side in sides.items():
+            b = begin(mode, target, side)
+            if b[0]:
+                end(mode, target, side, b)
+                out[level] = (None, f"start: {b[0]}")
+            else:
+                begun[level] = b
+        if not begun:
+            return out
+        failed = ""
         try:
             # As a planned run runs: a workload's servers and tools, a probe's agent.
             for _ in run_lines(target, args, REQUEST_TIMEOUT_S):
                 pass
         except VmtaxError as exc:
-            end(mode, target, side, begun)  # removes the recording's triggers
-            return None, f"the agent: {exc.message}"
-        got = end(mode, target, side, begun)
-        if not got.get("complete"):
-            return None, "; ".join(map(str, got.get("problems") or ["incomplete"]))
-        return {int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, ""
+            failed = f"the agent: {exc.message}"
+        for level, b in begun.items():
+            got = end(mode, target, sides[level], b)  # also removes the recording's triggers
+            if failed:
+                out[level] = (None, failed)
+            elif not got.get("complete"):
+                out[level] = (None, "; ".join(map(str, got.get("problems") or ["incomplete"])))
+            else:
+                out[level] = ({int(r["code"]): int(r["count"]) for r in got.get("reasons", [])}, "")
+        return out
 
     def before_run(self, target: Target, step: Step, args: list[str] | None = None) -> None:
         key = (str(target.name), str(getattr(step, "entry", "")))

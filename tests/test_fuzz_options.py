@@ -449,3 +449,26 @@ def test_a_signal_at_a_random_point(tmp_path, name, argv, signum):
     assert not (where / "r.html").exists(), "a report cut short was left behind"
     with contextlib.suppress(FileNotFoundError):
         assert not [p for p in where.iterdir() if p.suffix in (".tmp", ".part")]
+
+
+def test_an_import_that_a_signal_broke_is_an_interruption(cli, monkeypatch):
+    # Seen in CI: a SIGINT while scipy initialised came out of `vmtax import` as
+    # "ImportError: initialization failed" and a traceback. The signal cannot be aimed at
+    # that instant, so the import that breaks is planted; the signal's handler is the real one.
+    from vmtax.cli import run_cmd, signals
+
+    def broken(args):
+        with contextlib.suppress(KeyboardInterrupt):
+            signals.interrupt(signal.SIGINT, None)
+        raise ImportError("initialization failed")
+
+    monkeypatch.setattr(run_cmd, "exits_alone_is_counts", broken)
+    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    res = cli("import", "x.jsonl")
+    assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res
+    # Without a signal, an ImportError is a bug and stays one.
+    monkeypatch.setattr(run_cmd, "exits_alone_is_counts", lambda args: (_ for _ in ()).throw(
+        ImportError("no module named x")))  # fmt: skip
+    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    with pytest.raises(ImportError, match="no module named x"):
+        cli("import", "x.jsonl")

@@ -154,15 +154,19 @@ def test_l3_cpuid_is_multiplied_on_l1s_kvm(cli, kvm_l3_store):
     assert {"L1", "L2"} <= set(prof["recorded_at"])
     res = cli("exits", "exp=latest", "--db", db, "--format", "json")
     rows = json.loads(res.stdout)
-    total = {r["config"]: r["per_iteration"] for r in rows if r["reason"] == "total"}
+    total = {r["config"]: r["count"] for r in rows if r["reason"] == "total"}
     cpuid = {r["config"]: r["per_iteration"] for r in rows if r["reason"] == "cpuid"}
-    at_l1 = next(v for k, v in total.items() if k.endswith("@ L1"))
+    seen_at_l1 = next(v for k, v in total.items() if k.endswith("@ L1"))
+    seen_at_l2 = next(v for k, v in total.items() if k.endswith("@ L2"))
     cpuid_at_l2 = next(v for k, v in cpuid.items() if k.endswith("@ L2"))
     # L2's KVM sees each L3 CPUID once (its CPUID exits; its total also holds the timer and
     # interrupt exits of a longer run, 4.7 per iteration on a loaded machine); L1's KVM sees
-    # each of them and the exits of L2's handling.
+    # each of them and the exits of L2's handling: 8 times L2's exits in a quiet run. The
+    # exits of a run as recorded are compared, not those per iteration net of the start-up:
+    # beside stress-ng in CI, a start-up recorded with more background exits than a run's
+    # took L1's net total down to 1.04 per iteration, reason by reason.
     assert cpuid_at_l2 == pytest.approx(1.0, abs=0.1)
-    assert at_l1 > 3 * cpuid_at_l2
+    assert seen_at_l1 > 3 * seen_at_l2, (seen_at_l1, seen_at_l2)
 
 
 def test_explain_splits_l2s_timer_overhead_by_exit_group(cli, kvm_l1_l2_store):

@@ -16,7 +16,7 @@ from types import ModuleType
 import typer
 from rich.console import Console
 
-from vmtax.cli import run_cmd
+from vmtax.cli import run_cmd, signals
 from vmtax.errors import VmtaxError
 
 app = typer.Typer(
@@ -96,7 +96,8 @@ def main() -> None:
     # SIGTERM stops every command as Ctrl-C does (one line, exit 130), from the first option
     # parsed: run and sweep turned it into an interruption only once they were measuring, so
     # a SIGTERM during their checks, or any time in another command, killed it silently.
-    previous_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    previous_term = signal.signal(signal.SIGTERM, signals.interrupt)
+    previous_int = signal.signal(signal.SIGINT, signals.interrupt)
     # An interruption that lands while SQLAlchemy's pool closes a connection is logged by the
     # pool with its traceback (through logging's last-resort handler); the command already
     # says "interrupted" in its one line, so the pool's log is not the user's to read.
@@ -133,6 +134,13 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         _err.print("vmtax: error: interrupted", markup=False)
         sys.exit(130)
+    except (ImportError, SystemError):
+        # A Ctrl-C that lands while a C extension initialises (scipy's, on a first import)
+        # comes out as "ImportError: initialization failed", its KeyboardInterrupt lost.
+        if not signals.INTERRUPTED[0]:
+            raise
+        _err.print("vmtax: error: interrupted", markup=False)
+        sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
@@ -148,6 +156,7 @@ def main() -> None:
         _flush_quietly()
         signal.signal(signal.SIGPIPE, previous)
         signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _reader_went_away() -> bool:

@@ -75,8 +75,7 @@ def make_targets(
                     1 for s in typed if isinstance(s, FleetHostSpec) and s.path == spec.path
                 )
                 if len(fleet) != count:
-                    if hasattr(loaded, "release"):
-                        loaded.release()
+                    _release(loaded)
                     raise VmtaxError(
                         f"{spec.path} now lists {len(fleet)} hosts; the plan was made for {count}"
                     )
@@ -93,9 +92,14 @@ def fleet_size(path: str, limit_to: str | None = None) -> tuple[int, int | None]
     for t in fleet:
         with contextlib.suppress(Exception):
             t.close()
-    if hasattr(loaded, "release"):
-        loaded.release()  # only counted: the run loads its own
+    _release(loaded)  # only counted: the run loads its own
     return len(fleet), limit
+
+
+def _release(loaded: Any) -> None:
+    """Remove what loading a fleet made (a hosts.toml's translated inventory), if anything."""
+    if hasattr(loaded, "release"):
+        loaded.release()
 
 
 def _fleet_parts(loaded: Any) -> tuple[list[Target], int | None]:

@@ -49,7 +49,7 @@ from vmtax.errors import UsageError
 from vmtax.stats import boots, intervals, significance
 from vmtax.stats.compare_options import BOOT_COST_S as BOOT_COST_S
 from vmtax.stats.compare_options import CompareOptions as CompareOptions
-from vmtax.store.select import mask
+from vmtax.store.select import label_value, mask
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -195,11 +195,7 @@ def _pooled_by(ok: pd.DataFrame, by: str, notes: list[str]) -> pd.DataFrame:
     side, and each configuration in it (a host) is a cluster, in the ``boot`` column that
     the boot-level comparison reads, so a side of two hosts or more enters as its host
     means. A host's boots and runs are averaged into its mean: hosts are the unit there."""
-    key = by.casefold()
-    values = [
-        next((str(v) for k, v in (labels or {}).items() if str(k).casefold() == key), None)
-        for labels in ok["labels"]
-    ]
+    values = [label_value(labels, by) for labels in ok["labels"]]
     has = pd.Series([v is not None for v in values], index=ok.index)
     if not has.any():
         seen = sorted({str(k) for labels in ok["labels"] for k in (labels or {})})
@@ -213,21 +209,6 @@ def _pooled_by(ok: pd.DataFrame, by: str, notes: list[str]) -> pd.DataFrame:
     out["boot"] = "#" + out["experiment_id"].astype(str) + " " + out["config"].astype(str)
     out["_pooled"] = True
     return out
-
-
-def _hosts_as_the_unit(frame: pd.DataFrame) -> None:
-    """Say host where a pooled comparison's clusters are hosts, not boots."""
-    if frame.empty:
-        return
-    for old, new in (
-        (ONE_BOOT, "one host: the interval holds for this host only"),
-        ("has one boot: the interval holds for its boot only",
-         "has one host: the interval holds for that host only"),
-        ("boots as the unit", "hosts as the unit"),
-    ):  # fmt: skip
-        frame["warnings"] = frame["warnings"].str.replace(old, new, regex=False)
-    if "_unit_name" in frame:
-        frame["_unit_name"] = frame["_unit_name"].replace("boots", "hosts")
 
 
 def compare(
@@ -310,8 +291,6 @@ def compare(
         raise UsageError(
             "nothing to compare: no probe has runs in both the baseline and another configuration"
         )
-    if options.by:
-        _hosts_as_the_unit(frame)
     _chain_deltas(frame)
     tested = ~frame["is_baseline"]
     pvals = frame["p_value"].astype(float).to_numpy()
@@ -348,9 +327,7 @@ def compare(
             strict=True,
         )
     ]
-    geo = _geomean_rows(frame, sides, noise)
-    if options.by:
-        _hosts_as_the_unit(geo)
+    geo = _geomean_rows(frame, sides, noise, "host" if options.by else "boot")
     if not geo.empty:
         frame = pd.concat([frame, geo], ignore_index=True)
     if imprecise:
@@ -437,6 +414,8 @@ def _compare_metric(
     boot_cost_s: float,
 ) -> None:
     column, unit_override, better_override = METRICS[name]
+    # A pooled comparison's clusters are its hosts (_pooled_by), another's its boots.
+    word = "host" if "_pooled" in pruns else "boot"
     groups: dict[str, pd.DataFrame] = {str(key): g for key, g in pruns.groupby("_key", sort=False)}
     base = groups[base_key]
     base_vals = _run_values(base, column)
@@ -493,13 +472,17 @@ def _compare_metric(
                     and other.boot_level
                     and ("_pooled" in at or level_number(at["level"].iloc[0]) != 0)
                 ):
-                    warnings.append(f"{who} has one boot: the interval holds for its boot only")
+                    whose = "that" if word == "host" else "its"
+                    warnings.append(
+                        f"{who} has one {word}: the interval holds for {whose} {word} only"
+                    )
         else:
             # Runs are the unit inside a boot: the run values carry the run-to-run spread that
             # the interval is about, whether or not the iterations inside them are stored.
             ratio = intervals.ratio_interval(vals, base_vals, better)
             p = significance.pvalue(vals, base_vals, test, resamples=resamples, seed=seed)
-            warnings.append(ONE_BOOT)
+            warnings.append(ONE_BOOT.replace("boot", word))
+        clustered = cfg_units.boot_level or base_units.boot_level
         ratios[len(rows)] = ratio
         sides[len(rows)] = (cfg_units, base_units)
         rows.append(
@@ -531,7 +514,7 @@ def _compare_metric(
                 "_exp": int(g["experiment_id"].iloc[0]),
                 "_n_base": int(base_units.values.size),
                 "_n_units": int(cfg_units.values.size),
-                "_unit_name": "boots" if cfg_units.boot_level or base_units.boot_level else "runs",
+                "_unit_name": f"{word}s" if clustered else "runs",
                 "_floor_test": floor_test,
             }
         )
@@ -626,6 +609,7 @@ def _geomean_rows(
     frame: pd.DataFrame,
     sides: Mapping[int, tuple[boots.Units, boots.Units]],
     noise: float,
+    word: str = "boot",
 ) -> pd.DataFrame:
     rows = []
     tested = frame[~frame["is_baseline"]]
@@ -642,7 +626,7 @@ def _geomean_rows(
             [(b.values, b.clusters) for _, b in pairs],
             behrens_fisher=any(c.boot_level != b.boot_level for c, b in pairs),
         )
-        unit = "boots" if any(c.boot_level or b.boot_level for c, b in pairs) else "rounds"
+        unit = f"{word}s" if any(c.boot_level or b.boot_level for c, b in pairs) else "rounds"
         rows.append(
             {
                 "probe": "geomean",

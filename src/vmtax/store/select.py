@@ -210,15 +210,15 @@ def resolve(
     return Resolved(both, base_mask, baseline, chosen)
 
 
+def label_value(labels: dict[str, object] | None, key: str) -> str | None:
+    """The value of label ``key`` (case-insensitive, as selectors match keys), or None."""
+    wanted = key.casefold()
+    return next((str(v) for k, v in (labels or {}).items() if str(k).casefold() == wanted), None)
+
+
 def _check_one_value(base: pd.DataFrame, baseline: str, by: str) -> None:
     """A pooled baseline is one value of label ``by`` (its hosts may be many)."""
-    key = by.casefold()
-    values = sorted(
-        {
-            next((str(v) for k, v in (labels or {}).items() if str(k).casefold() == key), "")
-            for labels in base["labels"]
-        }
-    )
+    values = sorted({label_value(labels, by) or "" for labels in base["labels"]})
     if len(values) > 1:
         shown = ", ".join(f"{by}={v}" if v else f"no {by}" for v in values)
         raise UsageError(

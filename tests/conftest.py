@@ -228,41 +228,57 @@ def sshd(tmp_path: Path) -> Iterator:
     server.stop()
 
 
-def _measured_once(tmp_path_factory, name: str, argv: list[str]) -> tuple[str, str]:
-    """A `vmtax run` (argv without --db) into a store of its own, in a child process: the
-    store's URL and the run's stderr (the recorder's notes). The CLI has stopped every guest
-    when it returns."""
-    from vmtax.targets.base import find_agent
+def _measured(name: str) -> tuple[str, str]:
+    """A background run's store URL and stderr (the recorder's notes): tests/background.py
+    started it when collection ended; this waits for it. The CLI has stopped every guest when
+    it returns."""
+    import background
 
-    db = f"sqlite:///{tmp_path_factory.mktemp(name) / 'e.db'}"
-    env = {**os.environ, "VMTAX_PROBE": str(find_agent()), "VMTAX_RUN_REPORT": "none"}
-    env.pop("VMTAX_DB", None)
-    res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", *argv,
-                          "--db", db], env=env, capture_output=True, text=True,
-                         timeout=3600)  # fmt: skip
+    res = background.measured(name)
     assert res.returncode == 0, res.stderr[-2000:]
-    return db, res.stderr
+    return res.db, res.stderr
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the long boots the collected tests need (tests/background.py), in test order."""
+    import background
+
+    if session.config.option.collectonly:
+        return
+    needed: list[str] = []
+    for item in session.items:
+        for name in getattr(item, "fixturenames", ()):
+            if name in background.RUNS and name not in needed:
+                needed.append(name)
+    background.start(needed)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import background
+
+    background.drain()
 
 
 @pytest.fixture(scope="session")
-def kvm_l1_l2_store(tmp_path_factory) -> tuple[str, str]:
+def kvm_l1_l2_store() -> tuple[str, str]:
     """One `vmtax run` of the nested-KVM testbed, measured once for the tests that read it
     (test_hostprof_testbed, test_levels_kvm): cpuid and timer at L1 (TCG) and at L2 (KVM
     inside it), three runs each, L2's exits recorded by L1's KVM (traced, and counted by
     KVM's own counters around each trace). Its store's URL and its stderr."""
-    # One boot a level: the tests that share this run count exits, and a reboot of the
-    # nested stack costs minutes (tests/test_levels.py covers boots).
-    argv = ["run", "--levels", "L1,L2", "--inner-accel", "kvm", "--probe", "cpuid",
-            "--probe", "timer", "--runs", "3", "--exits=trace", "--boots", "1"]  # fmt: skip
-    return _measured_once(tmp_path_factory, "kvm_l1_l2", argv)
+    return _measured("kvm_l1_l2_store")
 
 
 @pytest.fixture(scope="session")
-def kvm_l3_store(tmp_path_factory) -> tuple[str, str]:
+def kvm_l3_store() -> tuple[str, str]:
     """One `vmtax run --levels L3 --inner-accel kvm` (L3 under L2's KVM under L1's KVM under
     TCG), measured once for the L3 tests of test_levels_kvm and test_hostprof_testbed: cpuid,
     two runs of 2 s, L3's exits traced by both host sides, L1's KVM and L2's. A boot of
     this stack costs minutes. Its store's URL and its stderr."""
-    argv = ["run", "--levels", "L3", "--inner-accel", "kvm", "--probe", "cpuid", "--runs",
-            "2", "--duration", "2", "--exits=trace", "--boots", "1"]  # fmt: skip
-    return _measured_once(tmp_path_factory, "kvm_l3", argv)
+    return _measured("kvm_l3_store")
+
+
+@pytest.fixture(scope="session")
+def tcg_l2_store() -> tuple[str, str]:
+    """One `vmtax run --levels L2 --inner-accel tcg`: L2 under TCG inside an L1 under TCG,
+    two cpuid runs (test_levels_nested). Its store's URL and its stderr."""
+    return _measured("tcg_l2_store")

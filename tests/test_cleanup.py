@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import background
 from test_faults_qemu import _qemu_of
 from vmtax.doctor.leftovers import pid_start
 from vmtax.store import Store
@@ -43,6 +44,7 @@ def vmtax_temp() -> set[str]:
 def leak_check():
     before_pids, before_tmp = qemu_pids(), vmtax_temp()
     yield
+    background.drain()  # the long boots that ran beside the tests (tests/background.py)
     deadline = time.monotonic() + 10
     while qemu_pids() - before_pids and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -3,10 +3,11 @@
 For each size N, N sshd hosts in network namespaces (tests/test_fleet_netns.py's NetnsFleet;
 needs root) are measured twice in the same trial, one after the other:
 
-1. ansible: `vmtax run --targets hosts.toml` (Ansible with `forks` hosts at once), into a
-   store of its own; wall time, the controller's CPU time and peak memory (this process's
-   children: vmtax, ansible-playbook and its workers and ssh clients), and the store's
-   writes per second (runs stored / wall time: the rate the store must sustain);
+1. ansible: `vmtax run --inventory inventory.ini` (Ansible with `forks` hosts at once; the
+   first half of the hosts in group `kvm_hosts`, the rest in group `bare`), into a store of
+   its own; wall time, the controller's CPU time and peak memory (this process's children:
+   vmtax, ansible-playbook and its workers and ssh clients), and the store's writes per
+   second (runs stored / wall time: the rate the store must sustain);
 2. bare: the host's fingerprint and the same agent runs, by `ssh` on each host directly
    (`forks` hosts at once, the same key and known_hosts), with no store: the floor a fleet
    engine adds to.
@@ -14,8 +15,13 @@ needs root) are measured twice in the same trial, one after the other:
 Ansible's overhead per host is (ansible wall - bare wall) x forks / N: the seconds each host
 costs beside its agent runs. Figures on a shared machine compare only within one trial.
 
+With --compare, each size's run is then compared by inventory group, hosts as the unit:
+`vmtax compare exp=N --by group --baseline group=bare` (the groups are namespaces of one
+machine, so the tax between them is not detected unless the machine changed mid-run).
+
 Example:
     python bench/fleet_scale.py --sizes 5,10,20 --forks 5 --runs 2
+    python bench/fleet_scale.py --sizes 20 --compare
 """
 
 from __future__ import annotations
@@ -41,11 +47,14 @@ def _children_cpu() -> tuple[float, float]:
 
 
 def ansible_run(fleet: NetnsFleet, forks: int, suite: Path, db: str) -> dict[str, float]:
-    hosts = fleet.hosts_toml(forks)
+    half = len(fleet.hosts) // 2
+    inventory = fleet.inventory_ini(forks, groups={"kvm_hosts": fleet.hosts[:half],
+                                                   "bare": fleet.hosts[half:]})  # fmt: skip
     cpu0, _ = _children_cpu()
     t0 = time.monotonic()
     proc = subprocess.run(
-        [*vmtax_cmd(), "run", "--targets", str(hosts), "--suite", str(suite), "--db", db],
+        [*vmtax_cmd(), "run", "--inventory", str(inventory), "--limit", "all:!spare", "--suite",
+         str(suite), "--db", db],
         capture_output=True, text=True, env=vmtax_env(), check=False,
     )  # fmt: skip
     wall = time.monotonic() - t0
@@ -89,6 +98,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="5,10,20")
     ap.add_argument("--forks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--compare", action="store_true", help="compare each run by group")
     opts = ap.parse_args()
     print("hosts  ansible wall  bare wall  overhead/host  controller CPU  peak RSS  writes/s  load")
     for n in (int(x) for x in opts.sizes.split(",")):
@@ -97,10 +107,18 @@ def main() -> None:
         try:
             fleet.start()
             suite = suite_file(root, runs=opts.runs)
-            got = ansible_run(fleet, opts.forks, suite, f"sqlite:///{root / 'store.db'}")
+            db = f"sqlite:///{root / 'store.db'}"
+            got = ansible_run(fleet, opts.forks, suite, db)
             bare = bare_run(fleet, opts.forks, opts.runs)
         finally:
             fleet.teardown()
+        if opts.compare:
+            compared = subprocess.run(
+                [*vmtax_cmd(), "compare", "exp=latest", "--by", "group", "--baseline",
+                 "group=bare", "--db", db],
+                capture_output=True, text=True, env=vmtax_env(), check=False,
+            )  # fmt: skip
+            print(compared.stdout + compared.stderr, flush=True)
         per_host = (got["wall"] - bare) * opts.forks / n
         print(f"{n:5d}  {got['wall']:10.1f} s  {bare:7.1f} s  {per_host:11.1f} s  "
               f"{got['cpu']:12.1f} s  {got['rss']:5.0f} MiB  {got['writes']:8.2f}  "

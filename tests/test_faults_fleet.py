@@ -110,8 +110,10 @@ def test_fleet_faults_keep_what_was_committed_and_resume_redoes_only_the_rest(
     suite = tmp_path / "faults.toml"
     suite.write_text(SUITE.format(runs=RUNS, duration=1.5, timeout=60))
     hosts[3].stop()  # unreachable: nothing listens on its address
+    # node04's recorded key is another host's (changed); node05 is not recorded at all (new):
+    # --accept-new-host-key lets Ansible's ssh record node05's, never replace node04's.
     fleet.known_hosts.write_text(
-        "".join(f"{h.addr} {(hosts[0] if h.index == 4 else h).public_key()}\n" for h in hosts)
+        "".join(f"{h.addr} {(hosts[0] if h.index == 4 else h).public_key()}\n" for h in hosts[:5])
     )
     ctl = Controller("run", "--targets", str(fleet.hosts_toml(6)), "--suite", str(suite),
                      "--db", db, "--accept-new-host-key")  # fmt: skip
@@ -147,8 +149,11 @@ def test_fleet_faults_keep_what_was_committed_and_resume_redoes_only_the_rest(
     assert 1 <= _ok_on(db, "node01") < RUNS
     assert not set(ok["target"]) & {"node03", "node04"}
     assert not ok.duplicated(["plan_index", "run_index"]).any()
-    # Ansible never connected to the host whose key changed, even with --accept-new-host-key.
+    # Ansible never connected to the host whose key changed, even with --accept-new-host-key,
+    # and recorded the new host's key, and only that, in the user's known_hosts.
     assert hosts[4].session_children() == []
+    known = fleet.known_hosts.read_text()
+    assert hosts[5].public_key() in known and known.count(hosts[0].public_key()) == 2
 
     hosts[3].start()
     hosts[3].wait_listening(time.monotonic() + 30)

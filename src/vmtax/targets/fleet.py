@@ -49,6 +49,7 @@ import yaml
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.targets.base import Target, TargetError
+from vmtax.targets.hostranges import check_count, check_ranges
 
 DEFAULT_FORKS = 4
 INVENTORY_TIMEOUT_S = 300.0
@@ -134,6 +135,7 @@ def load_fleet(path: str | Path, limit: str | None = None) -> Inventory:
 
 
 def _resolve(path: str | Path, source: str, limit: str | None, forks_default: int) -> Inventory:
+    check_ranges(source)
     listed = _ansible_inventory(source, limit)
     inv = Inventory(source, limit)
     hostvars: dict[str, dict[str, Any]] = listed.get("_meta", {}).get("hostvars", {})
@@ -144,6 +146,7 @@ def _resolve(path: str | Path, source: str, limit: str | None, forks_default: in
             f"{path}: the inventory lists no hosts"
             + (f" matching --limit {limit}" if limit else "")
         )
+    check_count(str(path), len(names), limit)
     forks = _all_var(listed, hostvars, names, "vmtax_forks", forks_default)
     try:
         inv.max_concurrency = int(str(forks))

@@ -220,3 +220,31 @@ def test_a_time_driven_prediction_uses_no_data_of_the_level_it_predicts():
     after = predict_timed(loads, slower, nested_level=3)
     moved = ~np.isclose(after["predicted"].to_numpy(), before["predicted"].to_numpy())
     assert moved.all()
+
+
+def test_a_nested_level_that_never_finishes_is_said_in_the_table_and_the_json():
+    import pandas as pd
+
+    from vmtax.cli.model_cmd import render_out_of_sample
+    from vmtax.experiment.model import OutOfSample
+
+    note = "r·c = 1.25 ≥ 1 at L3: the time-driven exits take all of its time"
+    rows = [
+        {"benchmark": "timer", "level": 3, "dvh": False, "weights": "exit time, time-driven",
+         "calibrated_on": "cpuid, spin", "predicted": None, "low": None, "high": None,
+         "unit": "ns", "measured": 4.1e6, "error_pct": None, "kappa": 2.0, "kind": "prediction",
+         "load": 1.25, "note": note},
+        {"benchmark": "cpuid", "level": 3, "dvh": False, "weights": "exit time, time-driven",
+         "calibrated_on": "timer, spin", "predicted": 2.0e6, "low": 1.0e6, "high": 4.0e6,
+         "unit": "ns", "measured": 2.2e6, "error_pct": -9.1, "kappa": 2.0, "kind": "prediction",
+         "load": 0.5, "note": ""},
+    ]  # fmt: skip
+    found = OutOfSample(pd.DataFrame(rows), vm_level=2, e=1000.0)
+    table = str(render_out_of_sample(found, "markdown"))
+    (timer,) = [line for line in table.splitlines() if line.startswith("| timer")]
+    assert note in timer and "n/a" not in timer
+    (cpuid,) = [line for line in table.splitlines() if line.startswith("| cpuid")]
+    assert "2,000,000 [1,000,000, 4,000,000]" in cpuid
+    got = {r["benchmark"]: r for r in json.loads(str(render_out_of_sample(found, "json")))}
+    assert got["timer"]["predicted"] is None and got["timer"]["note"] == note
+    assert got["cpuid"]["predicted"] == 2.0e6 and got["cpuid"]["note"] == ""

@@ -225,12 +225,14 @@ def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
     """Each probe's nested level predicted without its own nested runs, beside the measured."""
     preds, vm, e = found.predictions, found.vm_level, found.e
     if fmt == "json":
-        return _records(preds, (*JSON_KEYS, "measured", "error_pct", "weights", "calibrated_on"))
+        keys = ("measured", "error_pct", "weights", "calibrated_on")
+        return _records(preds, (*JSON_KEYS, *keys, *(["note"] if "note" in preds else [])))
     if fmt == "csv":
         return fmt_mod.render_frame(preds, fmt)
     view = preds.assign(
         level=[f"L{lv}" for lv in preds["level"]],
-        **{"predicted [95% PI]": preds.apply(_span, axis=1)},
+        # A level that never finishes an operation has a note instead of a number.
+        **{"predicted [95% PI]": preds.apply(lambda r: r.get("note") or _span(r), axis=1)},
         **{"error %": ["" if x is None or x != x else f"{x:+.1f}" for x in preds["error_pct"]]},
         kappa=[f"{k:.3g}" for k in preds["kappa"]],
     )[["benchmark", "level", "weights", "calibrated_on", "predicted [95% PI]", "measured",

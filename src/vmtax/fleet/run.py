@@ -22,10 +22,17 @@ from vmtax.contract import Fingerprint, read_stream
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.fleet.ansible import MAX_EVENT_RES, Ansible, Event
 from vmtax.plan.plan import Plan, Step
-from vmtax.runner import MAX_CONSECUTIVE_LOST, Outcome, Progress, TargetOutcome, detected_labels
+from vmtax.runner import (
+    MAX_CONSECUTIVE_LOST,
+    Outcome,
+    Progress,
+    Storing,
+    TargetOutcome,
+    detected_labels,
+)
 from vmtax.store.runtimes import RunTimes
-from vmtax.targets.base import Target, find_agent
-from vmtax.targets.fleet import InventoryHost, release_inventory
+from vmtax.targets.base import InventoryEntry, Target, find_agent
+from vmtax.targets.fleet import release_inventory
 from vmtax.targets.ssh import file_sha256
 from vmtax.workloads import is_workload
 
@@ -43,7 +50,7 @@ _UNKNOWN = re.compile(r"Host key verification failed|No .* host key is known")
 def is_inventory(targets: Iterable[Any]) -> bool:
     """Whether these targets are the hosts of an inventory (run by :class:`AnsibleRunner`)."""
     listed = list(targets)
-    return bool(listed) and all(isinstance(t, InventoryHost) for t in listed)
+    return bool(listed) and all(t.capabilities().ansible is not None for t in listed)
 
 
 class _NoProgress:
@@ -83,16 +90,19 @@ class AnsibleRunner:
             )
         if list(observers):
             raise UsageError("--exits does not run on an inventory")
-        if len(targets) != len(plan.targets) or not is_inventory(targets):
+        #: Each host's inventory entry, in the hosts' order.
+        self.entries: list[InventoryEntry] = [
+            e for e in (t.capabilities().ansible for t in targets) if e is not None
+        ]
+        if len(targets) != len(plan.targets) or not targets or len(self.entries) != len(targets):
             raise VmtaxError("an inventory's plan must name its hosts only")
-        hosts: list[InventoryHost] = [t for t in targets if isinstance(t, InventoryHost)]
         self.store = store
         self.plan = plan
-        self.hosts = hosts
+        self.hosts = list(targets)
         self.level = level
         self.labels = dict(labels or {})
         self.progress: Progress = progress or _NoProgress()
-        inv = hosts[0].inventory
+        inv = self.entries[0].inventory
         self.ansible = Ansible(
             inv.source, inv.limit, max(1, max_workers), accept_new_host_key=accept_new_host_key
         )
@@ -102,11 +112,10 @@ class AnsibleRunner:
         try:
             return self._execute(experiment_id, done)
         finally:
-            release_inventory(self.hosts[0].inventory.source)
+            release_inventory(self.entries[0].inventory.source)
 
     def _execute(self, experiment_id: int, done: set[int] | None) -> Outcome:
         done = set(done or ())
-        self._exp = experiment_id
         self._outcomes = {
             h.name: TargetOutcome(name=h.name, level=self.level or h.level) for h in self.hosts
         }
@@ -129,19 +138,19 @@ class AnsibleRunner:
         self.progress.add_target("hosts", len(self._todo))
         for name, todo in self._todo.items():
             self.progress.add_target(name, len(todo))
-        status = "failed"
-        try:
-            if self._todo:
-                self._run()
-            status = "ok" if not any(_bad(o) for o in self._outcomes.values()) else "failed"
-        except BaseException:
-            self.ansible.cancel()
-            self.store.finish_experiment(experiment_id=experiment_id, status="interrupted")
-            raise
-        finally:
-            self.ansible.close()
-        self.store.finish_experiment(experiment_id=experiment_id, status=status)
-        return Outcome(experiment_id, status, [self._outcomes[h.name] for h in self.hosts])
+        # Stored as the other executions store (runner.Storing): runs committed as they end,
+        # the status once, after Ansible is stopped, however this ends.
+        self._storing = storing = Storing(self.store, experiment_id)
+        with storing.settling(self.ansible.close):
+            try:
+                if self._todo:
+                    self._run()
+            except BaseException:
+                self.ansible.cancel()
+                raise
+            if any(_bad(o) for o in self._outcomes.values()):
+                storing.status = "failed"
+        return Outcome(experiment_id, storing.status, [self._outcomes[h.name] for h in self.hosts])
 
     def _run(self) -> None:
         agent = find_agent()
@@ -151,7 +160,7 @@ class AnsibleRunner:
         self._copied: dict[str, bool] = {}
         names = []
         for name in self._todo:
-            hv = self.hosts[self._slot[name]].hostvars
+            hv = self.entries[self._slot[name]].hostvars
             key, var = hv.get("ansible_ssh_private_key_file"), hv.get("vmtax_passphrase_env")
             locked = self.ansible.keys.add(str(key), str(var)) if key and var else None
             if locked:
@@ -208,7 +217,7 @@ class AnsibleRunner:
 
     def _address(self, name: str) -> str:
         """The host as known_hosts names it: its address, and its port unless 22."""
-        hv = self.hosts[self._slot[name]].hostvars
+        hv = self.entries[self._slot[name]].hostvars
         host, port = str(hv.get("ansible_host", name)), str(hv.get("ansible_port", 22))
         return host if port == "22" else f"[{host}]:{port}"
 
@@ -229,8 +238,9 @@ class AnsibleRunner:
             }
         )
         self._config = getattr(self, "_config", {})
-        self._config[name] = self.store.configuration(
-            experiment_id=self._exp,
+        self._config[name] = self._storing.call(
+            self.store.configuration,
+            experiment_id=self._storing.experiment_id,
             level=level,
             labels=labels,
             fingerprint=fp.model_dump(mode="json", by_alias=True),
@@ -297,7 +307,6 @@ class AnsibleRunner:
         header = stream.header.model_dump(mode="json", by_alias=True) if stream.header else None
         times = _times(ev.res.get("delta"))
         common = {
-            "experiment_id": self._exp,
             "configuration_id": self._config[ev.host],
             "probe": step.entry,
             "plan_index": step.index,
@@ -307,7 +316,7 @@ class AnsibleRunner:
         }
         if stream.runs and ev.status == "ok" and ev.res.get("rc") == 0:
             run = stream.runs[0]
-            self.store.add_run(
+            self._storing.add_run(
                 **common,
                 summary=run.summary.model_dump(mode="json"),
                 values=run.values,
@@ -336,7 +345,7 @@ class AnsibleRunner:
                 err.splitlines()[-1] if err else stream.problem or "the agent produced no run"
             )
         reason = _one_line(f"{entry['probe']}: {reason}")
-        self.store.add_run(
+        self._storing.add_run(
             **common, summary=None, values=_EMPTY, warmup_values=_EMPTY, status=status, error=reason
         )
         if status == "lost":

@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vmtax.errors import VmtaxError
 from vmtax.targets.servers import HostEnd, Listener, PlacedServer, ServerError, ServerSpec
+
+if TYPE_CHECKING:
+    from vmtax.targets.fleet import Inventory
 
 
 class TargetError(VmtaxError):
@@ -79,6 +82,15 @@ def free_port() -> int:
 
 
 @dataclass(frozen=True)
+class InventoryEntry:
+    """A host as an Ansible inventory lists it: the inventory Ansible is given and the
+    host's variables there. Such a host runs only through Ansible (vmtax.fleet)."""
+
+    inventory: Inventory
+    hostvars: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a target offers besides running the agent, without anyone knowing its class.
     Each callable is None where the target cannot do it. Where a workload's server runs and
@@ -98,6 +110,8 @@ class Capabilities:
     network: str = ""
     #: A guest's forwarded ports (port inside -> port on this machine's loopback); boots it.
     forwards: Callable[[], dict[int, int]] | None = None
+    #: The inventory entry of a host that Ansible runs, the whole inventory at once.
+    ansible: InventoryEntry | None = None
 
 
 def agent_free_port(target: Target) -> int:

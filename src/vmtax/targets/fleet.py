@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.targets.base import Target, TargetError
+from vmtax.targets.base import Capabilities, InventoryEntry, Target, TargetError
 from vmtax.targets.hostranges import check_count, check_ranges
 
 DEFAULT_FORKS = 4
@@ -96,6 +96,9 @@ class InventoryHost(Target):
 
     def labels(self) -> dict[str, str]:
         return dict(self._labels)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(ansible=InventoryEntry(self.inventory, self.hostvars))
 
     def provenance(self) -> dict[str, Any]:
         keep = ("ansible_host", "ansible_port", "ansible_user", "ansible_become")

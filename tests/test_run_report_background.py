@@ -64,3 +64,17 @@ def test_at_a_terminal_the_run_returns_first_and_its_report_follows(tmp_path):
     assert "Traceback" not in text
     assert report.read_text().rstrip().endswith("</html>")
     assert not list(tmp_path.glob(".r-1.html.*"))  # no temporary file left beside it
+
+
+def test_the_child_waits_for_the_run_that_started_it_and_only_for_it(monkeypatch):
+    from vmtax.cli import background_report
+
+    # Started by a run that has returned already (reparented before it looked): no wait.
+    t0 = time.monotonic()
+    background_report._after_the_run(os.getpid())  # this process is nobody's parent here
+    assert time.monotonic() - t0 < 0.5
+    # Its run still there (this test's own parent stands in for it): it waits, up to the cap.
+    monkeypatch.setattr(background_report, "PARENT_WAIT_S", 0.4)
+    t0 = time.monotonic()
+    background_report._after_the_run(os.getppid())
+    assert 0.4 <= time.monotonic() - t0 < 5

@@ -2,7 +2,8 @@
 
 Measuring ends, the table is printed and the prompt comes back; the report (most of a
 minute on a busy two-core machine) follows in a child in its own session, so a Ctrl-C at
-the terminal does not reach it and nothing measures beside it. The child runs at the lowest
+the terminal does not reach it and nothing measures beside it. The child starts on it once
+the run has returned. The child runs at the lowest
 CPU priority, writes the file atomically (``vmtax.outfile``: a reader never sees half of
 it, an interrupted child leaves none) and says in one line on the terminal where the report
 is or why it was not written. Output that is not a terminal (a script, CI) gets the report
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from vmtax.store import Store
 
 _CHILD = "from vmtax.cli.background_report import main; main()"
+#: The longest the child waits for the run to return before it writes the report anyway.
+PARENT_WAIT_S = 60.0
 
 
 def wanted() -> bool:
@@ -45,7 +49,15 @@ def start(store: Store, exp_id: int, out: Path, options: CompareOptions) -> int 
     env = {**os.environ, "VMTAX_DB": store.url_with_password()}
     try:
         child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(exp_id), str(out), json.dumps(asdict(options))],
+            [
+                sys.executable,
+                "-c",
+                _CHILD,
+                str(exp_id),
+                str(out),
+                json.dumps(asdict(options)),
+                str(os.getpid()),
+            ],  # fmt: skip
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
@@ -55,11 +67,22 @@ def start(store: Store, exp_id: int, out: Path, options: CompareOptions) -> int 
     return child.pid
 
 
+def _after_the_run(parent: int) -> None:
+    """Wait until the run that started this child (process ``parent``) has returned: the
+    child is reparented then, or already was when it got here. So the prompt comes back
+    first by construction, not by winning a race for the CPU on a loaded machine; a run
+    still there after PARENT_WAIT_S is not waited for any longer."""
+    deadline = time.monotonic() + PARENT_WAIT_S
+    while os.getppid() == parent and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def main() -> None:
     """The child: write the report, then one line on stderr (exit 1 when not written)."""
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the measuring, and below anything else
     exp_id, out = int(sys.argv[1]), Path(sys.argv[2])
+    _after_the_run(int(sys.argv[4]))
     options = CompareOptions(**json.loads(sys.argv[3]))
     try:
         result = stored_run_report(None, exp_id, out, options)

@@ -117,7 +117,10 @@ def test_describe_uses_runs_as_the_unit():
     assert list(describe(runs)["config"]) == ["L0", "L1"]
 
 
-@pytest.mark.parametrize("name", ["quick", "sysbench2014", "dvh-micro", "artifacts", "full"])
+@pytest.mark.parametrize(
+    "name",
+    ["quick", "sysbench2014", "dvh-micro", "artifacts", "full", "apps-quick", "explain-vcpus"],
+)
 def test_builtin_suites_match_the_agent(name):
     # Every probe and parameter a shipped suite names must exist in the agent it ships with.
     from vmtax.plan.suite import load_suite

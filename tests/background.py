@@ -5,8 +5,8 @@ nested-KVM testbed at L1+L2 and at L3, and L2 under TCG inside TCG. Each is a ch
 that only waits on its guests, so conftest.py starts the ones the collected tests need as
 soon as collection ends, one at a time and in the order the tests come, and a test that
 reads one waits for it (``measured``). The other tests run meanwhile: on a 2-core machine
-the boots take the core the rest of the suite leaves idle, and beside a CPU load they get a
-share of their own instead of none.
+the boots take the core the rest of the suite leaves idle. Beside a CPU load there is little
+idle to take, and the tests that run beside a boot are slowed by it.
 
 Each child has its own temporary directory (TMPDIR), so its files never meet the checks of
 the tests that run beside it; ``drain`` waits for all of them before the session's own

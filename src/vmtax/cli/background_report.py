@@ -2,12 +2,12 @@
 
 Measuring ends, the table is printed and the prompt comes back; the report (most of a
 minute on a busy two-core machine) follows in a child in its own session, so a Ctrl-C at
-the terminal does not reach it and nothing measures beside it. The child starts on it once
-the run has returned. The child runs at the lowest
-CPU priority, writes the file atomically (``vmtax.outfile``: a reader never sees half of
-it, an interrupted child leaves none) and says in one line on the terminal where the report
-is or why it was not written. Output that is not a terminal (a script, CI) gets the report
-before the run returns, so the file is there when the next command looks.
+the terminal does not reach it and nothing measures beside it. The child starts once the
+run has returned, runs at the lowest CPU priority, writes the file atomically
+(``vmtax.outfile``: a reader never sees half of it, an interrupted child leaves none) and
+says in one line on the terminal where the report is or why it was not written. Output
+that is not a terminal (a script, CI) gets the report before the run returns, so the file is
+there when the next command looks.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def start(store: Store, exp_id: int, out: Path, options: CompareOptions) -> int 
     env = {**os.environ, "VMTAX_DB": store.url_with_password()}
     try:
         child = subprocess.Popen(
+            # The run's pid last: the child waits for it to return before writing.
             [
                 sys.executable,
                 "-c",
@@ -57,7 +58,7 @@ def start(store: Store, exp_id: int, out: Path, options: CompareOptions) -> int 
                 str(out),
                 json.dumps(asdict(options)),
                 str(os.getpid()),
-            ],  # fmt: skip
+            ],
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,

@@ -12,6 +12,7 @@ plugins are Ansible's to run: their hosts are counted after listing (``MAX_HOSTS
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -38,10 +39,7 @@ def ranged_hosts(text: str) -> int:
     for line in text.splitlines():
         spans = [_span(*m.groups()) for m in _RANGE.finditer(line.split("#", 1)[0])]
         if spans:
-            product = 1
-            for n in spans:
-                product *= n
-            total += product
+            total += math.prod(spans)
     return total
 
 

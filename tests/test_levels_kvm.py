@@ -205,10 +205,12 @@ def test_run_levels_l1_l2_inner_kvm_stores_honest_configurations(kvm_l1_l2_store
     db, _ = kvm_l1_l2_store
     with Store.open(db) as store:
         runs = store.runs()
-    assert len(runs) == 12  # cpuid and timer, three runs each at L1 and L2
+    assert len(runs) == 24  # cpuid, timer, wakeup and io, three runs each at L1 and L2
     assert (runs["status"] == "ok").all()
     accel = {r.level: r.labels["accel"] for r in runs.itertuples()}
     assert accel == {"L1": "tcg", "L2": "kvm"}
+    vcpus = {r.level: r.labels["vcpus"] for r in runs.itertuples()}
+    assert vcpus == {"L1": "2", "L2": "2"}  # kvm-testbed-smp
     compare = cli("compare", "--baseline", "level=L1", "--db", db, "--format", "json")
     assert compare.returncode == 0, compare.stderr[-2000:]
     rows = json.loads(compare.stdout)["rows"]

@@ -179,3 +179,21 @@ def test_a_workloads_agent_runs_get_what_the_fingerprint_found():
                   env=lambda: None)  # fmt: skip
     header = json.loads(next(iter(ctx.agent("syscall", {}))))
     assert "--brief-env" in header["env"]["nesting"]["basis"], header["env"]["nesting"]
+
+
+def test_this_machine_records_the_guests_own_qemu_by_the_pid_its_capabilities_give():
+    """At L0 the recorder names the target's QEMU (other guests may run beside it), read
+    through the target's capabilities (``vm_pid``). A KVM guest at L1 cannot boot on this
+    machine, so a stand-in for the booted guest's process handle gives the pid."""
+    from types import SimpleNamespace
+
+    from vmtax.hostprof.recorder import _qemu_arg
+    from vmtax.targets.local import LocalTarget
+    from vmtax.targets.qemu import GuestSpec, QemuTarget
+
+    target = QemuTarget("L1", GuestSpec(vcpus=1, memory_mb=128, accel="kvm"))
+    here = LocalTarget(level="L0")
+    assert _qemu_arg(target, here) == ["--qemu", "auto"]  # not booted: no pid yet
+    target.guest = SimpleNamespace(qemu_pid=4242)  # type: ignore[assignment]
+    assert _qemu_arg(target, here) == ["--qemu", "4242"]
+    assert _qemu_arg(target, LocalTarget(level="L1")) == ["--qemu", "auto"]  # inside a guest

@@ -62,3 +62,31 @@ def test_a_bad_record_is_one_line_naming_the_field(record, where):
 def test_specs_are_frozen():
     with pytest.raises(ValueError, match="frozen"):
         LocalSpec().level = "L1"  # type: ignore[misc]
+
+
+def test_a_sweeps_guests_are_made_by_the_plans_factory_from_their_typed_specs(tmp_path):
+    """A sized guest (a sweep's) and a named local target come from `make_targets`, like a
+    run's: the QEMU guest has the size, RAM file, network and labels its spec gives."""
+    from vmtax.plan.targets import make_targets
+    from vmtax.targets.images import Image
+    from vmtax.targets.spec import SizedGuestSpec
+
+    ram = str(tmp_path / "guest1.ram")
+    guest = SizedGuestSpec(name="qemu-guest1", vcpus=3, memory_mb=192, accel="tcg",
+                           network="user", scratch_mb=64, ram_file=ram,
+                           labels={"sweep_step": "2"}, provenance={"tier": "db"})  # fmt: skip
+    assert parse_spec(guest.to_record()) == guest and guest.on_this_machine
+    image = Image("minimal", "0" * 16, tmp_path, {})
+    (made, here), limit = make_targets([guest, LocalSpec(name="local-2")], image=image,
+                                       boot_timeout=42.0)  # fmt: skip
+    assert limit is None and (here.name, here.level) == ("local-2", "L0")
+    assert (made.name, made.level, made.boot_timeout, made.image) == (
+        "qemu-guest1", "L1", 42.0, image,
+    )  # fmt: skip
+    spec = made.spec
+    assert (spec.vcpus, spec.memory_mb, spec.accel, spec.pin) == (3, 192, "tcg", False)
+    assert (spec.network, spec.scratch_mb) == ("user", 64)
+    assert f"memory-backend-file,id=vmtax-ram,size=192M,mem-path={ram},share=on" in spec.extra_args
+    assert made.labels()["sweep_step"] == "2" and made.provenance()["tier"] == "db"
+    # Not booted: no guest, so no QEMU pid yet.
+    assert made.capabilities().vm_pid() is None

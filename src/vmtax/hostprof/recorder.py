@@ -53,7 +53,8 @@ def _qemu_arg(target: Target, side: Target) -> list[str]:
     """Which qemu-system process a side records: this machine records the target's own QEMU
     (other guests may run beside it); inside a vmtax guest it is the only one there."""
     if side.level == "L0":  # the side at L0 is this machine (QemuTarget.host_sides)
-        pid = getattr(getattr(target, "guest", None), "qemu_pid", None)
+        vm_pid = target.capabilities().vm_pid
+        pid = vm_pid() if vm_pid is not None else None
         return ["--qemu", str(pid)] if pid is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
 

@@ -1,6 +1,7 @@
-"""The Target objects built from a plan's typed target specs (``vmtax.targets.spec``; also
-by ``--resume``, from the stored JSON). The QEMU-level, SSH and fleet modules are imported only when
-a plan asks for them, so a local run never depends on them.
+"""The one factory of targets: the Target objects built from typed target specs
+(``vmtax.targets.spec``), for a plan (also by ``--resume``, from the stored JSON) and for a
+sweep's guests alike. The QEMU-level, SSH and fleet modules are imported only when a plan
+asks for them, so a local run never depends on them.
 """
 
 from __future__ import annotations
@@ -12,9 +13,17 @@ from typing import Any, cast
 
 from vmtax.errors import VmtaxError
 from vmtax.targets.base import Target
-from vmtax.targets.images import AGENT_ONLY, ImageContents
+from vmtax.targets.images import AGENT_ONLY, Image, ImageContents
 from vmtax.targets.local import LocalTarget
-from vmtax.targets.spec import FleetHostSpec, LevelSpec, LocalSpec, SshSpec, TargetSpec, parse_spec
+from vmtax.targets.spec import (
+    FleetHostSpec,
+    LevelSpec,
+    LocalSpec,
+    SizedGuestSpec,
+    SshSpec,
+    TargetSpec,
+    parse_spec,
+)
 
 
 def make_targets(
@@ -22,9 +31,13 @@ def make_targets(
     *,
     accept_new_host_key: bool = False,
     contents: ImageContents = AGENT_ONLY,
+    image: Image | None = None,
+    boot_timeout: float | None = None,
 ) -> tuple[list[Target], int | None]:
-    """Build the targets a plan names; returns them and the fleet's concurrency limit, if a
-    fleet file set one. Guests vmtax boots carry ``contents`` in their images."""
+    """Build the targets ``specs`` name; returns them and the fleet's concurrency limit, if a
+    fleet file set one. Guests vmtax boots carry ``contents`` in their images; a sized
+    guest boots ``image`` when given (a sweep builds its guests' image once) and waits
+    ``boot_timeout`` for its agent (None: the default)."""
     typed = [parse_spec(s) for s in specs]
     out: list[Target] = []
     limit: int | None = None
@@ -33,7 +46,13 @@ def make_targets(
         spec = typed[i]
         match spec:
             case LocalSpec():
-                out.append(LocalTarget(level=spec.level))
+                out.append(LocalTarget(level=spec.level, name=spec.name or "local"))
+                i += 1
+            case SizedGuestSpec():
+                sized_guest = _optional("vmtax.targets.sized", "sized_guest", "a sweep's guests")
+                out.append(
+                    sized_guest(spec, image=image, contents=contents, boot_timeout=boot_timeout)
+                )
                 i += 1
             case LevelSpec():
                 # Consecutive levels with the same options are provisioned by one call.

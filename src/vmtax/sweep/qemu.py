@@ -8,18 +8,18 @@ from pathlib import Path
 from typing import Any
 
 from vmtax.doctor.leftovers import RAM_PREFIX, RAM_ROOT, write_owner
+from vmtax.plan.targets import make_targets
 from vmtax.sweep.cgroup import swap_total_kb
 from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
 from vmtax.targets.base import find_agent
 from vmtax.targets.images import AGENT_ONLY, Image, build_minimal
-from vmtax.targets.qemu import GuestSpec, QemuTarget
+from vmtax.targets.spec import SizedGuestSpec
 
 
 class QemuGuests:
-    """Boots each guest from the minimal image and waits for its agent. vCPUs are not
-    pinned: with more vCPUs than CPUs the host scheduler shares the CPUs, which is what a
-    sweep measures.
+    """Boots each guest from the minimal image and waits for its agent, a target made by
+    the targets' one factory from the guest's typed spec (``SizedGuestSpec``).
 
     Under a memory cap on a machine without swap, guest RAM is a shared file
     (``memory-backend-file,share=on``) in a temporary directory on disk, so reclaim inside
@@ -53,35 +53,30 @@ class QemuGuests:
     ) -> Guest:
         """Boot guest ``index`` of the step; ``network="user"`` gives it a NIC whose
         FORWARDED_PORTS this machine reaches on its loopback, ``scratch_mb`` a disk at /tmp."""
-        # Named vCPU threads ("CPU n/TCG"), so their run-queue wait can be told apart from
-        # QEMU's other threads (QEMU merges this -name with its own).
-        extra: tuple[str, ...] = ("-name", "debug-threads=on")
+        ram_file: str | None = None
         if self.file_backed:
             if self.ram_dir is None:
                 self.ram_dir = Path(tempfile.mkdtemp(prefix=RAM_PREFIX, dir=RAM_ROOT))
                 write_owner(self.ram_dir)  # so that `vmtax doctor` can tell a leftover
             self._made += 1
-            ram = self.ram_dir / f"guest{self._made}.ram"
-            extra += (
-                "-object",
-                f"memory-backend-file,id=vmtax-ram,size={memory_mb}M,mem-path={ram},share=on",
-                "-machine",
-                "memory-backend=vmtax-ram",
-            )
-        gspec = GuestSpec(vcpus=vcpus, memory_mb=memory_mb, accel=self.spec.accel, pin=False,
-                          scratch_mb=scratch_mb, extra_args=extra, network=network)  # fmt: skip
-        target = QemuTarget(
-            "L1",
-            gspec,
-            image=self.image,
-            boot_timeout=self.boot_timeout,
+            ram_file = str(self.ram_dir / f"guest{self._made}.ram")
+        spec = SizedGuestSpec(
+            name=f"qemu-guest{index + 1}",
+            vcpus=vcpus,
+            memory_mb=memory_mb,
+            accel=self.spec.accel,
+            network=network,
+            scratch_mb=scratch_mb,
+            ram_file=ram_file,
             labels={"sweep_step": str(size.index), "guest": str(index + 1)},
-            provenance=provenance,
+            provenance=provenance or {},
         )
-        target.name = f"qemu-guest{index + 1}"
+        (target,), _ = make_targets([spec], image=self.image, boot_timeout=self.boot_timeout)
         target.prepare()
-        assert target.guest is not None and target.guest.qemu_pid is not None
-        return Guest(target, vcpus, memory_mb, pid=target.guest.qemu_pid)
+        vm_pid = target.capabilities().vm_pid
+        pid = vm_pid() if vm_pid is not None else None
+        assert pid is not None, f"{target.name} booted without a QEMU pid"
+        return Guest(target, vcpus, memory_mb, pid=pid)
 
     def close(self) -> None:
         if self.ram_dir is not None:

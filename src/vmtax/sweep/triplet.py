@@ -19,13 +19,14 @@ import json
 import secrets
 from typing import Any
 
+from vmtax.plan.targets import make_targets
 from vmtax.sweep.qemu import QemuGuests
 from vmtax.sweep.run import Client, Guest, Transaction
 from vmtax.sweep.spec import StepSize, SweepSpec
 from vmtax.sweep.tiers import TIER_NAMES
 from vmtax.targets.base import Target, TargetError, find_agent
 from vmtax.targets.images import Image, build_minimal
-from vmtax.targets.local import LocalTarget
+from vmtax.targets.spec import LocalSpec
 from vmtax.workloads import image_contents, webapp
 from vmtax.workloads.reach import HOST_FROM_GUEST
 
@@ -135,7 +136,7 @@ class WebClient(Client):
         self.port = port
         triplet = index // len(TIER_NAMES) + 1
         self.label = f"triplet {triplet} client {number + 1}"
-        self.local = LocalTarget(name=f"triplet{triplet}-client{number + 1}")
+        (self.local,), _ = make_targets([LocalSpec(name=f"triplet{triplet}-client{number + 1}")])
 
     def invocation(self, seconds: float) -> tuple[Target, list[str], float]:
         runs = 1 if self.spec.think_time_s > 0 else 1_000_000  # the agent's maximum

@@ -112,6 +112,8 @@ class Capabilities:
     forwards: Callable[[], dict[int, int]] | None = None
     #: The inventory entry of a host that Ansible runs, the whole inventory at once.
     ansible: InventoryEntry | None = None
+    #: The pid on this machine of a booted guest's virtual machine (its QEMU), else None.
+    vm_pid: Callable[[], int | None] | None = None
 
 
 def agent_free_port(target: Target) -> int:

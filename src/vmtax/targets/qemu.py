@@ -595,7 +595,11 @@ class QemuTarget(Target):
         self._cancelled = threading.Event()
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(network=self.spec.network, forwards=self._forwards)
+        return Capabilities(network=self.spec.network, forwards=self._forwards,
+                            vm_pid=self._qemu_pid)  # fmt: skip
+
+    def _qemu_pid(self) -> int | None:
+        return self.guest.qemu_pid if self.guest is not None else None
 
     @contextlib.contextmanager
     def place_server(self, spec: ServerSpec) -> Iterator[PlacedServer]:

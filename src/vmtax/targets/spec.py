@@ -39,13 +39,16 @@ class LocalSpec(_Spec):
 
     kind: Literal["local"] = "local"
     level: str = "L0"
+    #: The target's name where several run here at once (a sweep's clients); None: "local".
+    name: str | None = None
 
     @property
     def on_this_machine(self) -> bool:
         return True
 
     def to_record(self) -> dict[str, Any]:
-        return {"kind": self.kind, "level": self.level}
+        named = {"name": self.name} if self.name else {}
+        return {"kind": self.kind, "level": self.level, **named}
 
 
 class LevelSpec(_Spec):
@@ -128,13 +131,39 @@ class FleetHostSpec(_Spec):
         return {"kind": self.kind, "path": self.path, "index": self.index, **limit}
 
 
-TargetSpec = Annotated[LocalSpec | LevelSpec | SshSpec | FleetHostSpec, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[LocalSpec | LevelSpec | SshSpec | FleetHostSpec] = TypeAdapter(TargetSpec)
+class SizedGuestSpec(_Spec):
+    """An L1 guest vmtax boots at the size it is given, not a level's preset: a sweep sizes
+    each guest of a step (its vCPUs and memory are the step's axis)."""
+
+    kind: Literal["guest"] = "guest"
+    name: str
+    vcpus: int
+    memory_mb: int
+    accel: str
+    #: "user": a NIC on QEMU's user network (a triplet's tiers); "": none.
+    network: str = ""
+    #: A scratch disk at /tmp inside, in MiB (a db tier's data); 0 for none.
+    scratch_mb: int = 0
+    #: Guest RAM as this shared file, so that reclaim under a memory cap can page it out
+    #: (anonymous guest RAM cannot be paged on a machine without swap); None: anonymous.
+    ram_file: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: What the guest's provenance says besides its target's own (a tier's name).
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def on_this_machine(self) -> bool:
+        return True
+
+
+_SPECS = LocalSpec | LevelSpec | SshSpec | FleetHostSpec | SizedGuestSpec
+TargetSpec = Annotated[_SPECS, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[_SPECS] = TypeAdapter(TargetSpec)
 
 
 def parse_spec(data: TargetSpec | dict[str, Any]) -> TargetSpec:
     """A spec from a stored plan's JSON (a spec given is returned as it is)."""
-    if isinstance(data, LocalSpec | LevelSpec | SshSpec | FleetHostSpec):
+    if isinstance(data, _SPECS):
         return data
     try:
         return _ADAPTER.validate_python(data)

@@ -73,7 +73,7 @@ def _measure(name: str, argv: list[str], root: Path) -> Measured:
            "TMPDIR": str(work / "tmp")}  # fmt: skip
     env.pop("VMTAX_DB", None)
     try:
-        res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", *argv,
+        res = subprocess.run([sys.executable, "-c", "from vmtax.entry import main; main()", *argv,
                               "--db", db], env=env, capture_output=True, text=True,
                              timeout=TIMEOUT, stdin=subprocess.DEVNULL)  # fmt: skip
     except subprocess.TimeoutExpired as e:

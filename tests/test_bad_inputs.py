@@ -52,7 +52,7 @@ def vmtax(
     env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
     env["VMTAX_PROBE"] = agent
     return subprocess.run(
-        [*prefix, sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        [*prefix, sys.executable, "-c", "from vmtax.entry import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -235,7 +235,7 @@ def test_truncated_agent_stream(tmp_path, db, agent):
         [
             sys.executable,
             "-c",
-            "from vmtax.cli import main; main()",
+            "from vmtax.entry import main; main()",
             "run",
             "--suite",
             str(suite),

@@ -56,7 +56,7 @@ def cli_agent(agent: str) -> str:
 
 def vmtax(*args: str, agent: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        [sys.executable, "-c", "from vmtax.entry import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -67,7 +67,7 @@ def vmtax(*args: str, agent: str, timeout: float = 120, **kw) -> subprocess.Comp
 
 def vmtax_bg(*args: str, agent: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        [sys.executable, "-c", "from vmtax.entry import main; main()", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -91,3 +91,44 @@ def test_without_the_entry_point_the_same_signal_was_a_traceback(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert "KeyboardInterrupt" in err and proc.returncode != 130, (proc.returncode, err)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "stderr"),
+    [(3, 3, ""), (None, 0, ""), ("vmtax: a message", 1, "vmtax: a message\n"), (256 + 2, 2, "")],
+)
+def test_the_exit_skips_the_teardown_but_not_the_atexit_handlers_or_the_output(
+    tmp_path, code, status, stderr
+):
+    """A command ends through ``exit_now``: the atexit handlers run (they stop guests and
+    remove temporary files), buffered output reaches the reader, the status is sys.exit's."""
+    mark = tmp_path / "atexit-ran"
+    script = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(mark)!r}, 'w').write('ran'))\n"
+        "sys.stdout.write('buffered, no newline')\n"
+        "from vmtax.entry import exit_now\n"
+        f"exit_now({code!r})\n"
+        "print('not reached')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert (res.returncode, res.stdout, res.stderr) == (status, "buffered, no newline", stderr)
+    assert mark.read_text() == "ran"
+
+
+def test_the_exit_waits_for_a_thread_still_working(tmp_path):
+    """A non-daemon thread still alive takes the ordinary exit, which joins it first."""
+    done = tmp_path / "thread-done"
+    script = (
+        "import threading, time\n"
+        "def work():\n"
+        "    time.sleep(0.5)\n"
+        f"    open({str(done)!r}, 'w').write('done')\n"
+        "threading.Thread(target=work).start()\n"
+        "from vmtax.entry import exit_now\n"
+        "exit_now(4)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert res.returncode == 4 and done.read_text() == "done", res.stderr

@@ -290,7 +290,7 @@ class NetnsFleet:
 
 
 def vmtax_cmd() -> list[str]:
-    return [sys.executable, "-c", "from vmtax.cli import main; main()"]
+    return [sys.executable, "-c", "from vmtax.entry import main; main()"]
 
 
 def vmtax_env() -> dict[str, str]:
@@ -436,7 +436,7 @@ def test_an_inventory_of_eight_hosts_through_ansible_into_one_postgresql(
     # The tax of one inventory group against another, hosts as the unit: four hosts a side,
     # each entering as the mean of its runs (the hosts are one machine's namespaces, so the
     # verdict is not asked for, only its unit and its scope).
-    res = subprocess.run([sys.executable, "-c", "from vmtax.cli import main; main()", "compare",
+    res = subprocess.run([sys.executable, "-c", "from vmtax.entry import main; main()", "compare",
                           f"exp={exp}", "--by", "group", "--baseline", "group=bare", "--format",
                           "json", "--db", postgres_url], capture_output=True, text=True,
                          timeout=120)  # fmt: skip

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-VMTAX = [sys.executable, "-c", "from vmtax.cli import main; main()"]
+VMTAX = [sys.executable, "-c", "from vmtax.entry import main; main()"]
 
 #: Commands of the README that this test does not run, by their first words, and why.
 NOT_RUN = {

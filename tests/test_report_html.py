@@ -157,7 +157,7 @@ def small_url(tmp_path_factory):
 
 def _vmtax(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", "from vmtax.cli import main; main()", *args],
+        [sys.executable, "-c", "from vmtax.entry import main; main()", *args],
         capture_output=True,
         text=True,
         timeout=300,

@@ -19,7 +19,7 @@ from test_store_api import add, new_experiment
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import Store, migrate
 
-CLI = [sys.executable, "-c", "from vmtax.cli import main; main()"]
+CLI = [sys.executable, "-c", "from vmtax.entry import main; main()"]
 
 
 def vmtax_cli(*args: str) -> subprocess.CompletedProcess:

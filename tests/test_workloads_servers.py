@@ -169,7 +169,7 @@ def run_suite(
         [
             sys.executable,
             "-c",
-            "from vmtax.cli import main; main()",
+            "from vmtax.entry import main; main()",
             "run",
             "--suite",
             str(suite),

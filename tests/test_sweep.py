@@ -328,8 +328,9 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
         with pytest.raises(KeyboardInterrupt):
             SweepRunner(store, spec, local_factory(spec), level="L0",
                         progress=Lines(stop_after=1)).execute(exp)  # fmt: skip
-    res = cli("sweep", "--resume", str(exp), "--db", db)
+    res = cli("sweep", "--resume", "latest", "--db", db)  # as `vmtax run --resume latest`
     assert res.returncode == 0, res.stderr
+    assert f"sweep experiment {exp}:" in res.stderr
     first = spec.order()[0][1]
     assert res.stderr.count("] replicate 1/1 step ") == 2
     assert f"step {first + 1}/3" not in res.stderr
@@ -339,6 +340,13 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
         assert store.experiment(exp)["status"] == "ok"
     res = cli("sweep", "--resume", "999", "--db", db)
     assert res.returncode == 1 and "no experiment 999" in res.stderr
+    res = cli("sweep", "--resume", "newest", "--db", db)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1
+    assert "EXP must be an experiment id or latest, got 'newest'" in res.stderr
+    empty = str(tmp_path / "empty.db")
+    Store.open(empty).close()
+    res = cli("sweep", "--resume", "latest", "--db", empty)
+    assert res.returncode == 1 and "no sweep in the store yet" in res.stderr
 
 
 def test_sigterm_stops_the_sweep_and_resume_finishes_it(tmp_path):

@@ -205,9 +205,10 @@ def sweep(
         ),
     ] = 300.0,
     resume: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            callback=options.exp_id, help="Resume sweep EXP at its first uncommitted step."
+            callback=options.experiment,
+            help="Resume sweep EXP (id or 'latest') at its first uncommitted step.",
         ),
     ] = None,
     db: Annotated[

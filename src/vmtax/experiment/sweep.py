@@ -190,17 +190,20 @@ def run_sweep(
 
 
 def resume_sweep(
-    experiment_id: int,
+    ref: int | str,
     *,
     db: str | None = None,
     boot_timeout: float = 300.0,
     progress: Progress | None = None,
     notice: Notice = _to_stderr,
 ) -> SweepResult:
-    """Run the units of sweep ``experiment_id`` without an ``ok`` row, in its stored order."""
+    """Run the units of a sweep without an ``ok`` row, in its stored order: ``ref`` is its
+    experiment id or ``latest`` (the newest sweep), as `resume` takes a run's."""
     check_boot_timeout(boot_timeout)
+    which = _sweep_ref(ref)  # a bad reference is a usage error, before the store opens
     store = open_existing(db)  # a missing store is refused, not created empty
     try:
+        experiment_id = sweep_id(store, which)
         plan = store.experiment(experiment_id).get("plan") or {}
         spec = spec_for_resume(plan)
         level = str(plan.get("level", "L1"))
@@ -216,15 +219,21 @@ def resume_sweep(
 
 def sweep_id(store: Store, which: str) -> int:
     """A sweep's experiment id from ``N`` or ``latest`` (the newest sweep in ``store``)."""
+    which = _sweep_ref(which)
     if which == "latest":
         found = store.sweeps.latest()
         if found is None:
             raise VmtaxError("no sweep in the store yet (run `vmtax sweep`)")
         return found
-    try:
-        return int(which)
-    except ValueError:
-        raise UsageError(f"EXP must be an experiment id or latest, got {which!r}") from None
+    return int(which)
+
+
+def _sweep_ref(ref: int | str) -> str:
+    """``ref`` as ``latest`` or the digits of an id (``exp=N`` too); else a UsageError."""
+    text = str(ref).strip().lower().removeprefix("exp=")
+    if text != "latest" and not (text.isascii() and text.isdigit()):
+        raise UsageError(f"EXP must be an experiment id or latest, got {str(ref)!r}")
+    return text
 
 
 def stored_sweep(which: str, *, db: str | None = None) -> SweepSummary:

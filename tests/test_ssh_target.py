@@ -10,7 +10,8 @@ import pytest
 from test_ssh_support import Sshd, needs_sshd
 from vmtax.contract import read_stream
 from vmtax.targets.base import AgentTimeout, TargetError, find_agent
-from vmtax.targets.ssh import SshTarget, file_sha256, parse_url, redact
+from vmtax.targets.agent import file_sha256
+from vmtax.targets.ssh import SshTarget, parse_url, redact
 
 
 def test_a_normal_run_streams_a_whole_stream_and_copies_the_agent_once(sshd):

@@ -31,9 +31,9 @@ from vmtax.runner import (
     detected_labels,
 )
 from vmtax.store.runtimes import RunTimes
+from vmtax.targets.agent import file_sha256
 from vmtax.targets.base import InventoryEntry, Target, find_agent
 from vmtax.targets.fleet import release_inventory
-from vmtax.targets.ssh import file_sha256
 from vmtax.workloads import is_workload
 
 if TYPE_CHECKING:

@@ -1,8 +1,12 @@
 """What the agent on a target says about itself: its environment fingerprint and the probes
 it offers. The runner asks both before a plan starts; a workload asks for the fingerprint
-when it needs the target's TSC rate."""
+when it needs the target's TSC rate. And the agent binary's digest, by which an SSH host or
+a fleet's hosts are found to have this agent already."""
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -34,3 +38,12 @@ def list_probes(target: Target, timeout: float = 60.0) -> list[ProbeInfo]:
     except ValidationError:
         tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
         raise TargetError(f"{target.name}: the agent's probe list is unreadable{tail}") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file (the agent binary), read a MiB at a time."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 import asyncssh
 
 from vmtax.errors import UsageError
+from vmtax.targets.agent import file_sha256
 from vmtax.targets.base import (
     EOF_MARK,
     Capabilities,
@@ -110,14 +111,6 @@ def _local_path(value: str, what: str) -> Path:
     if "\0" in str(path):
         raise UsageError(f"{what}: a path cannot contain a NUL byte")
     return path
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def known_hosts_key(host: str, port: int) -> str:

@@ -9,8 +9,8 @@ import pytest
 
 from test_ssh_support import Sshd, needs_sshd
 from vmtax.contract import read_stream
-from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.agent import file_sha256
+from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.ssh import SshTarget, parse_url, redact
 
 

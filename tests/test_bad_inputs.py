@@ -387,7 +387,7 @@ HUGE_ID = str(10**23)
         (("results", "export", HUGE_ID, "-o", "x.csv"), "an experiment id must be in 1.."),
         (("exits", f"exp={HUGE_ID}"), "an experiment id must be in 1.."),
         (("sweep", "show", HUGE_ID), "an experiment id must be in 1.."),
-        (("sweep", "--resume", HUGE_ID), "--resume must be in 1.."),
+        (("sweep", "--resume", HUGE_ID), "an experiment id must be in 1.."),
         (("run", "--resume", HUGE_ID), "an experiment id must be in 1.."),
         (("sweep", "--slo", "nan"), "--slo must be a number of seconds in (0, 86400]"),
         (("sweep", "--slo", "inf"), "--slo must be a number of seconds"),

@@ -24,6 +24,7 @@ from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof import kvmstats
 from vmtax.hostprof.store import save_profile
+from vmtax.targets.base import vm_pid
 from vmtax.workloads import run_lines
 
 if TYPE_CHECKING:
@@ -53,8 +54,7 @@ def _qemu_arg(target: Target, side: Target) -> list[str]:
     """Which qemu-system process a side records: this machine records the target's own QEMU
     (other guests may run beside it); inside a vmtax guest it is the only one there."""
     if side.level == "L0":  # the side at L0 is this machine (QemuTarget.host_sides)
-        vm_pid = target.capabilities().vm_pid
-        pid = vm_pid() if vm_pid is not None else None
+        pid = vm_pid(target)
         return ["--qemu", str(pid)] if pid is not None else ["--qemu", "auto"]
     return ["--qemu", "auto"]
 

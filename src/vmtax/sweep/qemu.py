@@ -12,7 +12,7 @@ from vmtax.plan.targets import make_targets
 from vmtax.sweep.cgroup import swap_total_kb
 from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
-from vmtax.targets.base import find_agent
+from vmtax.targets.base import find_agent, vm_pid
 from vmtax.targets.images import AGENT_ONLY, Image, build_minimal
 from vmtax.targets.spec import SizedGuestSpec
 
@@ -73,8 +73,7 @@ class QemuGuests:
         )
         (target,), _ = make_targets([spec], image=self.image, boot_timeout=self.boot_timeout)
         target.prepare()
-        vm_pid = target.capabilities().vm_pid
-        pid = vm_pid() if vm_pid is not None else None
+        pid = vm_pid(target)
         assert pid is not None, f"{target.name} booted without a QEMU pid"
         return Guest(target, vcpus, memory_mb, pid=pid)
 

@@ -116,6 +116,12 @@ class Capabilities:
     vm_pid: Callable[[], int | None] | None = None
 
 
+def vm_pid(target: Target) -> int | None:
+    """The pid of ``target``'s virtual machine on this machine, if it is a booted guest."""
+    pid = target.capabilities().vm_pid
+    return pid() if pid is not None else None
+
+
 def agent_free_port(target: Target) -> int:
     """A TCP port free on ``target``'s loopback now, as its agent finds it."""
     lines = list(target.run_agent(["free-port"], 30.0))

@@ -15,6 +15,8 @@ from scipy import stats
 from vmtax.contract import read_stream
 from vmtax.stats.artifacts import (
     PERIODIC_MAX_ITERATIONS,
+    TIE_SINGLE,
+    _acf,
     _shuffles,
     as_matrix,
     cross_run,
@@ -171,6 +173,23 @@ def test_periodic_acf_matches_direct_autocorrelation():
         ac = np.correlate(x, x, mode="full")[n - 1 :]
         direct.append(ac[10] / ac[0] * n / (n - 10))
     assert res.acf == pytest.approx(np.mean(direct), rel=1e-9)
+
+
+@pytest.mark.parametrize("runs", [2, 10, 30])
+@pytest.mark.parametrize("rate", [0.001, 0.02, 0.45])
+def test_the_shuffles_single_precision_correlation_is_within_a_tenth_of_the_tie(runs, rate):
+    # The period test draws its null in float32 and counts a draw within TIE_SINGLE of the data
+    # as a match; its rounding must stay far below that, at the longest runs it reads.
+    rng = np.random.default_rng(runs)
+    ind = rng.random((runs, PERIODIC_MAX_ITERATIONS)) < rate
+    ind[:, ::37] = True
+    mean = ind.mean(axis=1)
+    weights = 1 / (runs * ind.sum(axis=1) * (1 - mean))
+    drawn = _shuffles(ind, 8, rng)
+    double = _acf(drawn, mean, weights, PERIODIC_MAX_ITERATIONS // 4)
+    single = _acf(drawn, mean, weights, PERIODIC_MAX_ITERATIONS // 4, np.float32)
+    assert 0 < np.abs(single - double).max() < TIE_SINGLE / 10  # rounded, but far below the tie
+    assert np.abs(single[:, 2:].max(axis=-1) - double[:, 2:].max(axis=-1)).max() < TIE_SINGLE / 10
 
 
 def test_periodic_reads_only_the_first_iterations_of_long_runs():

@@ -92,6 +92,10 @@ MAX_REPORTED_INDICES = 200
 #: took 95 s of a 2-core VM for one report (a quarter of that here).
 PERIODIC_MAX_ITERATIONS = 16_384
 TIE = 1e-9  # correlations this close to the observed one count as ties (as large)
+#: The period test's shuffles are correlated in single precision (half the FFT time of double,
+#: and most of a large report's time): their rounding, about 1e-7 on a normalised correlation
+#: of 16,384 iterations (tests/test_artifacts.py), is covered by counting this close as a tie.
+TIE_SINGLE = 1e-5
 SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
 EARLY_LOOK_MARGIN = 2  # a test nothing matched stops at a p this many times below the threshold
 
@@ -255,8 +259,15 @@ def run_quartiles(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return q1, q3, np.maximum(q3 - q1, resolution(matrix)[:, None])
 
 
-def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -> np.ndarray:
-    """Weighted sum over runs of each run's autocorrelation at lags 0..max_lag.
+def _acf(
+    ind: np.ndarray,
+    mean: np.ndarray,
+    weights: np.ndarray,
+    max_lag: int,
+    dtype: type[np.floating] = np.float64,
+) -> np.ndarray:
+    """Weighted sum over runs of each run's autocorrelation at lags 0..max_lag, computed in
+    ``dtype``.
 
     ``ind``: a (..., runs, n) 0/1 indicator, demeaned here by ``mean`` (runs,); ``weights``:
     (runs,). Zero padding to n + max_lag (not 2n) is enough for a linear autocorrelation up to
@@ -266,13 +277,13 @@ def _acf(ind: np.ndarray, mean: np.ndarray, weights: np.ndarray, max_lag: int) -
     """
     *lead, runs, n = ind.shape
     size = sfft.next_fast_len(n + max_lag, real=True)
-    x = np.zeros((*lead, runs, size))
-    np.subtract(ind, mean[:, None], out=x[..., :n])
+    x = np.zeros((*lead, runs, size), dtype=dtype)
+    np.subtract(ind, mean[:, None].astype(dtype), out=x[..., :n])
     f = sfft.rfft(x, axis=-1, overwrite_x=True)
-    parts = f.view(np.float64)  # re, im interleaved: square in place, no temporaries
+    parts = f.view(x.dtype)  # re, im interleaved: square in place, no temporaries
     np.square(parts, out=parts)
     # The weighted sum over runs is one matrix product (one pass, no weighted copy).
-    power = np.matmul(weights, parts)
+    power = np.matmul(weights.astype(dtype), parts)
     power = power.reshape(*power.shape[:-1], -1, 2).sum(axis=-1)
     ac = sfft.irfft(power, n=size, axis=-1)[..., : max_lag + 1]
     return ac * (n / (n - np.arange(max_lag + 1)))
@@ -285,8 +296,10 @@ def monte_carlo_p(
     resamples: int,
     chunk: int,
     look: int | None = None,
+    tie: float = TIE,
 ) -> float:
-    """A permutation test's p-value from ``nulls(b)``, b statistics drawn under the null.
+    """A permutation test's p-value from ``nulls(b)``, b statistics drawn under the null
+    (a draw within ``tie`` of ``stat`` counts as matching it).
 
     It stops early both ways. Once SEQUENTIAL_EXCEED draws have matched the data, p is
     Besag and Clifford's exceed / done, already far above ALPHA (most runs have no period,
@@ -304,7 +317,7 @@ def monte_carlo_p(
         if look is not None and done < look:
             b = min(b, look - done)  # the look falls on a fixed draw count
         # FFT rounding must not break ties between equal arrangements in the data's favour.
-        matched = np.flatnonzero(nulls(b) >= stat - TIE)
+        matched = np.flatnonzero(nulls(b) >= stat - tie)
         if exceed + matched.size >= SEQUENTIAL_EXCEED:
             # Besag and Clifford's p is h / L at the very draw L of the h-th match, not at
             # the end of its batch (which made p too small about one time in ten).
@@ -412,12 +425,13 @@ def periodic(
     rng = np.random.default_rng(seed)
 
     def nulls(b: int) -> np.ndarray:
-        return _acf(_shuffles(ind, b, rng), mean, weights, max_lag)[:, 2:].max(axis=-1)
+        shuffled = _shuffles(ind, b, rng)
+        return _acf(shuffled, mean, weights, max_lag, np.float32)[:, 2:].max(axis=-1)
 
     # About 16 MiB of FFT input per batch: enough to amortise the calls; bigger batches were
     # slower (memory traffic).
     chunk = max(1, int(2**21 // max(1, runs * (n + max_lag))))
-    p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look)
+    p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look, tie=TIE_SINGLE)
     out = Periodic(False, None, peak if lag else None, p, indices, rate, p, int(lag))
     out.decide()
     return out

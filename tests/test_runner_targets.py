@@ -141,3 +141,24 @@ def test_check_probes_rejects_a_bad_choice():
     plan = build_plan(bad, source="x.toml", seed=0, targets=[{"kind": "local"}])
     with pytest.raises(UsageError, match="oper='copy' must be one of read, write"):
         check_probes(plan, list_probes(LocalTarget(find_agent())))
+
+
+def test_a_run_is_killed_only_after_its_timeout_and_the_agents_start_up(store, tmp_path):
+    # An agent that takes 3.5 s to start, as one does in a guest under TCG inside TCG (18 s
+    # there), with runs of timeout 1: the controller used to kill each run at 1 + 2 s, before
+    # its agent had even started. The start-up the env request took is now added.
+    slow = tmp_path / "slow-agent"
+    slow.write_text(f'#!/bin/sh\nsleep 3.5\nexec {find_agent()} "$@"\n')
+    slow.chmod(0o755)
+    suite = SUITE.replace("timeout = 30", "timeout = 1").replace("runs = 2", "runs = 1")
+    specs = [{"kind": "local", "level": "L0"}]
+    plan = build_plan(parse_suite(suite, "two.toml"), source="two.toml", seed=3, targets=specs)
+    assert all(plan.invocation(s, None).timeout == 3.0 for s in plan.steps)  # 1 s + 2 s
+    exp = store.create_experiment(command=["vmtax"], suite="two", seed=3, plan=plan.to_dict(),
+                                  vmtax_version="test", agent_version=None)  # fmt: skip
+    outcome = Runner(store, plan, [LocalTarget(slow, name="slow")], progress=Recorder()).execute(
+        exp
+    )
+    (done,) = outcome.targets
+    assert (done.ok, done.lost, done.failed, done.error) == (2, 0, 0, None), done.first_problem
+    assert set(store.runs([f"exp={exp}"])["status"]) == {"ok"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -148,7 +150,7 @@ def test_a_run_is_killed_only_after_its_timeout_and_the_agents_start_up(store, t
     # there), with runs of timeout 1: the controller used to kill each run at 1 + 2 s, before
     # its agent had even started. The start-up the env request took is now added.
     slow = tmp_path / "slow-agent"
-    slow.write_text(f'#!/bin/sh\nsleep 3.5\nexec {find_agent()} "$@"\n')
+    slow.write_text(f'#!/bin/sh\nsleep 3.5\nexec {shlex.quote(str(find_agent()))} "$@"\n')
     slow.chmod(0o755)
     suite = SUITE.replace("timeout = 30", "timeout = 1").replace("runs = 2", "runs = 1")
     specs = [{"kind": "local", "level": "L0"}]

@@ -197,3 +197,39 @@ def test_this_machine_records_the_guests_own_qemu_by_the_pid_its_capabilities_gi
     target.guest = SimpleNamespace(qemu_pid=4242)  # type: ignore[assignment]
     assert _qemu_arg(target, here) == ["--qemu", "4242"]
     assert _qemu_arg(target, LocalTarget(level="L1")) == ["--qemu", "auto"]  # inside a guest
+
+
+def test_a_host_side_request_that_timed_out_is_made_once_more_and_then_given_up(
+    tmp_path, monkeypatch
+):
+    """A request to a host side that hangs is killed at its timeout, and with a guest's host
+    side the guest goes too (in CI once, L1's `exits start` did not answer in 120 s under
+    load, and the run lost its profile). The recorder begins once more, on the booted-again
+    side, and says so. Here the side is this machine's agent behind a script that hangs on
+    its first request (a hung L1 agent cannot be made to order), and the timeout is 2 s."""
+    import shlex
+
+    from vmtax.hostprof import recorder
+    from vmtax.targets.local import LocalTarget
+
+    monkeypatch.setattr(recorder, "REQUEST_TIMEOUT_S", 2.0)
+    hung = tmp_path / "hung-once"
+    script = tmp_path / "agent"
+    script.write_text(
+        f"#!/bin/sh\nif [ ! -e {shlex.quote(str(hung))} ]; then : > {shlex.quote(str(hung))}; "
+        f'exec sleep 60; fi\nexec {shlex.quote(AGENT)} "$@"\n'
+    )
+    script.chmod(0o755)
+    said: list[str] = []
+    err, before = recorder.begin("trace", LocalTarget(AGENT), LocalTarget(script), said.append)
+    # The second begin got this machine's own answer, not the timeout.
+    assert "tracefs is not mounted" in err and before is None, err
+    assert len(said) == 1 and "did not finish within 2 s" in said[0], said
+    assert "booting it again to begin once more" in said[0]
+    # A side that hangs every time is asked twice, and its timeout is the profile's reason.
+    hung.unlink()
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    said.clear()
+    err, _ = recorder.begin("counts", LocalTarget(AGENT), LocalTarget(script), said.append)
+    assert err.startswith("stats: ") and "did not finish within 2 s" in err, err
+    assert len(said) == 1

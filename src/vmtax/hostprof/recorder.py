@@ -24,7 +24,7 @@ from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof import kvmstats
 from vmtax.hostprof.store import save_profile
-from vmtax.targets.base import vm_pid
+from vmtax.targets.base import AgentTimeout, vm_pid
 from vmtax.workloads import run_lines
 
 if TYPE_CHECKING:
@@ -68,10 +68,25 @@ def _tsc_hz(target: Target) -> float | None:
         return None
 
 
+class _Gone(VmtaxError):
+    """A request to a host side timed out: its agent was killed, and with a guest's host side
+    the guest went too (``QemuTarget._serve``); its next request boots the guest again."""
+
+
 def _request(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]:
     """Run ``vmtax-probe ARGS`` on ``side``: (its JSON object, "") or (None, the error)."""
     try:
+        return _asked(side, args)
+    except _Gone as exc:
+        return None, exc.message
+
+
+def _asked(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """As ``_request``, but a request that timed out raises _Gone."""
+    try:
         text = "".join(side.run_agent(args, REQUEST_TIMEOUT_S)).strip()
+    except AgentTimeout as exc:
+        raise _Gone(exc.message) from None
     except VmtaxError as exc:
         return None, exc.message
     for line in reversed(text.splitlines()):
@@ -87,16 +102,18 @@ def _request(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]
 
 
 def _start(target: Target, side: Target) -> str:
-    """``exits start`` for ``target``'s guest on ``side``: "" or the error. Only inside a
-    vmtax guest may the agent mount tracefs itself."""
+    """``exits start`` for ``target``'s guest on ``side``: "" or the error (_Gone when it
+    timed out). Only inside a vmtax guest may the agent mount tracefs itself."""
     mount = [] if side.level == "L0" else ["--mount"]  # L1 and L2 sides are vmtax guests
-    _, err = _request(side, ["exits", "start", *_qemu_arg(target, side), *mount])
+    _, err = _asked(side, ["exits", "start", *_qemu_arg(target, side), *mount])
     return err
 
 
-def _reading(target: Target, side: Target) -> tuple[dict[str, Any] | None, str]:
+def _reading(
+    target: Target, side: Target, ask: Callable[..., Any] = _request
+) -> tuple[dict[str, Any] | None, str]:
     """One reading of KVM's per-vCPU counters of ``target``'s guest on ``side``."""
-    return _request(side, ["exits", "stats", *_qemu_arg(target, side)])
+    return ask(side, ["exits", "stats", *_qemu_arg(target, side)])  # type: ignore[no-any-return]
 
 
 #: What a begun recording carries to its end: the error of its start ("" when it began) and
@@ -104,9 +121,25 @@ def _reading(target: Target, side: Target) -> tuple[dict[str, Any] | None, str]:
 Begun = tuple[str, dict[str, Any] | None]
 
 
-def begin(mode: str, target: Target, side: Target) -> Begun:
-    """Start recording ``target``'s exits on ``side``."""
-    before, err = _reading(target, side)
+def begin(
+    mode: str, target: Target, side: Target, note: Callable[[str], None] = lambda line: None
+) -> Begun:
+    """Start recording ``target``'s exits on ``side``. A request that times out there took
+    the guest with it (its agent cannot be interrupted): the guest boots again and the
+    recording is begun once more, so that one hung request costs a boot, not the run's
+    profile (``note`` says so)."""
+    try:
+        return _begin_once(mode, target, side)
+    except _Gone as exc:
+        note(f"exits: {side.name}: {exc.message}; booting it again to begin once more")
+    try:
+        return _begin_once(mode, target, side)
+    except _Gone as exc:
+        return (f"stats: {exc.message}" if mode == "counts" else exc.message), None
+
+
+def _begin_once(mode: str, target: Target, side: Target) -> Begun:
+    before, err = _reading(target, side, _asked)
     if mode == "counts":
         return (f"stats: {err}" if before is None else ""), before
     return _start(target, side), before
@@ -183,7 +216,7 @@ class Recorder:
             todo = {level: side for level, side in sides.items() if level not in startup}
             if not todo:
                 break
-            got = self._record(self.mode, target, todo, args)
+            got = self._record(self.mode, target, todo, args, self._note)
             for level, (counts, reason) in got.items():
                 if counts is not None:
                     startup[level] = counts
@@ -200,7 +233,11 @@ class Recorder:
 
     @staticmethod
     def _record(
-        mode: str, target: Target, sides: dict[str, Target], args: list[str]
+        mode: str,
+        target: Target,
+        sides: dict[str, Target],
+        args: list[str],
+        note: Callable[[str], None],
     ) -> dict[str, tuple[dict[int, int] | None, str]]:
         """One agent invocation of ``args`` on ``target``, recorded on every one of
         ``sides``: by level, (its exits by code, "") when that profile is complete, else
@@ -208,7 +245,7 @@ class Recorder:
         out: dict[str, tuple[dict[int, int] | None, str]] = {}
         begun: dict[str, Begun] = {}
         for level, side in sides.items():
-            b = begin(mode, target, side)
+            b = begin(mode, target, side, note)
             if b[0]:
                 end(mode, target, side, b)
                 out[level] = (None, f"start: {b[0]}")
@@ -250,7 +287,7 @@ class Recorder:
             self._calibrate(target, sides, key, cut)
         started: dict[str, tuple[Target, Begun]] = {}
         for level, side in sides.items():
-            begun = begin(self.mode, target, side)
+            begun = begin(self.mode, target, side, self._note)
             if begun[0]:
                 self.note_once(f"exits: {target.name}: {level} cannot record: {begun[0]}")
             started[level] = (side, begun)

@@ -214,6 +214,39 @@ def test_sigterm_of_vmtax_run_with_two_levels_boots_no_more_guests(tmp_path):
     assert _wait(lambda: not (at_signal | seen_after.keys()) & qemu_pids(), 10)
 
 
+def test_ctrl_c_of_a_sweep_while_its_guest_boots_kills_the_boot_and_stores_no_unit(tmp_path):
+    # The sweep's units run in a thread of the engine; Ctrl-C reaches the main thread, which
+    # must cancel the guest still booting (not wait out its boot) and store nothing of the
+    # unit. A TCG boot takes 10 s or more here; the signal comes 1 s into it.
+    vmtax = shutil.which("vmtax") or pytest.fail("the vmtax command is not installed")
+    env = dict(os.environ, VMTAX_CACHE_DIR=str(tmp_path / "cache"))
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    argv = [vmtax, "sweep", "--level", "L1", "--accel", "tcg", "--steps", "1", "--replicates",
+            "1", "--no-intervals", "--warmup", "0", "--window", "2", "--interval", "1", "--db",
+            db]  # fmt: skip
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                             text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert _wait(lambda: _qemu_of(child.pid), 120), "no QEMU started"
+        guests = set(_qemu_of(child.pid))
+        time.sleep(1)
+        assert guests & qemu_pids(), "the guest ended before the signal"
+        signalled = time.monotonic()
+        os.killpg(child.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group
+        stderr = child.communicate(timeout=60)[1]
+        took = time.monotonic() - signalled
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "vmtax: error: interrupted", stderr
+    assert took < 8, f"the sweep took {took:.1f} s to stop: it waited for the boot"
+    assert _wait(lambda: not guests & qemu_pids(), 10)
+    with Store.open(db, read_only=True) as store:
+        assert store.experiment(1)["status"] == "interrupted"
+        assert len(store.sweeps.steps(1)) == 0
+
+
 def test_sigkill_of_vmtax_run_leaves_no_qemu_and_no_scratch_dir(tmp_path, cli, monkeypatch):
     # SIGKILL runs no cleanup code in vmtax: the guest goes because the agent's watchdog,
     # which QEMU runs under, sees vmtax's end of its pipe close.

@@ -1,16 +1,18 @@
-"""The execution engine: execute a plan on one or more targets and store every run as soon
-as it ends. A sweep (``vmtax.sweep.run``) executes on the same engine: it stores its units
-through the same ``Storing``, reports through the same ``Progress`` and ends its experiment
-the same way.
+"""The execution engine: execute a plan's units and store each as soon as it ends.
 
-Each target is fingerprinted (``env``), gets its configuration, and then runs its share of
-the plan one step at a time: one agent invocation per run, read with ``read_stream``. A
-complete run is committed before the next starts; a run that broke off is stored as
-``lost`` and one the agent refused as ``failed``, so nothing is silently dropped.
+An execution is a set of lanes (``Lane``), each a row of the progress display whose units run
+one after another in its own thread: a run's lanes are its targets (a unit is one run, one
+agent invocation read with ``read_stream``), a sweep's one lane is its rounds of guests (a
+unit is one step of one replicate, ``vmtax.sweep.run``). ``Engine`` drives the lanes in a
+bounded thread pool; ``Storing`` is the one place they write to the store, and ends the
+experiment ok, failed or interrupted however the execution ends.
 
-Several targets run concurrently in a bounded thread pool. A target that fails (cannot
-boot, goes away) is reported and the others carry on. On Ctrl-C or SIGTERM the agents in
-flight are killed, what finished stays stored, and the experiment is marked interrupted.
+A run's target is fingerprinted (``env``), gets its configuration, then runs its share of
+the plan one step at a time. A complete run is committed before the next starts; a run that
+broke off is stored as ``lost`` and one the agent refused as ``failed``, so nothing is
+silently dropped. A target that fails (cannot boot, goes away) is reported and the others
+carry on. On Ctrl-C or SIGTERM the work in flight is killed (``Lane.cancel``), what finished
+stays stored, and the experiment is marked interrupted.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ class RunObserver(Protocol):
     def after_run(self, target: Target, step: Step, run_id: int, status: str) -> None: ...
 
 
-class _NoProgress:
+class NoProgress:
+    """A progress display that shows nothing (an execution nobody watches)."""
+
     def add_target(self, name: str, total: int) -> None:
         del name, total
 
@@ -251,6 +255,101 @@ def interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+class Stopped(Exception):  # noqa: N818 - not an error: the lane saw the stop and ended
+    """Raised in a lane that noticed the execution's stop (Ctrl-C) in the middle of a unit:
+    the unit is not stored, and the lane ends quietly."""
+
+
+class Lane(Protocol):
+    """One row of an execution, run in its own thread: its units one after another, each
+    measured and stored before the next (``run_unit``), and its last line at the end.
+
+    ``units()`` may do what comes before the first unit (boot, fingerprint) and may decide as
+    it goes (adaptive sampling; a lane given up after a failure): it is resumed only after
+    the previous unit's progress line is out. ``cancel()`` comes from another thread on
+    Ctrl-C: it kills what is in flight, so that the lane's thread ends soon."""
+
+    name: str
+    #: Units it means to run (its progress row's total).
+    total: int
+
+    def units(self) -> Iterable[Any]: ...
+    def run_unit(self, unit: Any) -> str: ...
+    def end(self, error: BaseException | None) -> tuple[str, bool]: ...
+    def cancel(self) -> None: ...
+
+
+class Engine:
+    """Drives an execution's lanes: each in a thread of a bounded pool, its units in order,
+    a progress line per unit and a last line per lane. The main thread only waits, in short
+    steps, so that Ctrl-C and SIGTERM reach it at once; then every lane is cancelled, the
+    threads are waited for and the interrupt goes on to the caller (``Storing.settling``
+    marks the experiment)."""
+
+    def __init__(
+        self,
+        progress: Progress | None = None,
+        *,
+        max_workers: int = 4,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.progress: Progress = progress or NoProgress()
+        self.max_workers = max(1, max_workers)
+        self.stop = stop or threading.Event()
+
+    def run(self, lanes: Sequence[Lane]) -> list[BaseException | None]:
+        """Run every lane to its end; each lane's error (None when it ended well). A Ctrl-C,
+        here or raised in a lane, is raised once every lane has stopped."""
+        for lane in lanes:
+            self.progress.add_target(lane.name, lane.total)
+        if not lanes:
+            return []
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.max_workers, len(lanes)), thread_name_prefix="vmtax-lane"
+        )
+        futures: list[Future[None]] = [pool.submit(self._drive, lane) for lane in lanes]
+        try:
+            pending = set(futures)
+            while pending:
+                # Short waits keep the main thread responsive to signals.
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+                stopped = [f for f in futures if f.done() and _interrupt(f.exception())]
+                if stopped:
+                    raise stopped[0].exception()  # type: ignore[misc]
+        except BaseException:
+            self.stop.set()
+            for lane in lanes:
+                with contextlib.suppress(Exception):
+                    lane.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return [f.exception() for f in futures]
+
+    def _drive(self, lane: Lane) -> None:
+        error: BaseException | None = None
+        try:
+            for unit in lane.units():
+                if self.stop.is_set():
+                    return
+                line = lane.run_unit(unit)
+                self.progress.advance(lane.name, line)
+        except Stopped:
+            return
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            last, failed = lane.end(error)
+            if not self.stop.is_set() and not _interrupt(error):
+                self.progress.finish(lane.name, last, failed=failed)
+
+
+def _interrupt(exc: BaseException | None) -> bool:
+    """Whether a lane's error is a Ctrl-C (or SIGTERM made one), not a failure of its own."""
+    return exc is not None and not isinstance(exc, Exception)
+
+
 class Runner:
     """Runs a stored plan's missing steps on its targets; the store is shared under a lock."""
 
@@ -277,7 +376,7 @@ class Runner:
         self.targets = targets
         self.level = level
         self.labels = dict(labels or {})
-        self.progress: Progress = progress or _NoProgress()
+        self.progress: Progress = progress or NoProgress()
         self.max_workers = max(1, max_workers)
         self._fingerprints = dict(fingerprints or {})
         self.observers = list(observers)
@@ -297,38 +396,21 @@ class Runner:
         """
         done = set(done or ())
         storing = self._storing = Storing(self.store, experiment_id)
-        outcomes = [TargetOutcome(name=t.name, level=self.level or t.level) for t in self.targets]
-        for slot, target in enumerate(self.targets):
-            todo = [s for s in self.plan.steps_for(slot) if s.index not in done]
-            outcomes[slot].skipped = len(self.plan.steps_for(slot)) - len(todo)
-            self.progress.add_target(target.name, len(todo))
         self._turns = self._shared_machine_turns(done)
+        lanes = [_TargetLane(self, experiment_id, slot, done) for slot in range(len(self.targets))]
+        engine = Engine(self.progress, max_workers=self.max_workers, stop=self._stop)
         with storing.settling():
-            pool = ThreadPoolExecutor(max_workers=min(self.max_workers, len(self.targets)))
-            futures: list[Future[None]] = [
-                pool.submit(self._target_worker, experiment_id, slot, done, outcomes[slot])
-                for slot in range(len(self.targets))
-            ]
-            try:
-                pending = set(futures)
-                while pending:
-                    # Short waits keep the main thread responsive to signals.
-                    _, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
-            except BaseException:
-                self._stop.set()
-                for target in self.targets:
-                    with contextlib.suppress(Exception):
-                        target.cancel()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-            pool.shutdown(wait=True)
-            for fut, outcome in zip(futures, outcomes, strict=True):
-                exc = fut.exception()
-                if exc is not None and outcome.error is None:
-                    outcome.error = _one_line(str(exc) or type(exc).__name__)
-            if any(o.error or o.failed or o.lost for o in outcomes):
+            errors = engine.run(lanes)
+            for lane, exc in zip(lanes, errors, strict=True):
+                if exc is not None and lane.outcome.error is None:
+                    lane.outcome.error = one_line(str(exc) or type(exc).__name__)
+            if any(o.error or o.failed or o.lost for o in (lane.outcome for lane in lanes)):
                 storing.status = "failed"
-        return Outcome(experiment_id=experiment_id, status=storing.status, targets=outcomes)
+        return Outcome(
+            experiment_id=experiment_id,
+            status=storing.status,
+            targets=[lane.outcome for lane in lanes],
+        )
 
     def _shared_machine_turns(self, done: set[int]) -> dict[int, Turns]:
         """Slot -> the turns it takes with the other targets on its machine (targets alone on
@@ -349,100 +431,43 @@ class Runner:
             out.update(dict.fromkeys(slots, turns))
         return out
 
-    def _target_worker(
-        self, experiment_id: int, slot: int, done: set[int], outcome: TargetOutcome
-    ) -> None:
-        try:
-            self._target_steps(experiment_id, slot, done, outcome)
-        finally:
-            if slot in self._turns:
-                self._turns[slot].leave(slot)
-
-    def _target_steps(
-        self, experiment_id: int, slot: int, done: set[int], outcome: TargetOutcome
-    ) -> None:
+    def _configure(
+        self, experiment_id: int, slot: int, steps: list[Step], outcome: TargetOutcome
+    ) -> tuple[int, Fingerprint, float]:
+        """Boot (``prepare``) and fingerprint the target of ``slot``, and store its
+        configuration: (its id, the fingerprint, what the agent took to start there)."""
         target = self.targets[slot]
-        steps = [s for s in self.plan.steps_for(slot) if s.index not in done]
-        if not steps and self.step_source is None:  # resumed, and this target had finished
-            return
-        try:
-            target.prepare()
-            asked = time.monotonic()
-            fp = self._fingerprints.get(slot) or fingerprint(target)
-            # The agent's own --timeout bounds its measuring, not its start: what the env
-            # request took (about 18 s in an L2 under TCG inside TCG, where a 0.15 s run took
-            # 31 to 34 s end to end) is added to every run's kill deadline on this target.
-            startup_s = 0.0 if slot in self._fingerprints else time.monotonic() - asked
-            level = self.level or target.level
-            labels = dict(target.labels())
-            if level == "L0":
-                labels.update(detected_labels(fp))
-            labels.update(self.labels)
-            provenance = dict(target.provenance())
-            scaling = {
-                name: inv.scaling
-                for name, inv in (
-                    (s.entry, self.plan.invocation(s, fp.memory_bytes)) for s in steps
-                )
-                if inv.scaling
-            }
-            if scaling:
-                provenance["memory_scaling"] = scaling
-            config_id = self._storing.call(
-                self.store.configuration,
-                experiment_id=experiment_id,
-                level=level,
-                labels=labels,
-                fingerprint=fp.model_dump(mode="json", by_alias=True),
-                target=target.name,
-                provenance=provenance,
-            )
-            outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
-            lost_in_a_row = 0
-            source = self.step_source
-            todo = (
-                steps
-                if source is None
-                else source(slot, config_id, target, steps, self._storing.call)
-            )
-            turns = self._turns.get(slot)
-            if turns:
-                turns.ready(slot)
-            # prepare() booted the first step's boot; a step in another boot boots anew first
-            # (in its turn, so no other level runs beside the boot). A resumed experiment
-            # starts a new boot for what remains, and the runs' boot ids say so.
-            boot: int | None = None
-            for step in todo:
-                if self._stop.is_set():
-                    return
-                with turns.turn(slot, self._stop) if turns else nullcontext(True) as mine:
-                    if not mine:
-                        return
-                    if boot is not None and step.boot != boot:
-                        target.reboot()
-                    boot = step.boot
-                    status = self._run_step(config_id, target, step, fp, outcome, startup_s)
-                bad = outcome.failed + outcome.lost
-                self.progress.advance(
-                    target.name,
-                    f"{target.name}: {step.entry} run {step.run}"
-                    + (f" ({bad} failed or lost)" if bad else ""),
-                )
-                lost_in_a_row = lost_in_a_row + 1 if status == "lost" else 0
-                if lost_in_a_row >= MAX_CONSECUTIVE_LOST:
-                    outcome.error = (
-                        f"{lost_in_a_row} runs in a row were lost; giving up on this target "
-                        f"(last: {outcome.first_problem})"
-                    )
-                    return
-        except VmtaxError as exc:
-            if not self._stop.is_set():
-                outcome.error = _one_line(exc.message)
-        finally:
-            with contextlib.suppress(Exception):
-                target.close()
-            if not self._stop.is_set():
-                self.progress.finish(target.name, _final_line(outcome), failed=_failed(outcome))
+        target.prepare()
+        asked = time.monotonic()
+        fp = self._fingerprints.get(slot) or fingerprint(target)
+        # The agent's own --timeout bounds its measuring, not its start: what the env
+        # request took (about 18 s in an L2 under TCG inside TCG, where a 0.15 s run took
+        # 31 to 34 s end to end) is added to every run's kill deadline on this target.
+        startup_s = 0.0 if slot in self._fingerprints else time.monotonic() - asked
+        level = self.level or target.level
+        labels = dict(target.labels())
+        if level == "L0":
+            labels.update(detected_labels(fp))
+        labels.update(self.labels)
+        provenance = dict(target.provenance())
+        scaling = {
+            name: inv.scaling
+            for name, inv in ((s.entry, self.plan.invocation(s, fp.memory_bytes)) for s in steps)
+            if inv.scaling
+        }
+        if scaling:
+            provenance["memory_scaling"] = scaling
+        config_id = self._storing.call(
+            self.store.configuration,
+            experiment_id=experiment_id,
+            level=level,
+            labels=labels,
+            fingerprint=fp.model_dump(mode="json", by_alias=True),
+            target=target.name,
+            provenance=provenance,
+        )
+        outcome.config = " ".join([level, *(f"{k}={v}" for k, v in sorted(labels.items()))])
+        return config_id, fp, startup_s
 
     def _run_step(
         self,
@@ -507,7 +532,7 @@ class Runner:
             )
         if stream.problem and stream.problem not in reason and status == "lost":
             reason = f"{reason} ({stream.problem})"
-        reason = _one_line(f"{entry['probe']}: {reason}")
+        reason = one_line(f"{entry['probe']}: {reason}")
         run_id = self._storing.add_run(
             **common,
             summary=None,
@@ -529,11 +554,92 @@ class Runner:
             observer.after_run(target, step, run_id, status)
 
 
-def _failed(outcome: TargetOutcome) -> bool:
+class _TargetLane:
+    """A run's lane: one target's share of the plan, in its turns with the other targets on
+    its machine, each boot of the plan booted anew, given up after runs lost in a row."""
+
+    def __init__(self, runner: Runner, experiment_id: int, slot: int, done: set[int]) -> None:
+        self.runner = runner
+        self.experiment_id = experiment_id
+        self.slot = slot
+        self.target = runner.targets[slot]
+        self.name = self.target.name
+        planned = runner.plan.steps_for(slot)
+        self.steps = [s for s in planned if s.index not in done]
+        self.total = len(self.steps)
+        self.outcome = TargetOutcome(name=self.name, level=runner.level or self.target.level)
+        self.outcome.skipped = len(planned) - len(self.steps)
+        self.turns = runner._turns.get(slot)
+        self._config: tuple[int, Fingerprint, float] | None = None
+        self._boot: int | None = None
+        self._lost_in_a_row = 0
+
+    def units(self) -> Iterator[Step]:
+        runner, source = self.runner, self.runner.step_source
+        if not self.steps and source is None:  # resumed, and this target had finished
+            return
+        try:
+            self._config = config_id, _, _ = runner._configure(
+                self.experiment_id, self.slot, self.steps, self.outcome
+            )
+            todo = (
+                self.steps
+                if source is None
+                else source(self.slot, config_id, self.target, self.steps, runner._storing.call)
+            )
+            if self.turns:
+                self.turns.ready(self.slot)
+            for step in todo:
+                yield step
+                if self._lost_in_a_row >= MAX_CONSECUTIVE_LOST:
+                    self.outcome.error = (
+                        f"{self._lost_in_a_row} runs in a row were lost; giving up on this "
+                        f"target (last: {self.outcome.first_problem})"
+                    )
+                    return
+        except VmtaxError as exc:
+            if not runner._stop.is_set():
+                self.outcome.error = one_line(exc.message)
+
+    def run_unit(self, step: Step) -> str:
+        assert self._config is not None
+        config_id, fp, startup_s = self._config
+        turns, slot, target = self.turns, self.slot, self.target
+        # prepare() booted the first step's boot; a step in another boot boots anew first
+        # (in its turn, so no other level runs beside the boot). A resumed experiment
+        # starts a new boot for what remains, and the runs' boot ids say so.
+        with turns.turn(slot, self.runner._stop) if turns else nullcontext(True) as mine:
+            if not mine:
+                raise Stopped
+            if self._boot is not None and step.boot != self._boot:
+                target.reboot()
+            self._boot = step.boot
+            status = self.runner._run_step(config_id, target, step, fp, self.outcome, startup_s)
+        self._lost_in_a_row = self._lost_in_a_row + 1 if status == "lost" else 0
+        bad = self.outcome.failed + self.outcome.lost
+        return f"{target.name}: {step.entry} run {step.run}" + (
+            f" ({bad} failed or lost)" if bad else ""
+        )
+
+    def end(self, error: BaseException | None) -> tuple[str, bool]:
+        if isinstance(error, VmtaxError) and not self.runner._stop.is_set():
+            self.outcome.error = self.outcome.error or one_line(error.message)
+        if self.turns:
+            self.turns.leave(self.slot)
+        with contextlib.suppress(Exception):
+            self.target.close()
+        return final_line(self.outcome), has_problems(self.outcome)
+
+    def cancel(self) -> None:
+        self.target.cancel()
+
+
+def has_problems(outcome: TargetOutcome) -> bool:
+    """Whether a target failed as a whole or had a run failed or lost."""
     return bool(outcome.error or outcome.failed or outcome.lost)
 
 
-def _final_line(outcome: TargetOutcome) -> str:
+def final_line(outcome: TargetOutcome) -> str:
     """A target's last progress row: done, or what went wrong (each host's row in a fleet)."""
     if outcome.error:
         return f"{outcome.name}: FAILED after {outcome.ok} runs: {outcome.error}"
@@ -547,5 +653,6 @@ def _final_line(outcome: TargetOutcome) -> str:
     return f"{outcome.name}: done, {outcome.ok} ok"
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` on one line: its runs of white space, newlines too, as one space."""
     return " ".join(str(text).split())

@@ -24,11 +24,15 @@ from vmtax.fleet.ansible import MAX_EVENT_RES, Ansible, Event
 from vmtax.plan.plan import Plan, Step
 from vmtax.runner import (
     MAX_CONSECUTIVE_LOST,
+    NoProgress,
     Outcome,
     Progress,
     Storing,
     TargetOutcome,
     detected_labels,
+    final_line,
+    has_problems,
+    one_line,
 )
 from vmtax.store.runtimes import RunTimes
 from vmtax.targets.agent import file_sha256
@@ -51,17 +55,6 @@ def is_inventory(targets: Iterable[Any]) -> bool:
     """Whether these targets are the hosts of an inventory (run by :class:`AnsibleRunner`)."""
     listed = list(targets)
     return bool(listed) and all(t.capabilities().ansible is not None for t in listed)
-
-
-class _NoProgress:
-    def add_target(self, name: str, total: int) -> None:
-        del name, total
-
-    def advance(self, name: str, description: str) -> None:
-        del name, description
-
-    def finish(self, name: str, description: str, *, failed: bool) -> None:
-        del name, description, failed
 
 
 class AnsibleRunner:
@@ -101,7 +94,7 @@ class AnsibleRunner:
         self.hosts = list(targets)
         self.level = level
         self.labels = dict(labels or {})
-        self.progress: Progress = progress or _NoProgress()
+        self.progress: Progress = progress or NoProgress()
         inv = self.entries[0].inventory
         self.ansible = Ansible(
             inv.source, inv.limit, max(1, max_workers), accept_new_host_key=accept_new_host_key
@@ -148,7 +141,7 @@ class AnsibleRunner:
             except BaseException:
                 self.ansible.cancel()
                 raise
-            if any(_bad(o) for o in self._outcomes.values()):
+            if any(has_problems(o) for o in self._outcomes.values()):
                 storing.status = "failed"
         return Outcome(experiment_id, storing.status, [self._outcomes[h.name] for h in self.hosts])
 
@@ -330,7 +323,7 @@ class AnsibleRunner:
         if ev.res.get("oversize"):
             transport = str(ev.res["oversize"])
         elif ev.status == "unreachable":
-            transport = f"connection lost: {_one_line(ev.res.get('msg') or '')[:200]}"
+            transport = f"connection lost: {one_line(ev.res.get('msg') or '')[:200]}"
         elif rc == 124:
             transport = f"agent did not finish within {timeout:g} s and was stopped"
         elif isinstance(rc, int) and (rc < 0 or rc in (137, 143)):
@@ -344,7 +337,7 @@ class AnsibleRunner:
             reason = (stream.end.error if stream.end and stream.end.error else None) or (
                 err.splitlines()[-1] if err else stream.problem or "the agent produced no run"
             )
-        reason = _one_line(f"{entry['probe']}: {reason}")
+        reason = one_line(f"{entry['probe']}: {reason}")
         self._storing.add_run(
             **common, summary=None, values=_EMPTY, warmup_values=_EMPTY, status=status, error=reason
         )
@@ -360,10 +353,10 @@ class AnsibleRunner:
             return
         self._finished.add(name)
         out = self._outcomes[name]
-        failed = _bad(out)
+        failed = has_problems(out)
         if failed:
             self._failed.add(name)
-        self.progress.finish(name, _final_line(out), failed=failed)
+        self.progress.finish(name, final_line(out), failed=failed)
         running = len(self._todo) - len(self._finished)
         self.progress.advance(
             "hosts",
@@ -392,7 +385,7 @@ def _times(delta: Any) -> RunTimes:
 def _why(ev: Event, addr: str) -> str:
     """One line for a host Ansible could not reach or whose task failed."""
     # The summary line joins hosts with '; ', so a host's own part has none.
-    msg = _one_line(str(ev.res.get("msg") or ev.res.get("stderr") or ev.status)).replace(";", ",")
+    msg = one_line(str(ev.res.get("msg") or ev.res.get("stderr") or ev.status)).replace(";", ",")
     if _CHANGED.search(msg):
         return (
             f"host key changed, refused: if the host was reinstalled, remove its old key "
@@ -403,24 +396,6 @@ def _why(ev: Event, addr: str) -> str:
     if ev.status == "unreachable":
         return f"unreachable: {msg[:300]}"
     return f"{ev.task}: {msg[:300]}"
-
-
-def _bad(outcome: TargetOutcome) -> bool:
-    return bool(outcome.error or outcome.failed or outcome.lost)
-
-
-def _final_line(outcome: TargetOutcome) -> str:
-    if outcome.error:
-        return f"{outcome.name}: FAILED after {outcome.ok} runs: {outcome.error}"
-    bad = [f"{n} {what}" for n, what in ((outcome.failed, "failed"), (outcome.lost, "lost")) if n]
-    if bad:
-        first = f" (first: {outcome.first_problem})" if outcome.first_problem else ""
-        return f"{outcome.name}: done, {outcome.ok} ok, " + ", ".join(bad) + first
-    return f"{outcome.name}: done, {outcome.ok} ok"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 __all__ = ["AnsibleRunner", "is_inventory"]

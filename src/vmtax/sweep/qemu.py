@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ from vmtax.plan.targets import make_targets
 from vmtax.sweep.cgroup import swap_total_kb
 from vmtax.sweep.run import Guest
 from vmtax.sweep.spec import StepSize, SweepSpec
-from vmtax.targets.base import find_agent, vm_pid
+from vmtax.targets.base import Target, find_agent, vm_pid
 from vmtax.targets.images import AGENT_ONLY, Image, build_minimal
 from vmtax.targets.spec import SizedGuestSpec
 
@@ -36,6 +37,8 @@ class QemuGuests:
         self.file_backed = bool(spec.cap_mb) and swap_total_kb() == 0
         self.ram_dir: Path | None = None
         self._made = 0
+        #: Every guest booted, for ``cancel`` (a stopped guest's cancel does nothing).
+        self._booted: list[Target] = []
 
     def __call__(self, size: StepSize, index: int, vcpus: int, memory_mb: int) -> Guest:
         return self.boot(size, index, vcpus, memory_mb)
@@ -72,12 +75,21 @@ class QemuGuests:
             provenance=provenance or {},
         )
         (target,), _ = make_targets([spec], image=self.image, boot_timeout=self.boot_timeout)
+        self._booted.append(target)
         target.prepare()
         pid = vm_pid(target)
         assert pid is not None, f"{target.name} booted without a QEMU pid"
         return Guest(target, vcpus, memory_mb, pid=pid)
 
+    def cancel(self) -> None:
+        """Ctrl-C, from another thread: kill every guest, one still booting too (its boot
+        then fails at once instead of waiting for its agent)."""
+        for target in list(self._booted):
+            with contextlib.suppress(Exception):
+                target.cancel()
+
     def close(self) -> None:
+        self._booted.clear()
         if self.ram_dir is not None:
             shutil.rmtree(self.ram_dir, ignore_errors=True)
             self.ram_dir = None

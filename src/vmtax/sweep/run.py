@@ -31,14 +31,14 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from vmtax.errors import VmtaxError
-from vmtax.runner import Progress, Storing, _NoProgress
+from vmtax.runner import Engine, NoProgress, Progress, Stopped, Storing
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 from vmtax.sweep import host
@@ -195,9 +195,9 @@ class StepOutcome:
 
 
 class SweepRunner:
-    """Runs a sweep's missing units on the execution engine (``vmtax.runner``): each is
-    stored through its ``Storing`` as it ends, and is a line of its ``Progress`` (one row,
-    ``sweep``)."""
+    """Runs a sweep's missing units on the execution engine (``vmtax.runner.Engine``): the
+    sweep is one lane of it (one progress row, ``sweep``), whose units are the steps of each
+    replicate in the spec's order; each is stored through ``Storing`` as it ends."""
 
     def __init__(
         self,
@@ -212,10 +212,22 @@ class SweepRunner:
         self.spec = spec
         self.factory = factory
         self.level = level
-        self.progress: Progress = progress or _NoProgress()
+        self.progress: Progress = progress or NoProgress()
         self.guests: list[Guest] = []  # the round's guests
         self.active: list[Guest] = []  # the step's: the first of them
         self.cap: MemoryCap | None = None
+        # The lane (vmtax.runner.Lane) that execute() hands the engine.
+        self.name = PROGRESS_ROW
+        self.total = 0
+        self._stop = threading.Event()
+        self._storing: Storing | None = None
+        self._todo: list[tuple[int, int, int]] = []  # (position, replicate, step index)
+        self._sizes: list[StepSize] = []
+        self._experiment_id = 0
+        self._units = 0
+        self._stored: list[StepOutcome] = []
+        self._clients_now: list[Client] = []
+        self._failure: tuple[str, str] | None = None  # (the error, its unit's line)
 
     # -- guests ----------------------------------------------------------------------------
     def _stop_guests(self, keep: int = 0) -> None:
@@ -259,7 +271,7 @@ class SweepRunner:
         t0 = time.monotonic()
         # The clients run a little past the last sample, so that none stops inside it.
         end = t0 + n_total * timing.interval_s + 0.5
-        clients = self._clients(end, txns)
+        clients = self._clients_now = self._clients(end, txns)
         recorders = self._steal_recorders(n_total)
         for c in clients:
             c.start()
@@ -271,7 +283,9 @@ class SweepRunner:
         window: list[Transaction] = []
         try:
             for seq in range(n_total):
-                time.sleep(max(0.0, t0 + (seq + 1) * timing.interval_s - time.monotonic()))
+                until = t0 + (seq + 1) * timing.interval_s
+                if self._stop.wait(max(0.0, until - time.monotonic())):
+                    raise Stopped
                 snap = host.snapshot(pids)
                 cg = self.cap.stat() if self.cap else None
                 got = [x for x in txns if prev.t < x.t <= snap.t]
@@ -287,8 +301,8 @@ class SweepRunner:
                     outcome.status, outcome.error = "failed", broken[0]
                     break
         except BaseException:
-            # Ctrl-C or SIGTERM: the clients stop, their guests' agents are killed so that
-            # no read waits for them, and no client outlives the step.
+            # Ctrl-C or SIGTERM (the engine's stop): the clients stop, their guests' agents
+            # are killed so that no read waits for them, and no client outlives the step.
             self._halt(clients)
             raise
         finally:
@@ -418,48 +432,79 @@ class SweepRunner:
             "per_guest": per_guest,
         }
 
-    # -- the whole sweep ---------------------------------------------------------------------
+    # -- the whole sweep: one lane of the engine -----------------------------------------------
     def execute(self, experiment_id: int) -> list[StepOutcome]:
         """Run every unit not yet committed, round by round in the spec's order; mark the
-        experiment ok, failed or interrupted."""
-        storing = Storing(self.store, experiment_id)
+        experiment ok, failed or interrupted. A failed unit is stored, and ends the sweep
+        with SweepError."""
+        storing = self._storing = Storing(self.store, experiment_id)
         done = self.store.sweeps.committed_steps(experiment_id)
-        sizes = self.spec.steps()
         order = list(enumerate(self.spec.order()))
-        todo = [(p, r, i) for p, (r, i) in order if self.spec.unit(r, i) not in done]
-        units = len(order)
-        self.progress.add_target(PROGRESS_ROW, len(todo))
-        out: list[StepOutcome] = []
+        self._todo = [(p, r, i) for p, (r, i) in order if self.spec.unit(r, i) not in done]
+        self._units, self.total = len(order), len(self._todo)
+        self._sizes = self.spec.steps()
+        self._stored, self._failure = [], None
+        self._experiment_id = experiment_id
         with storing.settling(self._cleanup):
             # The cap holds guests; L0's agent processes are not guests and run uncapped.
             if self.spec.cap_mb and self.level != "L0":
                 self.cap = MemoryCap(f"vmtax-sweep-{experiment_id}", self.spec.cap_mb)
-            current = None
-            for position, replicate, index in todo:
-                if replicate != current:  # a new round boots its own guests
-                    self._stop_guests()
-                    current = replicate
-                size = sizes[index]
-                times = RunTimes()
-                try:
-                    outcome = self.run_step(size, replicate)
-                except SweepError as exc:
-                    outcome = StepOutcome(
-                        size.index, size.ratio, "failed", exc.message, replicate=replicate
-                    )
-                    outcome.detail = {"step": size.index, "replicate": replicate}
-                outcome.detail["order"] = position
-                rows = [{k: x.get(k) for k in SAMPLE_FIELDS} for x in outcome.samples]
-                storing.add_unit(self._row(size, replicate, outcome), rows, times)
-                out.append(outcome)
-                line = unit_line(outcome, len(out), units, self.spec)
-                self.progress.advance(PROGRESS_ROW, line)
-                if outcome.status != "ok":
-                    storing.status = "failed"
-                    self.progress.finish(PROGRESS_ROW, line, failed=True)
-                    raise SweepError(f"{outcome.error} [experiment {experiment_id}]")
-        self.progress.finish(PROGRESS_ROW, f"sweep: done, {len(out)} units", failed=False)
-        return out
+            [error] = Engine(self.progress, max_workers=1, stop=self._stop).run([self])
+            if error is not None:
+                raise error
+        return self._stored
+
+    def units(self) -> Iterator[tuple[int, int, int]]:
+        """The units to run: a new round boots its own guests; a failed unit ends them."""
+        current = None
+        for unit in self._todo:
+            _, replicate, _ = unit
+            if replicate != current:
+                self._stop_guests()
+                current = replicate
+            yield unit
+            if self._failure is not None:
+                raise SweepError(f"{self._failure[0]} [experiment {self._experiment_id}]")
+
+    def run_unit(self, unit: tuple[int, int, int]) -> str:
+        """Measure one unit and store it whole (a failed one too); its progress line."""
+        position, replicate, index = unit
+        assert self._storing is not None
+        size = self._sizes[index]
+        times = RunTimes()
+        try:
+            outcome = self.run_step(size, replicate)
+        except SweepError as exc:
+            outcome = StepOutcome(
+                size.index, size.ratio, "failed", exc.message, replicate=replicate
+            )
+            outcome.detail = {"step": size.index, "replicate": replicate}
+        if self._stop.is_set():
+            raise Stopped  # the guests and agents were stopped on purpose: nothing to store
+        outcome.detail["order"] = position
+        rows = [{k: x.get(k) for k in SAMPLE_FIELDS} for x in outcome.samples]
+        self._storing.add_unit(self._row(size, replicate, outcome), rows, times)
+        self._stored.append(outcome)
+        line = unit_line(outcome, len(self._stored), self._units, self.spec)
+        if outcome.status != "ok":
+            self._storing.status = "failed"
+            self._failure = (str(outcome.error), line)
+        return line
+
+    def end(self, error: BaseException | None) -> tuple[str, bool]:
+        if self._failure is not None:
+            return self._failure[1], True
+        if error is not None:
+            return " ".join(str(error).split()), True
+        return f"sweep: done, {len(self._stored)} units", False
+
+    def cancel(self) -> None:
+        """Ctrl-C: the step's clients stop and every guest's agent is killed, a guest still
+        booting too (the factory's ``cancel``)."""
+        self._halt(self._clients_now)
+        cancel = getattr(self.factory, "cancel", None)
+        if cancel is not None:
+            cancel()
 
     def _cleanup(self) -> None:
         self._stop_guests()

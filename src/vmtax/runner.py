@@ -177,6 +177,18 @@ def detected_labels(fp: Fingerprint) -> dict[str, str]:
     return out
 
 
+def configuration_labels(
+    target: Target, fp: Fingerprint, level: str, asked: dict[str, str]
+) -> dict[str, str]:
+    """A configuration's labels: the target's own, at L0 what lies under it
+    (``detected_labels``), then the ones the user asked for, which win."""
+    labels = dict(target.labels())
+    if level == "L0":
+        labels.update(detected_labels(fp))
+    labels.update(asked)
+    return labels
+
+
 class Storing:
     """The one place an execution writes to the store: its runs (``add_run``), a sweep's
     units (``add_unit``), and the experiment's status, set once however the execution ends
@@ -445,10 +457,7 @@ class Runner:
         # 31 to 34 s end to end) is added to every run's kill deadline on this target.
         startup_s = 0.0 if slot in self._fingerprints else time.monotonic() - asked
         level = self.level or target.level
-        labels = dict(target.labels())
-        if level == "L0":
-            labels.update(detected_labels(fp))
-        labels.update(self.labels)
+        labels = configuration_labels(target, fp, level, self.labels)
         provenance = dict(target.provenance())
         scaling = {
             name: inv.scaling

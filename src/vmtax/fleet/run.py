@@ -29,7 +29,7 @@ from vmtax.runner import (
     Progress,
     Storing,
     TargetOutcome,
-    detected_labels,
+    configuration_labels,
     final_line,
     has_problems,
     one_line,
@@ -218,10 +218,7 @@ class AnsibleRunner:
         host = self.hosts[self._slot[name]]
         fp = self._fp[name]
         level = self.level or host.level
-        labels = dict(host.labels())
-        if level == "L0":
-            labels.update(detected_labels(fp))
-        labels.update(self.labels)
+        labels = configuration_labels(host, fp, level, self.labels)
         provenance = dict(host.provenance())
         provenance.update(
             {

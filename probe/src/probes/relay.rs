@@ -17,6 +17,11 @@ use crate::output::Better;
 use crate::params::{Default, Kind, ParamSpec, Params};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// Why this agent's forwarders dropped their hop: a ring that breaks off says so in the
+/// master's error, not only that its message never came back.
+type Broken = Arc<Mutex<Vec<String>>>;
 
 pub struct Relay;
 pub static RELAY: Relay = Relay;
@@ -119,15 +124,27 @@ impl Probe for Relay {
         }
         let mut listeners = listeners.into_iter();
         let master_in = listeners.next().flatten().expect("master listener");
+        let broken = Broken::default();
         for (i, l) in listeners.enumerate() {
             let Some(l) = l else { continue };
             let next = addrs[(i + 2) % (n + 1)].clone();
+            let broken = Arc::clone(&broken);
             std::thread::spawn(move || {
-                let Ok((up, _)) = l.accept() else { return };
-                let _ = up.set_nodelay(true);
-                if let Ok(down) = connect(&next) {
-                    pump(up, down);
-                }
+                let place = i + 1;
+                let why = match l.accept() {
+                    Err(e) => format!("accept: {e}"),
+                    Ok((up, _)) => {
+                        let _ = up.set_nodelay(true);
+                        match connect(&next) {
+                            Ok(down) => match pump(up, down) {
+                                Ok(()) => return,
+                                Err(e) => e,
+                            },
+                            Err(e) => e.to_string(),
+                        }
+                    }
+                };
+                broken.lock().unwrap_or_else(|p| p.into_inner()).push(format!("forwarder {place}: {why}"));
             });
         }
         let out = connect(&addrs[1])?;
@@ -136,6 +153,7 @@ impl Probe for Relay {
         Ok(Box::new(RelaySession {
             out,
             back,
+            broken,
             seq: 0,
             interval_ns: params.int("interval_us") as u64 * 1000,
             next_send: 0,
@@ -144,15 +162,19 @@ impl Probe for Relay {
     }
 }
 
-/// Pass every message from `up` to `down` until either side closes.
-fn pump(mut up: TcpStream, mut down: TcpStream) {
+/// Pass every message from `up` to `down` until `up` closes (the ring's end), or until
+/// sending on fails: then why, and `down` is closed either way.
+fn pump(mut up: TcpStream, mut down: TcpStream) -> Result<(), String> {
     let mut msg = [0u8; 4];
+    let mut ended = Ok(());
     while up.read_exact(&mut msg).is_ok() {
-        if down.write_all(&msg).is_err() {
+        if let Err(e) = down.write_all(&msg) {
+            ended = Err(format!("send on: {e}"));
             break;
         }
     }
     let _ = down.shutdown(Shutdown::Both);
+    ended
 }
 
 /// `vmtax-probe relay-forward`: one forwarder of a ring that spans machines, for as many
@@ -165,8 +187,15 @@ pub fn forward(bind: &str, next: &str) -> Result<(), ProbeError> {
         let next = next.to_string();
         std::thread::spawn(move || {
             let _ = up.set_nodelay(true);
-            if let Ok(down) = connect(&next) {
-                pump(up, down);
+            // On stderr (the controller's log of this process): the upstream node sees only
+            // its connection close.
+            match connect(&next) {
+                Ok(down) => {
+                    if let Err(e) = pump(up, down) {
+                        eprintln!("vmtax-probe: relay-forward: {e}");
+                    }
+                }
+                Err(e) => eprintln!("vmtax-probe: relay-forward: {e}"),
             }
         });
     }
@@ -176,6 +205,7 @@ pub fn forward(bind: &str, next: &str) -> Result<(), ProbeError> {
 struct RelaySession {
     out: TcpStream,
     back: TcpStream,
+    broken: Broken,
     seq: u32,
     interval_ns: u64,
     next_send: u64,
@@ -198,13 +228,25 @@ impl Session for RelaySession {
         self.seq = self.seq.wrapping_add(1);
         let mut msg = self.seq.to_le_bytes();
         let t0 = mono_ns();
-        self.out.write_all(&msg).map_err(|e| ProbeError::io("relay send", e))?;
-        self.back.read_exact(&mut msg).map_err(|e| ProbeError::io("relay receive", e))?;
+        self.out.write_all(&msg).map_err(|e| ProbeError::io(self.what("relay send"), e))?;
+        self.back.read_exact(&mut msg).map_err(|e| ProbeError::io(self.what("relay receive"), e))?;
         let t1 = mono_ns();
         if u32::from_le_bytes(msg) != self.seq {
             return Err(ProbeError::RingOrder { got: u32::from_le_bytes(msg), sent: self.seq });
         }
         Ok((t1 - t0) as f64)
+    }
+}
+
+impl RelaySession {
+    /// What broke, with why this agent's forwarders dropped their hops when they did.
+    fn what(&self, step: &str) -> String {
+        let broken = self.broken.lock().unwrap_or_else(|p| p.into_inner());
+        if broken.is_empty() {
+            step.to_string()
+        } else {
+            format!("{step} ({})", broken.join("; "))
+        }
     }
 }
 
@@ -240,6 +282,45 @@ mod tests {
     }
 
     #[test]
+    fn a_forwarder_that_cannot_reach_the_next_place_is_named_in_the_masters_error() {
+        // Place 1 (away) passes on to this agent's forwarder at place 2, whose next place
+        // (3, away) has nothing listening. Place 3's own hop to the master is a connection
+        // held open for 2 s and then closed, as a forwarder that gives up would.
+        let ports = unused_ports_below_the_ephemeral_range(2);
+        let (p0, p2) = (ports[0], ports[1]);
+        let one = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at_one = one.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (up, _) = one.accept().unwrap();
+            let _ = pump(up, connect(&format!("127.0.0.1:{p2}")).unwrap());
+        });
+        let nobody = TcpListener::bind("127.0.0.1:0").unwrap();
+        let at_three = nobody.local_addr().unwrap().to_string();
+        drop(nobody);
+        std::thread::spawn(move || {
+            let hop = loop {
+                match TcpStream::connect(("127.0.0.1", p0)) {
+                    Ok(s) => break s,
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            };
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            drop(hop);
+        });
+        let params = crate::params::resolve(
+            "relay",
+            &PARAMS,
+            &["relays=3".into(), format!("away={at_one},{at_three}"), format!("listen=127.0.0.1:{p0},127.0.0.1:{p2}")],
+        )
+        .unwrap();
+        let pool = CpuPool { cpus: vec![0], requested: false };
+        let mut s = RELAY.setup(&params, &pool).unwrap();
+        let err = s.run(&mut Ctl::new(0, 10, Some(10.0))).unwrap_err().to_string();
+        assert!(err.starts_with("relay receive (forwarder 2: connect "), "{err}");
+        assert!(err.contains(&at_three), "{err}");
+    }
+
+    #[test]
     fn a_ring_spans_forwarders_elsewhere_at_its_odd_places() {
         // Two "away" forwarders (threads here, processes or machines in use) at places 1
         // and 3; this agent's master (0) and forwarder (2) listen where they are told.
@@ -250,7 +331,7 @@ mod tests {
             away.push(l.local_addr().unwrap().to_string());
             std::thread::spawn(move || {
                 let (up, _) = l.accept().unwrap();
-                pump(up, connect(&format!("127.0.0.1:{next}")).unwrap());
+                let _ = pump(up, connect(&format!("127.0.0.1:{next}")).unwrap());
             });
         }
         let params = crate::params::resolve(

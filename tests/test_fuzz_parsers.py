@@ -168,9 +168,10 @@ def test_fuzz_runner_never_stores_a_partial_run_as_ok(replay_store, lines):
     """The real runner reads each generated stream and stores the run: ok only when a whole
     run arrived, with exactly its samples; otherwise lost or failed, with a reason."""
     from vmtax.contract import Fingerprint
+    from vmtax.execution import Storing
     from vmtax.plan.plan import build_plan
     from vmtax.plan.suite import parse_suite
-    from vmtax.runner import Runner, Storing, TargetOutcome
+    from vmtax.runner import Runner, TargetOutcome
 
     store = replay_store
     suite = parse_suite('name = "fuzz"\n[[probes]]\nprobe = "cpuid"\nruns = 1\n', "fuzz.toml")

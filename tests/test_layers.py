@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("sampling",),  # adaptive sampling: when a probe has enough runs
     ("fleet",),  # an inventory's hosts measured through Ansible
     ("runner",),  # executes a plan on targets, stores every run
+    ("execution",),  # the engine: lanes of units, their storing, progress and stop
     ("plan",),  # suites and the seeded run order
     ("workloads",),  # application benchmarks against real servers
     ("targets",),  # where the agent runs: local, ssh, qemu levels

@@ -1,11 +1,11 @@
-"""runner.Storing, where runs and sweeps store what they measured and how their experiment
+"""execution.Storing, where runs and sweeps store what they measured and how their experiment
 ended: ok, failed (marked so, or an error) or interrupted (Ctrl-C), whatever executed."""
 
 from __future__ import annotations
 
 import pytest
 
-from vmtax.runner import Storing
+from vmtax.execution import Storing
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 

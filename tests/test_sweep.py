@@ -33,7 +33,7 @@ def cli_agent():
 
 
 class Lines:
-    """A sweep's progress (``vmtax.runner.Progress``): the lines of its units, in order;
+    """A sweep's progress (``vmtax.execution.Progress``): the lines of its units, in order;
     Ctrl-C after ``stop_after`` of them."""
 
     def __init__(self, stop_after: int | None = None) -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from vmtax.runner import Storing
+from vmtax.execution import Storing
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 from vmtax.sweep.run import SAMPLE_FIELDS

@@ -259,7 +259,7 @@ def _to_stderr(line: str) -> None:
 
 
 class UnitLines:
-    """The sweep's progress (``vmtax.runner.Progress``): each unit's line on stderr."""
+    """The sweep's progress (``vmtax.execution.Progress``): each unit's line on stderr."""
 
     def add_target(self, name: str, total: int) -> None:
         del name, total

@@ -18,6 +18,7 @@ from vmtax import doctor
 from vmtax import runner as rn
 from vmtax.doctor import leftovers
 from vmtax.errors import VmtaxError
+from vmtax.execution import Progress
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.report import Reporting, RunReport, after_run, check_template
 from vmtax.experiment.request import RunRequest, command_line
@@ -56,7 +57,7 @@ class Finished:
 def run(
     request: RunRequest,
     *,
-    progress: rn.Progress | None = None,
+    progress: Progress | None = None,
     notice: Notice = _to_stderr,
     reporting: Reporting = Reporting(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Finished:
@@ -137,7 +138,7 @@ def resume(
     *,
     db: str | None,
     accept_new_host_key: bool = False,
-    progress: rn.Progress | None = None,
+    progress: Progress | None = None,
     notice: Notice = _to_stderr,
     reporting: Reporting = Reporting(),  # noqa: B008 - frozen, so one shared default is safe
 ) -> Finished:
@@ -215,7 +216,7 @@ def execute(
     max_workers: int,
     fingerprints: dict[int, Any],
     exits: str,
-    progress: rn.Progress | None,
+    progress: Progress | None,
     started: float | None,
     accept_new_host_key: bool = False,
 ) -> Finished:

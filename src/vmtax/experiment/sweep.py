@@ -15,9 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.execution import Progress, Storing
 from vmtax.experiment.request import command_line
 from vmtax.experiment.run import open_existing
-from vmtax.runner import Progress, Storing, controller_identity
+from vmtax.runner import controller_identity
 from vmtax.store import Store
 from vmtax.sweep.guests import local_factory, qemu_factory
 from vmtax.sweep.run import GuestFactory, StepOutcome, SweepRunner, spec_for_resume

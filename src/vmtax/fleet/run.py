@@ -20,14 +20,12 @@ import numpy as np
 
 from vmtax.contract import Fingerprint, read_stream
 from vmtax.errors import UsageError, VmtaxError
+from vmtax.execution import NoProgress, Progress, Storing
 from vmtax.fleet.ansible import MAX_EVENT_RES, Ansible, Event
 from vmtax.plan.plan import Plan, Step
 from vmtax.runner import (
     MAX_CONSECUTIVE_LOST,
-    NoProgress,
     Outcome,
-    Progress,
-    Storing,
     TargetOutcome,
     configuration_labels,
     final_line,
@@ -131,7 +129,7 @@ class AnsibleRunner:
         self.progress.add_target("hosts", len(self._todo))
         for name, todo in self._todo.items():
             self.progress.add_target(name, len(todo))
-        # Stored as the other executions store (runner.Storing): runs committed as they end,
+        # Stored as the other executions store (execution.Storing): runs committed as they end,
         # the status once, after Ansible is stopped, however this ends.
         self._storing = storing = Storing(self.store, experiment_id)
         with storing.settling(self.ansible.close):

@@ -1,5 +1,5 @@
 """Sweep steps and their samples in the store (tables ``sweep_steps`` and ``sweep_samples``):
-what a sweep stores through ``vmtax.runner.Storing`` and what ``vmtax sweep show`` reads."""
+what a sweep stores through ``vmtax.execution.Storing`` and what ``vmtax sweep show`` reads."""
 
 from __future__ import annotations
 

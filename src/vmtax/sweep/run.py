@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from vmtax.errors import VmtaxError
-from vmtax.runner import Engine, NoProgress, Progress, Stopped, Storing
+from vmtax.execution import Engine, NoProgress, Progress, Stopped, Storing
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 from vmtax.sweep import host
@@ -195,7 +195,7 @@ class StepOutcome:
 
 
 class SweepRunner:
-    """Runs a sweep's missing units on the execution engine (``vmtax.runner.Engine``): the
+    """Runs a sweep's missing units on the execution engine (``vmtax.execution.Engine``): the
     sweep is one lane of it (one progress row, ``sweep``), whose units are the steps of each
     replicate in the spec's order; each is stored through ``Storing`` as it ends."""
 
@@ -216,7 +216,7 @@ class SweepRunner:
         self.guests: list[Guest] = []  # the round's guests
         self.active: list[Guest] = []  # the step's: the first of them
         self.cap: MemoryCap | None = None
-        # The lane (vmtax.runner.Lane) that execute() hands the engine.
+        # The lane (vmtax.execution.Lane) that execute() hands the engine.
         self.name = PROGRESS_ROW
         self.total = 0
         self._stop = threading.Event()

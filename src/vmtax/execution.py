@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class Progress(Protocol):
-    """What an execution tells a progress display, a row per target (a run's targets, or a
+    """What an execution tells a progress display, a row per lane (a run's targets, or a
     sweep): its total, a line per run or unit done, and its last line. `vmtax run` draws a
     rich bar per row on stderr, `vmtax sweep` prints each unit's line."""
 

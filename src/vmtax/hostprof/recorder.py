@@ -109,11 +109,14 @@ def _start(target: Target, side: Target) -> str:
     return err
 
 
-def _reading(
-    target: Target, side: Target, ask: Callable[..., Any] = _request
-) -> tuple[dict[str, Any] | None, str]:
+def _stats_args(target: Target, side: Target) -> list[str]:
+    """The request for one reading of KVM's per-vCPU counters of ``target``'s guest."""
+    return ["exits", "stats", *_qemu_arg(target, side)]
+
+
+def _reading(target: Target, side: Target) -> tuple[dict[str, Any] | None, str]:
     """One reading of KVM's per-vCPU counters of ``target``'s guest on ``side``."""
-    return ask(side, ["exits", "stats", *_qemu_arg(target, side)])  # type: ignore[no-any-return]
+    return _request(side, _stats_args(target, side))
 
 
 #: What a begun recording carries to its end: the error of its start ("" when it began) and
@@ -139,7 +142,7 @@ def begin(
 
 
 def _begin_once(mode: str, target: Target, side: Target) -> Begun:
-    before, err = _reading(target, side, _asked)
+    before, err = _asked(side, _stats_args(target, side))
     if mode == "counts":
         return (f"stats: {err}" if before is None else ""), before
     return _start(target, side), before

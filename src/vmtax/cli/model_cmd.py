@@ -75,6 +75,14 @@ def model_cmd(
             "(docs/model.md).",
         ),
     ] = False,
+    statistic: Annotated[
+        str,
+        typer.Option(
+            help="With --out-of-sample: predict the runs' mean or median time per operation "
+            "(mean | median); median compares like with like where rare stalls move the "
+            "means between boots.",
+        ),
+    ] = "mean",
     fmt: Annotated[str, typer.Option("--format", help="table | markdown | csv | json")] = "table",
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
@@ -97,6 +105,8 @@ def model_cmd(
     Example: vmtax model exp=latest --format json
 
     Example: vmtax model exp=latest --out-of-sample
+
+    Example: vmtax model exp=latest --out-of-sample --statistic median
     """
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
@@ -107,6 +117,7 @@ def model_cmd(
         probes=tuple(probe or ()),
         exits_per_exit=exits_per_exit,
         out_of_sample=out_of_sample,
+        statistic=statistic,
         db=db,
     )
     emit(render(model(request), fmt))
@@ -223,9 +234,10 @@ def _joined(table: object, text: str, fmt: str) -> object:
 
 def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
     """Each probe's nested level predicted without its own nested runs, beside the measured."""
-    preds, vm, e = found.predictions, found.vm_level, found.e
+    preds = found.predictions.assign(statistic=found.statistic)
+    vm, e = found.vm_level, found.e
     if fmt == "json":
-        keys = ("measured", "error_pct", "weights", "calibrated_on")
+        keys = ("measured", "error_pct", "weights", "calibrated_on", "statistic")
         return _records(preds, (*JSON_KEYS, *keys, *(["note"] if "note" in preds else [])))
     if fmt == "csv":
         return fmt_mod.render_frame(preds, fmt)
@@ -239,7 +251,7 @@ def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
        "error %", "kappa", "unit"]]  # fmt: skip
     head = (
         f"L{vm + 1} predicted out of sample: each probe's L{vm} runs and exit profile, and a "
-        f"nesting factor κ fitted on other probes only (e = {e:.0f} ns); 95% prediction "
-        "intervals"
+        f"nesting factor κ fitted on other probes only (e = {e:.0f} ns); the runs' "
+        f"{found.statistic}s; 95% prediction intervals"
     )
     return fmt_mod.render_frame(view, fmt, head)

@@ -17,6 +17,10 @@ from vmtax.errors import UsageError
 from vmtax.hostprof.store import exit_profiles
 from vmtax.store import Store
 
+#: The per-run statistics (columns of the runs table) an out-of-sample prediction can take a
+#: run's time per operation from.
+STATISTICS = ("mean", "median")
+
 if TYPE_CHECKING:
     from vmtax.model import Fit
 
@@ -25,8 +29,8 @@ if TYPE_CHECKING:
 class ModelRequest:
     """What to calibrate on and how: a dataset, or selectors of measured runs (default
     ``exp=latest``) with the level that plays the VM, the probes, a hand count of exits per
-    nested exit, or out-of-sample prediction. The intervals are analytic (the delta method):
-    nothing is resampled, so there is no seed."""
+    nested exit, or out-of-sample prediction of the runs' means or medians. The intervals are
+    analytic (the delta method): nothing is resampled, so there is no seed."""
 
     selectors: tuple[str, ...] = ()
     dataset: str | None = None
@@ -34,6 +38,7 @@ class ModelRequest:
     probes: tuple[str, ...] = ()
     exits_per_exit: float | None = None
     out_of_sample: bool = False
+    statistic: str = "mean"
     db: str | None = None
 
     def __post_init__(self) -> None:
@@ -41,6 +46,12 @@ class ModelRequest:
             raise UsageError("--exits-per-exit counts the forwarded exit itself: it is at least 1")
         if self.out_of_sample and (self.dataset or self.exits_per_exit is not None):
             raise UsageError("--out-of-sample applies to measured levels with exit profiles")
+        if self.statistic not in STATISTICS:
+            raise UsageError(
+                f"unknown statistic {self.statistic!r} (choose from {', '.join(STATISTICS)})"
+            )
+        if self.statistic != "mean" and not self.out_of_sample:
+            raise UsageError("--statistic applies to --out-of-sample predictions")
         if self.dataset:
             if self.exits_per_exit is not None:
                 raise UsageError("--exits-per-exit applies to measured levels, not to a dataset")
@@ -76,11 +87,13 @@ class MeasuredModel:
 @dataclass(frozen=True)
 class OutOfSample:
     """Each probe's nested level predicted without its own nested runs (``predictions``),
-    from the VM level ``vm_level``, with ``e`` the exit cost (ns) the factor was fitted at."""
+    from the VM level ``vm_level``, with ``e`` the exit cost (ns) the factor was fitted at,
+    and the runs' ``statistic`` (mean or median) predicted."""
 
     predictions: pd.DataFrame
     vm_level: int
     e: float
+    statistic: str = "mean"
 
 
 def model(request: ModelRequest) -> DatasetModel | MeasuredModel | OutOfSample:
@@ -132,7 +145,7 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     fitted on other probes only."""
     # heavy: scipy, only for --out-of-sample
     from vmtax.model import outofsample_timed as timed
-    from vmtax.model.outofsample import loads_from, predict
+    from vmtax.model.outofsample import loads_from, predict, weightings
     from vmtax.model.sources import default_vm_level, tsc_rates
 
     vm_level = _vm_level(request)
@@ -149,18 +162,22 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
         profiles = profiles[profiles["run_id"].isin(runs["run_id"])]
     ok = runs[runs["status"] == "ok"]
     vm = vm_level if vm_level is not None else default_vm_level(ok)
-    loads, e = loads_from(ok, profiles, tsc, vm)
+    loads, e = loads_from(ok, profiles, tsc, vm, request.statistic)
     # The spin probe calibrates the time-driven term; it is no exit mechanism to predict.
     loads = [p for p in loads if p.probe != timed.SPIN]
-    preds = predict(loads, nested_level=vm + 1)
-    spin = timed.spin_from(ok, profiles, tsc, vm, e)
+    weights = weightings(profiles, vm)
+    preds = predict(loads, nested_level=vm + 1, weightings=weights)
+    # The term's load is the spin's mean chunk over its median: the rare chunks an exit landed
+    # in, which are what a median leaves out. Medians get the per-operation rows only.
+    spin = timed.spin_from(ok, profiles, tsc, vm, e) if request.statistic == "mean" else None
     if spin is not None and len(preds):
         preds = pd.concat(
-            [preds, timed.predict(loads, spin, nested_level=vm + 1)], ignore_index=True
+            [preds, timed.predict(loads, spin, nested_level=vm + 1, weightings=weights)],
+            ignore_index=True,
         ).fillna({"note": ""})
     if preds.empty:
         raise UsageError(
             f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "
             f"more probes at L{vm} and L{vm + 1}"
         )
-    return OutOfSample(preds, vm, float(e))
+    return OutOfSample(preds, vm, float(e), request.statistic)

@@ -127,11 +127,18 @@ def calibration_sets(
                 yield target, cal
 
 
-def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") -> pd.DataFrame:
-    """Every probe's nested level, both weightings, both calibrations where they exist."""
+def predict(
+    loads: Sequence[ProbeLoad],
+    *,
+    nested_level: int,
+    unit: str = "ns",
+    weightings: Sequence[str] = WEIGHTS,
+) -> pd.DataFrame:
+    """Every probe's nested level, in each of ``weightings``, both calibrations where they
+    exist."""
     rows = []
     for target, cal in calibration_sets(loads):
-        for weights in WEIGHTS:
+        for weights in weightings:
             col = target.weight(weights)
             if any(float(c.vm[:, col].mean()) <= 0 for c in cal):
                 continue
@@ -152,14 +159,27 @@ def predict(loads: Sequence[ProbeLoad], *, nested_level: int, unit: str = "ns") 
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def weightings(profiles: pd.DataFrame, vm_level: int) -> tuple[str, ...]:
+    """The weightings the VM level's profiles support: exit time needs handling times
+    (``--exits=trace``); KVM's counters (``--exits``) give counts only, and an exit time of
+    a round trip per exit would be the exits weighting again, scaled."""
+    reasons = per_reason(profiles, f"L{vm_level - 1}") if len(profiles) else None
+    if reasons is None or not (reasons["basis"] == "timed").any():
+        return ("exits",)
+    return WEIGHTS
+
+
 def loads_from(
     runs: pd.DataFrame,
     profiles: pd.DataFrame,
     tsc_hz: dict[int, float],
     vm_level: int,
+    statistic: str = "mean",
 ) -> tuple[list[ProbeLoad], float]:
     """Each probe's ProbeLoad from stored runs and profiles (the VM level's, recorded by the
-    hypervisor below it), and the VM level's round trip e (ns) from cpuid's profiled runs."""
+    hypervisor below it), and the VM level's round trip e (ns) from cpuid's profiled runs.
+    A run's time per operation is its ``statistic`` (mean or median) at both levels, so the
+    prediction and what it is compared with are the same statistic."""
     ok = runs[runs["status"] == "ok"]
     level = ok["level"].map(level_number)
     reasons = per_reason(profiles, f"L{vm_level - 1}") if len(profiles) else None
@@ -176,10 +196,10 @@ def loads_from(
         deeper = g[level[g.index] == vm_level + 1]
         if at_vm.empty:
             continue
-        t = ns_per_op(at_vm, tsc_hz)
+        t = ns_per_op(at_vm, tsc_hz, statistic)
         load = per_run.loc[at_vm["run_id"]].to_numpy(np.float64)
         vm_rows[str(probe)] = np.column_stack([t, load[:, 0], load[:, 1]])
-        nested[str(probe)] = ns_per_op(deeper, tsc_hz) if len(deeper) else np.zeros(0)
+        nested[str(probe)] = ns_per_op(deeper, tsc_hz, statistic) if len(deeper) else np.zeros(0)
     if "cpuid" not in vm_rows:
         raise UsageError(
             f"the round trip of an exit needs cpuid's profiled runs at L{vm_level}; run "

@@ -133,14 +133,19 @@ def prediction_intervals(
 
 
 def predict(
-    loads: Sequence[ProbeLoad], spin: SpinLoad, *, nested_level: int, unit: str = "ns"
+    loads: Sequence[ProbeLoad],
+    spin: SpinLoad,
+    *,
+    nested_level: int,
+    unit: str = "ns",
+    weightings: Sequence[str] = WEIGHTS,
 ) -> pd.DataFrame:
-    """Every probe's nested level with the time-driven term, both weightings, both
-    calibrations where they exist; the columns of vmtax.model.outofsample plus ``load``
-    (the nested level's r · c) and ``note``."""
+    """Every probe's nested level with the time-driven term, in each of ``weightings``, both
+    calibrations where they exist; the columns of vmtax.model.outofsample plus ``load`` (the
+    nested level's r · c) and ``note``."""
     rows = []
     for target, cal in calibration_sets(loads):
-        for weights in WEIGHTS:
+        for weights in weightings:
             got = prediction_intervals(groups_for(target, cal, spin), len(cal), weights)
             est, low, high, kappa, load = (
                 float(x[0]) for x in (got.predicted, got.low, got.high, got.kappa, got.load)

@@ -288,10 +288,11 @@ def ns_scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:
     raise UsageError(f"{runs['probe'].iloc[0]}: unit {unit!r} cannot be converted to ns")
 
 
-def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float]) -> np.ndarray:
-    """The run means of one probe and configuration in ns (per operation)."""
+def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float], statistic: str = "mean") -> np.ndarray:
+    """The run means (or another per-run statistic of the runs table, such as the median) of
+    one probe and configuration in ns (per operation)."""
     scale = ns_scale(str(runs["unit"].iloc[0]), runs, tsc_hz)
-    return runs["mean"].to_numpy(dtype=np.float64) * scale
+    return runs[statistic].to_numpy(dtype=np.float64) * scale
 
 
 def tsc_rates(store: Store, runs: pd.DataFrame) -> dict[int, float]:

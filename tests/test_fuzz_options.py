@@ -391,7 +391,10 @@ SIGNAL_CASES = [
 ]  # fmt: skip
 
 
-READY = "from vmtax.cli import main; print('ready', flush=True); main()"
+#: The console script (vmtax.entry), with a line on stdout once the CLI is loaded: its exit
+#: skips the interpreter's teardown, in which a signal would find Python's handlers gone and
+#: end the process silently, its work already done.
+READY = "import vmtax.cli; print('ready', flush=True); from vmtax.entry import main; main()"
 
 
 #: Each command gets both signals in the long form; in CI one signal each, SIGINT and
@@ -416,17 +419,20 @@ def test_a_signal_at_a_random_point(tmp_path, name, argv, signum):
         populate(store, levels=("L0", "L1"), probes=("cpuid", "syscall"), runs=8,
                  iterations=2000)  # fmt: skip
     stream = where / "big.jsonl"
-    if name == "import":  # a real stream, long enough to be caught mid-way (40 runs, 4 MB)
+    # A real stream for import, long enough to be caught mid-way: 120 runs (17 MB) take about
+    # 2.5 s to import on a quiet 2-core machine, past the latest signal point (1.5 s); 40 runs
+    # were done in 1.1 s there, and a signal at the seeded 1.25 s found the command exiting.
+    if name == "import":
         with stream.open("w") as out:
-            agent = [str(find_agent()), "run", "cpuid", "--runs", "40", "--iterations", "20000"]
+            agent = [str(find_agent()), "run", "cpuid", "--runs", "120", "--iterations", "20000"]
             subprocess.run(agent, stdout=out, check=True, timeout=120)
     rng = random.Random(f"{name}-{signum}")  # seeded: the same points in every CI run
     args = [str(stream) if a == "STREAM" else a for a in argv]
     env = {k: v for k, v in os.environ.items() if k != "VMTAX_DB"}
     env["VMTAX_RUN_REPORT"] = "none"
     env["XDG_DATA_HOME"] = str(where / "xdg")
-    # The console script's code, with a line on stdout once vmtax is imported: the signal
-    # comes at a random point of the command's work, up to a second and a half into it.
+    # The signal comes at a random point of the command's work, up to a second and a half
+    # into it.
     proc = subprocess.Popen(
         [sys.executable, "-c", READY, *args, "--db", f"sqlite:///{db}"],
         cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

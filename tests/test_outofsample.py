@@ -78,19 +78,32 @@ def test_the_prediction_interval_covers_a_future_run(n, cv):
     assert 0.93 <= coverage <= 0.985, coverage
 
 
-def test_the_cli_predicts_stored_levels_out_of_sample(cli, store, sqlite_url):
-    import vmtax.hostprof.store as hp
-
+def _synthetic_levels(store) -> tuple[int, dict[str, int]]:
+    """An experiment with a configuration at L2 and at L3 (KVM, a 1 GHz TSC)."""
     exp = store.create_experiment(
         command=["vmtax", "run"], suite="t", seed=0, plan={}, vmtax_version="t", agent_version="t",
     )  # fmt: skip
+    configs = {
+        level: store.configuration(
+            experiment_id=exp,
+            level=level,
+            labels={"accel": "kvm"},
+            fingerprint={"cpu": {"tsc_hz": 1e9}},
+            target="synthetic",
+            provenance={},
+        )  # fmt: skip
+        for level in ("L2", "L3")
+    }
+    return exp, configs
+
+
+def test_the_cli_predicts_stored_levels_out_of_sample(cli, store, sqlite_url):
+    import vmtax.hostprof.store as hp
+
+    exp, configs = _synthetic_levels(store)
     rng = np.random.default_rng(3)
     iters = 1000
-    for level in ("L2", "L3"):
-        cfg = store.configuration(
-            experiment_id=exp, level=level, labels={"accel": "kvm"},
-            fingerprint={"cpu": {"tsc_hz": 1e9}}, target="synthetic", provenance={},
-        )  # fmt: skip
+    for level, cfg in configs.items():
         for plan, (probe, (t, exits, load)) in enumerate(PROBES.items()):
             for i in range(4):
                 mean = (t if level == "L2" else t + KAPPA * load) * (
@@ -257,9 +270,7 @@ def _store_stalled_runs(store, *, counted: bool) -> None:
     (``--exits=trace``) or, ``counted``, with KVM's counts alone (``--exits``); and the spin."""
     import vmtax.hostprof.store as hp
 
-    exp = store.create_experiment(
-        command=["vmtax", "run"], suite="t", seed=0, plan={}, vmtax_version="t", agent_version="t",
-    )  # fmt: skip
+    exp, configs = _synthetic_levels(store)
     rng = np.random.default_rng(4)
     iters = 1000
     # Each probe's handling time per op is half its PROBES exit time (none when counted); its
@@ -275,11 +286,7 @@ def _store_stalled_runs(store, *, counted: bool) -> None:
         prof = {"isa": "svm", "complete": True, "dropped": 0, "reasons": [reason]}
         hp.save_profile(store, run, "L1", prof, recorder)
 
-    for level in ("L2", "L3"):
-        cfg = store.configuration(
-            experiment_id=exp, level=level, labels={"accel": "kvm"},
-            fingerprint={"cpu": {"tsc_hz": 1e9}}, target="synthetic", provenance={},
-        )  # fmt: skip
+    for level, cfg in configs.items():
         for plan, (probe, (t, exits, _)) in enumerate(PROBES.items()):
             for i in range(4):
                 median = (t if level == "L2" else nested[probe]) * (

@@ -245,15 +245,21 @@ def _reads_a_background_run(item: pytest.Item) -> bool:
     return any(name in background.RUNS for name in getattr(item, "fixturenames", ()))
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the tiers settled here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests that read a background run go last, in their own order: the boots then run
-    beside the rest of the suite instead of holding a test up while one core idles (in CI the
+    """Every test's tier is settled, or the collection refused (tests/tiers.py). The tests
+    that read a background run go last, in their own order: the boots then run beside the
+    rest of the suite instead of holding a test up while one core idles (in CI the
     L2-under-TCG-in-TCG test waited 179 s for its run in the middle of the suite)."""
+    import tiers
+
+    tiers.settle(items)
     items.sort(key=_reads_a_background_run)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the long boots the collected tests need (tests/background.py), in test order."""
+    """Start the long boots the collected tests need (tests/background.py), in test order;
+    none with -m fast, since a test that reads one is slow (tests/tiers.py)."""
     import background
 
     if session.config.option.collectonly:

@@ -23,6 +23,8 @@ from vmtax.targets.levels import OneAtATime
 from vmtax.targets.local import LocalTarget
 from vmtax.turns import Turns
 
+pytestmark = pytest.mark.fast
+
 SUITE = """
 name = "turns"
 [defaults]
@@ -129,6 +131,19 @@ def test_a_stop_releases_a_waiting_slot():
     stop.set()
     waiter.join(5)
     assert got == [False]
+
+
+def test_a_turn_that_comes_after_the_stop_is_not_taken():
+    # Ctrl-C while one level measures: its killed run hands the turn on, and the level whose
+    # turn it is then must not start a run. It did (its turn had come), and on this machine's
+    # L0 that run was measured and stored after the Ctrl-C (tests/test_fake_runner.py).
+    turns = Turns([0, 1], [0, 1])
+    turns.ready(0)
+    turns.ready(1)
+    stop = threading.Event()
+    stop.set()
+    with turns.turn(0, stop) as mine:  # slot 0's turn, but stopped
+        assert mine is False
 
 
 def test_results_show_lists_runs_in_executed_order(store, cli, sqlite_url):

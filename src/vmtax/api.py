@@ -113,9 +113,10 @@ def run(db: str | None = None, **options: Any) -> int:
     for no report); a report that cannot be written is a warning, the runs stay stored.
     """
     # The runner pulls in the targets and workloads: load them only when a run is asked for.
-    from vmtax import experiment
+    from vmtax.experiment.request import RunRequest
+    from vmtax.experiment.run import run as run_experiment
 
-    done = experiment.run(experiment.RunRequest(db=db, argv=["(vmtax.run)"], **options))
+    done = run_experiment(RunRequest(db=db, argv=["(vmtax.run)"], **options))
     if done.report is not None and done.report.problem is not None:
         warnings.warn(f"report not written: {done.report.problem}", stacklevel=2)
     if done.problem:

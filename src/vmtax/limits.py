@@ -65,3 +65,20 @@ def short(n: int) -> str:
     """An integer as typed, cut to its first digits when it is absurdly long."""
     text = str(n)
     return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
+
+
+#: A duration's units, as `--budget 2m` or a suite's `budget = "90s"` give them.
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_seconds(value: object) -> float:
+    """``"60s"``, ``"2m"``, ``"1.5h"``, ``"500ms"`` or a number of seconds -> seconds (> 0)."""
+    text = str(value).strip().lower()
+    unit = next((u for u in sorted(_SECONDS, key=len, reverse=True) if text.endswith(u)), "")
+    try:
+        seconds = float(text.removesuffix(unit) if unit else text) * _SECONDS.get(unit, 1.0)
+    except ValueError:
+        raise ValueError(f"must be a duration like 60s, 2m or 1h, got {text!r}") from None
+    if not (seconds > 0 and seconds < float("inf")):
+        raise ValueError(f"must be a positive duration, got {text!r}")
+    return seconds

@@ -48,7 +48,9 @@ class Turns:
         with self._cond:
             while self._whose_turn() != slot and not stop.is_set():
                 self._cond.wait(0.2)
-            granted = self._whose_turn() == slot
+            # Once stopped, not even a turn that has just come is taken: its run would start
+            # after Ctrl-C, where a target on this machine still runs it (LocalTarget).
+            granted = self._whose_turn() == slot and not stop.is_set()
         if not granted:
             yield False
             return

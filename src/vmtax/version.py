@@ -1,11 +1,12 @@
-"""The installed vmtax version, on its own so that any module can read it without loading the
-package's notebook API (``vmtax.api``, which ``vmtax/__init__`` offers lazily)."""
+"""The vmtax version, on its own so that any module can read it without loading the package's
+notebook API (``vmtax.api``, which ``vmtax/__init__`` offers lazily).
 
-from importlib.metadata import PackageNotFoundError, version
+It is written here once and read at build time (pyproject.toml's ``dynamic = ["version"]``
+takes it from this attribute without importing the package), so starting a command never
+asks ``importlib.metadata`` for it: that lookup scanned every installed distribution and cost
+a third of a second of each start. tests/test_startup.py holds the installed metadata to it.
+"""
 
-try:
-    __version__ = version("vmtax")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+source"
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

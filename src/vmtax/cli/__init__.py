@@ -12,15 +12,106 @@ import signal
 import stat
 import sys
 from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
-from vmtax.cli import run_cmd, signals
+from vmtax.cli import signals
 from vmtax.errors import VmtaxError
+from vmtax.version import __version__
+
+if TYPE_CHECKING:
+    from typer import _click as click
+
+#: Every command of ``vmtax``: its name, the module (of this package) that registers it, and
+#: its line in ``vmtax --help``, in the order of ``--help``. ``vmtax --help`` reads this table
+#: instead of importing every command's module, and a command's module is loaded only when
+#: that command runs (or shows its own help), so each command loads only what it uses.
+#: A new command adds its line here; tests/test_startup.py holds the table to the modules.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run_cmd", "Run a suite of probes, store every run, print the study-A table."),
+    "doctor": ("doctor_cmd", "Check what vmtax can do here, and end with one install line."),
+    "env": ("env_cmd", "What the agent detects here: hypervisor, nesting, CPU, memory."),
+    "probes": ("env_cmd", "List the probes the agent offers and the mechanism of each."),
+    "import": ("import_cmd", "Import saved vmtax-probe streams as a new experiment."),
+    "compare": (
+        "compare_cmd",
+        "Compare with a baseline: overhead, 95% CI, verdict; a CI gate.",
+    ),
+    "history": ("history_cmd", "The tax across experiments: steps and what changed there."),
+    "artifacts": ("artifacts_cmd", "Find timing artifacts in raw samples, with their evidence."),
+    "exits": ("exits_cmd", "Exit profiles by reason: count, handling time, exits per op."),
+    "explain": ("explain_cmd", "How much of a level's overhead its exits explain, by exit group."),
+    "model": (
+        "model_cmd",
+        "Predict deeper nesting from two levels, with and without DVH.",
+    ),
+    "sweep": ("sweep_cmd", "Overcommitment sweeps: scale guests, vCPUs or memory; the knee."),
+    "report": (
+        "report_cmd",
+        "Write a report: summary, study-A tables, figures, environment.",
+    ),
+    "refs": ("refs_cmd", "Published reference results and your own imported tables."),
+    "image": ("image_cmd", "Build and list guest images for QEMU levels."),
+    "calibrate": (
+        "calibrate_cmd",
+        "Noise profiles: boot and run variance here, to plan runs from.",
+    ),
+    "db": ("db_cmd", "The results store: location, schema version, counts."),
+    "workloads": (
+        "workloads_cmd",
+        "List the workloads: what one value is, its unit, what it needs.",
+    ),
+    "results": ("results_cmd", "Browse and export stored experiments."),
+}
+
+
+def command_module(name: str) -> ModuleType:
+    """The module that registers the command ``name`` (a key of ``COMMANDS``), loaded now."""
+    return importlib.import_module(f"vmtax.cli.{COMMANDS[name][0]}")
+
+
+def loaded_command(name: str) -> click.Command:
+    """The command ``name`` as typer builds it, its module loaded: an app of its own that the
+    module registers its commands on, of which this one is taken."""
+    own = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    command_module(name).register(own)
+    return typer.main.get_group(own).commands[name]
+
+
+class _Listed(TyperCommand):
+    """A command as ``vmtax --help`` lists it (its name and line); its module is loaded only
+    when it runs: click makes its context through ``make_context``, handed to the real one."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, help=COMMANDS[name][1])
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        real = loaded_command(self.name or "")
+        return real.make_context(info_name, args, parent=parent, **extra)
+
+
+class _Commands(TyperGroup):
+    """The top-level group: its commands come from ``COMMANDS``, not from registration."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return _Listed(cmd_name) if cmd_name in COMMANDS else None
+
 
 app = typer.Typer(
     name="vmtax",
+    cls=_Commands,
     help="Measure the virtualization tax: what each layer of hypervisor costs a workload.\n\n"
     "Example: vmtax run && vmtax results list",
     no_args_is_help=True,
@@ -28,52 +119,52 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"vmtax {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def _top(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print vmtax's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Measure the virtualization tax: what each layer of hypervisor costs a workload.
+
+    Example: vmtax run && vmtax results list
+    """
+
+
+def full_app() -> typer.Typer:
+    """An app with every command's module loaded and registered, for tools that walk every
+    command and option (the option fuzz, the table's test); ``vmtax`` itself never builds it."""
+    full = typer.Typer(name="vmtax", add_completion=False, pretty_exceptions_enable=False)
+    full.callback()(_top)
+    registered: set[str] = set()
+    for name, (module, _) in COMMANDS.items():
+        if module not in registered:  # a module may register several commands
+            command_module(name).register(full)
+            registered.add(module)
+    return full
+
+
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def _register_commands() -> None:
-    # Each module adds its commands to ``app``; the order here is the order of ``--help``.
-    from vmtax.cli import (
-        artifacts_cmd,
-        compare_cmd,
-        db_cmd,
-        doctor_cmd,
-        env_cmd,
-        exits_cmd,
-        explain_cmd,
-        image_cmd,
-        import_cmd,
-        model_cmd,
-        refs_cmd,
-        report_cmd,
-        results_cmd,
-        run_cmd,
-        sweep_cmd,
-        workloads_cmd,
-    )
-
-    for module in (
-        run_cmd,
-        doctor_cmd,
-        env_cmd,
-        results_cmd,
-        import_cmd,
-        compare_cmd,
-        artifacts_cmd,
-        exits_cmd,
-        explain_cmd,
-        model_cmd,
-        sweep_cmd,
-        report_cmd,
-        refs_cmd,
-        image_cmd,
-        db_cmd,
-        workloads_cmd,
-    ):
-        module.register(app)
-
-
-_register_commands()
+def _exits_alone_is_counts(argv: list[str]) -> list[str]:
+    # Only `vmtax run` has the option; no other command loads its module for it.
+    if argv[:1] != ["run"]:
+        return argv
+    return list(command_module("run").exits_alone_is_counts(argv))
 
 
 def _click_exceptions() -> ModuleType:
@@ -107,13 +198,15 @@ def main() -> None:
     with contextlib.suppress(OSError):
         _STARTED_ON_A_PIPE[0] = stat.S_ISFIFO(os.fstat(1).st_mode)
     try:
-        code = app(args=run_cmd.exits_alone_is_counts(sys.argv[1:]), standalone_mode=False)
+        code = app(args=_exits_alone_is_counts(sys.argv[1:]), standalone_mode=False)
         if code == 130:
             # typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM made one) inside a command
             # into a returned 130 when not in standalone mode: still an interruption.
             _err.print("vmtax: error: interrupted", markup=False)
             sys.exit(130)
-        sys.exit(0)
+        # Outside standalone mode a command's typer.Exit(n) comes back as the return value:
+        # `doctor` without a working agent exits 1, as it says.
+        sys.exit(code if isinstance(code, int) else 0)
     except VmtaxError as exc:
         if _reader_went_away():  # e.g. export's "cannot write -: Broken pipe"
             _reader_gone()

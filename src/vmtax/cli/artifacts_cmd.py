@@ -6,15 +6,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 
 from vmtax import limits
 from vmtax.cli import options
-from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.experiment.artifacts import find_artifacts
-from vmtax.report import compare_format as fmt_mod
 
 if TYPE_CHECKING:
     from vmtax.stats.artifacts import Artifacts
@@ -129,6 +125,14 @@ def artifacts_cmd(
 
     Example: vmtax artifacts exp=latest,probe=write --baseline level=L0
     """
+    # heavy: pandas and the use case, only when the command runs
+    import pandas as pd
+
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.experiment.artifacts import find_artifacts
+    from vmtax.report import compare_format as fmt_mod
+
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
     found = find_artifacts(selector, baseline=baseline, resamples=resamples, seed=seed, db=db)

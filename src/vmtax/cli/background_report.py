@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from vmtax.cli.report_output import described
 from vmtax.errors import VmtaxError
-from vmtax.experiment.report import stored_run_report
 from vmtax.stats.compare_options import CompareOptions
 
 if TYPE_CHECKING:
@@ -80,6 +79,9 @@ def _after_the_run(parent: int) -> None:
 
 def main() -> None:
     """The child: write the report, then one line on stderr (exit 1 when not written)."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.report import stored_run_report
+
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, 19)  # after the measuring, and below anything else
     exp_id, out = int(sys.argv[1]), Path(sys.argv[2])

@@ -4,18 +4,21 @@ recomputation of a reference dataset (`--dataset`), alone or beside measured con
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import sys
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
 from vmtax import limits
 from vmtax.cli import options
-from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.experiment.compare import beside_dataset, measured, recomputed
-from vmtax.report import compare_format as fmt_mod
+from vmtax.gate import rule as gate_rule
 from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vmtax.stats.compare import Comparison
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +39,17 @@ def _where(text: str | None) -> dict[str, str]:
             )
         out[key.strip()] = value.strip()
     return out
+
+
+def _fail_on(ctx: typer.Context, param: typer.CallbackParam, value: list[str] | None) -> object:
+    """--fail-on's words are checked before any store is opened."""
+    gate_rule.verdicts(value)
+    return value
+
+
+def _tolerance(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> object:
+    gate_rule.check_tolerance(value)
+    return value
 
 
 def compare_cmd(
@@ -96,6 +110,22 @@ def compare_cmd(
             "arch=x86_64,overcommitted=yes,test=threads."
         ),
     ] = None,
+    fail_on: Annotated[
+        list[str] | None,
+        typer.Option(
+            callback=_fail_on,
+            help="Gate: exit 3, after the output, when a row's verdict is slower, faster or any "
+            "(either); repeat or give a comma list. Rows that cannot be judged never trip it.",
+        ),
+    ] = None,
+    max_overhead: Annotated[
+        float | None,
+        typer.Option(
+            callback=_tolerance,
+            help="Gate: exit 3 when a row's whole 95% CI lies above this overhead ratio "
+            "(>= 1, e.g. 1.10); a CI containing it is too wide to tell and does not trip it.",
+        ),
+    ] = None,
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
@@ -121,11 +151,24 @@ def compare_cmd(
     hosts as the unit)
 
     Example: vmtax compare --dataset fitzgerald2014 --format csv
+
+    Example: vmtax compare exp=latest --baseline level=L0 --fail-on slower --max-overhead 1.10
+    (a CI gate: exit 3 when a row is slower, or lies wholly above 1.10; docs/statistics.md)
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.experiment.compare import beside_dataset, measured
+    from vmtax.report import compare_format as fmt_mod
+
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
     selectors = list(selectors or [])
+    rule = gate_rule.Rule(gate_rule.verdicts(fail_on), max_overhead)
     if dataset and not selectors and not baseline:
+        if rule.active:
+            raise UsageError(
+                f"{rule.describe()} judges measured configurations: give selectors and --baseline"
+            )
         emit(reference_report(dataset, fmt))
         return
     if not baseline:
@@ -159,11 +202,31 @@ def compare_cmd(
         else:
             emit(fmt_mod.render_comparison(comp, fmt))
             emit(fmt_mod.render_frame(frame, fmt, f"measured beside {dataset}"))
-        return
-    emit(fmt_mod.render_comparison(comp, fmt))
+    else:
+        emit(fmt_mod.render_comparison(comp, fmt))
+    if rule.active:
+        _gate(comp, rule)
+
+
+def _gate(comp: Comparison, rule: gate_rule.Rule) -> None:
+    """The gate's lines on stderr (stdout keeps the comparison whole), then its exit code."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.compare import gated
+
+    sys.stdout.flush()
+    outcome = gated(comp, rule)
+    for line in outcome.lines():
+        typer.echo(line, err=True)
+    if outcome.failed:
+        # SystemExit, not typer.Exit: the app runs outside click's standalone mode, where an
+        # Exit's code comes back as a return value and main() ends with 0.
+        raise SystemExit(outcome.exit_code)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     return [
         {k: fmt_mod.json_safe(v) for k, v in r.items()} for r in frame.to_dict(orient="records")
     ]
@@ -171,6 +234,14 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def reference_report(dataset: str, fmt: str) -> object:
     """The recomputed reference table in the requested format."""
+    # heavy: pandas and the use case, only when the command runs
+    import pandas as pd
+
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.experiment.compare import recomputed
+    from vmtax.report import compare_format as fmt_mod
+
     found = recomputed(dataset)
     wide, checked = found.wide, found.checked
     if fmt in ("csv", "json"):

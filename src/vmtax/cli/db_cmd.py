@@ -9,8 +9,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from vmtax.experiment import store_info
-
 db_app = typer.Typer(
     help="The results store: location, schema version, counts.\n\nExample: vmtax db info",
     no_args_is_help=True,
@@ -36,6 +34,9 @@ def info(
 
     Example: vmtax db info --db postgresql://vmtax@localhost/vmtax
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import store_info
+
     data = store_info.info(db)
     known = data.pop("schema_known")
     if as_json:
@@ -67,6 +68,9 @@ def upgrade(db: DbOption = None) -> None:
 
     Example: vmtax db upgrade --db ~/results/vmtax.db
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import store_info
+
     url, version = store_info.upgrade(db)
     typer.echo(f"{url}: schema version {version}")
 

@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from vmtax.errors import UsageError
-from vmtax.experiment.doctor import check
 
 #: What each capability gives a user, in the order shown.
 ENABLES = {
@@ -70,6 +69,9 @@ def doctor(
 
     Example: vmtax doctor --format json | jq '.install.apt'
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.doctor import check
+
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
     checked = check(clean=clean)
@@ -87,14 +89,20 @@ def doctor(
             )
         )
     else:
-        _print(rows, apt, dnf, pip)
+        _print(rows, apt, dnf, pip, checked.missing)
         for line in cleaned:
             typer.echo(line)
     if not checked.agent_ok:
         raise typer.Exit(1)
 
 
-def _print(rows: list[dict[str, Any]], apt: str | None, dnf: str | None, pip: str | None) -> None:
+def _print(
+    rows: list[dict[str, Any]],
+    apt: str | None,
+    dnf: str | None,
+    pip: str | None,
+    missing: list[str],
+) -> None:
     out = Console(highlight=False)
     table = Table(show_header=True, header_style="bold")
     for name in ("", "capability", "gives you", "state"):
@@ -109,6 +117,11 @@ def _print(rows: list[dict[str, Any]], apt: str | None, dnf: str | None, pip: st
         out.print(f"  {apt}", markup=False, soft_wrap=True)
         out.print(f"  (Fedora: {dnf})", markup=False, soft_wrap=True)
     if pip:
+        if not apt:
+            out.print("install what is missing (pip):", markup=False)
         out.print(f"  {pip}", markup=False, soft_wrap=True)
-    if not apt and not pip:
+    if not missing:
         out.print("nothing is missing", markup=False)
+    elif not apt and not pip:
+        # ✘ rows that no package fixes (no /dev/kvm, a leftover guest): their rows say why.
+        out.print(f"nothing to install; not usable here: {', '.join(missing)}", markup=False)

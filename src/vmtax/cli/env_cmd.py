@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
-from vmtax.experiment import machine
 
 FormatOption = Annotated[str, typer.Option("--format", help="text | json")]
 
@@ -26,6 +25,9 @@ def env(fmt: FormatOption = "text") -> None:
 
     Example: vmtax env --format json
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import machine
+
     _check_format(fmt)
     fp = machine.environment()
     if fmt == "json":
@@ -68,6 +70,9 @@ def probes(fmt: FormatOption = "text") -> None:
 
     Example: vmtax probes
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import machine
+
     _check_format(fmt)
     infos = machine.probes()
     if fmt == "json":

@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from vmtax.cli import options
-from vmtax.cli.output import out_console
 from vmtax.errors import UsageError
-from vmtax.experiment.exits import exit_table, published
-from vmtax.report import exits_format
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,6 +58,10 @@ def exits_cmd(
 
     Example: vmtax exits --dataset virtage_table2
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.exits import exit_table
+    from vmtax.report import exits_format
+
     if fmt not in exits_format.FORMATS:
         raise UsageError(f"--format must be one of {', '.join(exits_format.FORMATS)}, got {fmt!r}")
     if by not in {"reason", "group"}:
@@ -98,6 +99,10 @@ def _notes(profiles: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
 
 
 def _published(name: str, fmt: str) -> None:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.exits import published
+    from vmtax.report import exits_format
+
     frame = published(name)
     totals = frame[frame["row"] == "total"]["share"].tolist()
     notes = []
@@ -109,6 +114,9 @@ def _published(name: str, fmt: str) -> None:
 
 
 def _emit(rendered: Any, fmt: str, notes: list[str]) -> None:  # noqa: ANN401
+
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import out_console
 
     if isinstance(rendered, str):
         sys.stdout.write(rendered)

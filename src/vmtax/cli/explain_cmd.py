@@ -9,10 +9,7 @@ from typing import Annotated
 import typer
 
 from vmtax.cli import options
-from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.experiment.explain import explain_overhead
-from vmtax.report import explain_format
 
 
 def register(app: typer.Typer) -> None:
@@ -67,6 +64,11 @@ def explain_cmd(
 
     Example: vmtax explain exp=12 --config level=L2 --baseline level=L1 --probe http --format json
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.experiment.explain import explain_overhead
+    from vmtax.report import explain_format
+
     if fmt not in explain_format.FORMATS:
         raise UsageError(
             f"--format must be one of {', '.join(explain_format.FORMATS)}, got {fmt!r}"

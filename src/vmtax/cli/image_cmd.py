@@ -11,7 +11,6 @@ from rich.table import Table
 
 from vmtax.cli import options
 from vmtax.errors import UsageError
-from vmtax.experiment import machine
 
 image_app = typer.Typer(
     help="Build and list guest images for QEMU levels.\n\n"
@@ -37,16 +36,21 @@ def build(
         ),
     ] = 2,
     kernel: Annotated[
-        str | None, typer.Option(help="Guest kernel (default: newest /boot/vmlinuz-*).")
+        str | None,
+        typer.Option(callback=options.path, help="Guest kernel (default: newest /boot/vmlinuz-*)."),
     ] = None,
     agent: Annotated[
-        str | None, typer.Option(help="Static vmtax-probe binary to put inside.")
+        str | None,
+        typer.Option(callback=options.path, help="Static vmtax-probe binary to put inside."),
     ] = None,
 ) -> None:
     """Build (or find in the cache) a bootable guest image.
 
     Example: vmtax image build --mode minimal
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import machine
+
     if mode not in machine.IMAGE_MODES:
         raise UsageError(f"unknown image mode {mode!r} (choose minimal or full)")
     if mode == "full" and depth not in (2, 3):
@@ -69,6 +73,9 @@ def list_cmd() -> None:
 
     Example: vmtax image list
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import machine
+
     cache, images = machine.images()
     console = Console()
     if not images:

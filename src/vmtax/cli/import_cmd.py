@@ -8,11 +8,8 @@ from typing import Annotated
 
 import typer
 
-from vmtax.cli.output import out_console, print_table
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import VmtaxError
-from vmtax.experiment.importing import import_files
-from vmtax.experiment.request import parse_labels
 
 
 def register(app: typer.Typer) -> None:
@@ -55,6 +52,11 @@ def import_cmd(
     Several streams (e.g. one per boot of the same guest) make one experiment: runs with the
     same level and labels form one configuration, and each run keeps its stream's boot id.
 
+    A stream is bounded: a line of at most 16 MiB (the agent's are under 100 kB) and at most
+    64 GiB in all; past either it is refused (exit 2), so `vmtax import /dev/zero` ends. A
+    stream whose end record says the agent failed, or whose samples are in another unit
+    than its header's, is refused too.
+
     A FIFO is read as its writer writes it; a wait of more than a second is said on stderr.
     Ctrl-C or SIGTERM ends the import (exit 130); while it reads, nothing is stored.
 
@@ -65,6 +67,11 @@ def import_cmd(
 
     Example: vmtax import boot1.jsonl boot2.jsonl --level L1 --label guest=small
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import out_console, print_table
+    from vmtax.experiment.importing import import_files
+    from vmtax.experiment.request import parse_labels
+
     labels = parse_labels(label or [])
     with sigterm_as_interrupt():
         done = import_files(

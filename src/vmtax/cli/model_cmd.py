@@ -6,22 +6,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
 from vmtax.cli import options
-from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.experiment.model import (
-    DatasetModel,
-    MeasuredModel,
-    ModelRequest,
-    OutOfSample,
-    model,
-)
-from vmtax.report import compare_format as fmt_mod
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from vmtax.experiment.model import DatasetModel, MeasuredModel, OutOfSample
     from vmtax.model import Fit
 
 JSON_KEYS = ("benchmark", "level", "dvh", "predicted", "low", "high", "unit")
@@ -100,6 +93,11 @@ def model_cmd(
     (prediction intervals add one future run). A row is a prediction when no data of its level
     went into it, a decomposition when it explains a measured level by its own exit profile.
 
+    Beside every prediction: the constant-ratio baseline (the level below times the ratio one
+    level down) and, where the level was measured, each one's error; below the table, the
+    median absolute error and the worst cell of each, and the accuracy bar for hardware.
+    With --out-of-sample, κ per exit group too (docs/model.md).
+
     Example: vmtax model --dataset dvh2020_micro
 
     Example: vmtax model exp=latest --format json
@@ -108,6 +106,11 @@ def model_cmd(
 
     Example: vmtax model exp=latest --out-of-sample --statistic median
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.experiment.model import ModelRequest, model
+    from vmtax.report import compare_format as fmt_mod
+
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
     request = ModelRequest(
@@ -125,30 +128,94 @@ def model_cmd(
 
 def render(result: DatasetModel | MeasuredModel | OutOfSample, fmt: str) -> object:
     """A model's result in one of the formats."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.model import DatasetModel, OutOfSample
+
     if isinstance(result, DatasetModel):
         return render_dataset(result, fmt)
     if isinstance(result, OutOfSample):
         return render_out_of_sample(result, fmt)
-    return render_measured(result.fit, result.vm_level, result.notes, fmt)
+    return render_measured(result.fit, result.vm_level, result.notes, fmt, result.score)
 
 
 def _span(row: pd.Series) -> str:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     value = fmt_mod._num(row["predicted"])
     if row["low"] == row["high"] == row["predicted"]:
         return value  # a published point: no spread to show
+    if row["low"] is None or row["low"] != row["low"]:
+        return value  # no interval whose coverage is shown (κ per exit group)
     return f"{value} [{fmt_mod._num(row['low'])}, {fmt_mod._num(row['high'])}]"
 
 
-def _records(frame: pd.DataFrame, keys: tuple[str, ...]) -> str:
+def _records(frame: pd.DataFrame, keys: tuple[str, ...], params: pd.DataFrame | None = None) -> str:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     out = []
     for rec in frame.to_dict(orient="records"):
-        item = {k: fmt_mod.json_safe(rec[k]) for k in keys}
+        item = {k: fmt_mod.json_safe(rec[k]) for k in keys if k in rec}
         item["level"], item["dvh"] = int(rec["level"]), bool(rec["dvh"])
+        if params is not None:
+            # The parameters this row was computed from: its class's and the common ones.
+            mine = params[params["benchmark"].isin([rec["benchmark"], "all"])]
+            item["parameters"] = {
+                str(p).split(" ")[0]: fmt_mod.json_safe(v)
+                for p, v in zip(mine["parameter"], mine["estimate"], strict=True)
+            }
         out.append(item)
     return json.dumps(out, indent=2, allow_nan=False) + "\n"
 
 
+#: What every scored row carries in --format json beside JSON_KEYS.
+SCORED_KEYS = (
+    "measured", "error_pct", "log_ratio", "kind", "scope", "basis",
+    "baseline", "baseline_error_pct", "baseline_log_ratio", "baseline_basis",
+)  # fmt: skip
+
+
+def _pct(x: object) -> str:
+    return "" if x is None or x != x else f"{float(x):+.1f}"  # type: ignore[arg-type]
+
+
+def _value(x: object) -> str:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
+    return "" if x is None or x != x else fmt_mod._num(x)
+
+
+def _scored_view(preds: pd.DataFrame, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per cell: scope, measured, predicted, error, |log ratio|, and the ratio baseline with
+    its error, so that the model's gain over it is a number."""
+    for col in ("scope", "log_ratio", "baseline", "baseline_error_pct"):
+        if col not in preds:
+            preds = preds.assign(**{col: None})  # a frame made before these columns
+    levels = zip(preds["level"], preds["dvh"], strict=True)
+    return preds.assign(
+        level=[f"L{lv}{'+DVH' if d else ''}" for lv, d in levels],
+        # A level that never finishes an operation has a note instead of a number.
+        **{"predicted [95% PI]": preds.apply(lambda r: r.get("note") or _span(r), axis=1)},
+        measured=[_value(m) for m in preds["measured"]],
+        **{"error %": [_pct(e) for e in preds["error_pct"]]},
+        **{"|log ratio|": ["" if x is None or x != x else f"{x:.3f}" for x in preds["log_ratio"]]},
+        **{"ratio baseline": [_value(b) for b in preds["baseline"]]},
+        **{"baseline error %": [_pct(e) for e in preds["baseline_error_pct"]]},
+    )[["benchmark", "level", *extra, "scope", "measured", "predicted [95% PI]", "error %",
+       "|log ratio|", "ratio baseline", "baseline error %", "unit"]]  # fmt: skip
+
+
+def _score_text(score: list[str], fmt: str) -> str:
+    bullet = "- " if fmt == "markdown" else ""
+    return "".join(f"\n{bullet}{line}" for line in score) + ("\n" if score else "")
+
+
 def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     lines = [
         f"{r.benchmark} {r.parameter}: {fmt_mod._num(r.estimate)} "
         + (f"[{fmt_mod._num(r.low)}, {fmt_mod._num(r.high)}] " if wide else "")
@@ -160,34 +227,34 @@ def _notes(params: pd.DataFrame, notes: list[str], fmt: str) -> str:
 
 
 def render_dataset(found: DatasetModel, fmt: str) -> object:
-    """The dataset case: predicted L3/L4 (+DVH) and nested+DVH beside the published column."""
+    """The dataset case: every predicted cell beside the measured one where the dataset has
+    it (the nested level with its class left out, nested+DVH from structure, and any deeper
+    level the dataset carries), the ratio baseline beside it, and the score."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     name, result, published = found.name, found.fit, found.published
     preds = result.predictions
     if fmt == "json":
-        return _records(preds, JSON_KEYS)
+        return _records(preds, (*JSON_KEYS, *SCORED_KEYS), result.params)
     if fmt == "csv":
-        return fmt_mod.render_frame(preds.drop(columns=["measured", "error_pct"]), fmt)
-    rows = []
-    for bench, group in preds.groupby("benchmark", sort=False):
-        at = {(int(r["level"]), bool(r["dvh"])): r for _, r in group.iterrows()}
-        dvh2 = at[(2, True)]
-        pub = published.get(str(bench))
-        row = {"benchmark": bench, "unit": dvh2["unit"]}
-        row["L3"], row["L3+DVH"] = _span(at[(3, False)]), _span(at[(3, True)])
-        row["nested+DVH from structure (≥)"] = _span(dvh2)
-        row["nested+DVH published"] = pub
-        row["error %"] = f"{100.0 * (dvh2['predicted'] - pub) / pub:+.1f}" if pub else ""
-        rows.append(row)
+        return fmt_mod.render_frame(preds, fmt)
     table = fmt_mod.render_frame(
-        pd.DataFrame(rows),
+        _scored_view(preds),
         fmt,
-        f"{name}: calibrated on the VM and nested VM columns; one published figure a cell, so "
-        "no interval",
+        f"{name}: calibrated on the VM and nested VM columns; held out: measured and not "
+        "used; extrapolated: a level the dataset does not carry; one published figure a "
+        "cell, so no interval",
     )
     spread = (
-        "L4 is in --format json/csv. nested+DVH from "
-        "structure is a lower bound: an exit L0 handles alone is priced as the VM's, and no "
-        "term of the VM and nested-VM columns gives a nested exit's extra cost (docs/model.md)"
+        "L2 (the nested VM) is predicted from the VM column with its class left out: a_k plus "
+        "the mean nesting increment of the other classes (ratio baseline: a_k times their "
+        "nested/VM, geometric mean). A deeper level is scored where the dataset carries it "
+        "(rows 'L3 VM', 'L3 VM + DVH'); study C measured L3, and a dataset without those "
+        "rows leaves L3 extrapolated. "
+        "nested+DVH from structure is a lower bound: an exit L0 handles alone is priced as "
+        "the VM's, and no term of the VM and nested-VM columns gives a nested exit's extra "
+        "cost (docs/model.md)"
         + (
             "; L3+DVH and L4+DVH are the published nested+DVH figure: L0 serves the exit at "
             "any depth, the guest hypervisors only configure it before the run."
@@ -195,36 +262,37 @@ def render_dataset(found: DatasetModel, fmt: str) -> object:
             else "; so are L3+DVH and L4+DVH."
         )
     )
-    return _joined(table, _notes(result.params, [*result.notes, spread], fmt), fmt)
+    text = _score_text(found.score, fmt) + _notes(result.params, [*result.notes, spread], fmt)
+    return _joined(table, text, fmt)
 
 
-def render_measured(result: Fit, vm_level: int, notes: list[str], fmt: str) -> object:
+def render_measured(
+    result: Fit, vm_level: int, notes: list[str], fmt: str, score: list[str] | None = None
+) -> object:
     """Predictions beside measurements, in one of the formats."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     preds = result.predictions
     if fmt == "json":
-        return _records(preds, (*JSON_KEYS, "measured", "error_pct"))
+        return _records(preds, (*JSON_KEYS, *SCORED_KEYS), result.params)
     if fmt == "csv":
         return fmt_mod.render_frame(preds, fmt)
-    view = preds.assign(
-        level=[
-            f"L{lv}{'+DVH' if d else ''}"
-            for lv, d in zip(preds["level"], preds["dvh"], strict=True)
-        ],
-        # A level that never finishes an operation has a note instead of a number.
-        **{"predicted [95% PI]": preds.apply(lambda r: r.get("note") or _span(r), axis=1)},
-        **{"error %": ["" if e is None or e != e else f"{e:+.1f}" for e in preds["error_pct"]]},
-        kind=preds["kind"],
-    )[["benchmark", "level", "kind", "predicted [95% PI]", "measured", "error %", "unit", "basis"]]
+    view = _scored_view(preds, ("kind",)).assign(basis=preds["basis"])
     head = (
         f"calibrated on L{vm_level} (the VM) and L{vm_level + 1} (the nested VM); 95% "
         "intervals. A prediction uses no data from its level; a decomposition explains a "
         "measured level by its own exit profile"
     )
     table = fmt_mod.render_frame(view, fmt, head)
-    return _joined(table, _notes(result.params, [*notes, *result.notes], fmt), fmt)
+    text = _score_text(score or [], fmt) + _notes(result.params, [*notes, *result.notes], fmt)
+    return _joined(table, text, fmt)
 
 
 def _joined(table: object, text: str, fmt: str) -> object:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+
     if isinstance(table, str):
         return table + text
 
@@ -234,24 +302,35 @@ def _joined(table: object, text: str, fmt: str) -> object:
 
 def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
     """Each probe's nested level predicted without its own nested runs, beside the measured."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     preds = found.predictions.assign(statistic=found.statistic)
     vm, e = found.vm_level, found.e
     if fmt == "json":
-        keys = ("measured", "error_pct", "weights", "calibrated_on", "statistic")
+        keys = ("weights", "calibrated_on", "statistic", "kappa", *SCORED_KEYS,
+                "single_kappa", "single_kappa_error_pct", "interval")  # fmt: skip
         return _records(preds, (*JSON_KEYS, *keys, *(["note"] if "note" in preds else [])))
     if fmt == "csv":
         return fmt_mod.render_frame(preds, fmt)
-    view = preds.assign(
-        level=[f"L{lv}" for lv in preds["level"]],
-        # A level that never finishes an operation has a note instead of a number.
-        **{"predicted [95% PI]": preds.apply(lambda r: r.get("note") or _span(r), axis=1)},
-        **{"error %": ["" if x is None or x != x else f"{x:+.1f}" for x in preds["error_pct"]]},
+    view = _scored_view(preds, ("weights", "calibrated_on")).assign(
         kappa=[f"{k:.3g}" for k in preds["kappa"]],
-    )[["benchmark", "level", "weights", "calibrated_on", "predicted [95% PI]", "measured",
-       "error %", "kappa", "unit"]]  # fmt: skip
+        # The future the interval is for: the next run, or the next boot's mean.
+        interval=[
+            x if isinstance(x, str) else "" for x in preds.get("interval", [""] * len(preds))
+        ],
+    )
+    if "single_kappa" in preds:
+        # Beside a grouped row: the single κ of the same fit, and its error.
+        view = view.assign(
+            **{"single κ": [_value(x) for x in preds["single_kappa"]]},
+            **{"single κ error %": [_pct(x) for x in preds["single_kappa_error_pct"]]},
+        )
     head = (
         f"L{vm + 1} predicted out of sample: each probe's L{vm} runs and exit profile, and a "
         f"nesting factor κ fitted on other probes only (e = {e:.0f} ns); the runs' "
-        f"{found.statistic}s; 95% prediction intervals"
+        f"{found.statistic}s; 95% prediction intervals; ratio baseline: the probe's L{vm} "
+        "time × the calibration probes' nested/VM ratio (geometric mean)"
     )
-    return fmt_mod.render_frame(view, fmt, head)
+    table = fmt_mod.render_frame(view, fmt, head)
+    return _joined(table, _score_text(found.score, fmt), fmt)

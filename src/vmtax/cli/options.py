@@ -8,6 +8,7 @@ the command's body runs; the same callback serves the same kind of option everyw
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -15,7 +16,7 @@ import typer
 
 from vmtax import limits
 from vmtax.errors import UsageError
-from vmtax.plan.suite import parse_seconds
+from vmtax.limits import parse_seconds
 from vmtax.store import select
 
 
@@ -23,6 +24,22 @@ def _name(param: typer.CallbackParam) -> str:
     """The option as a user types it (``--order-seed``), or an argument's metavar."""
     long = [o for o in param.opts if o.startswith("--")]
     return max(long, key=len) if long else (param.name or "value").upper()
+
+
+def path(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """A file's path that the system could name: at most PATH_MAX (4096) bytes, each part at
+    most NAME_MAX (255); a longer one failed later as an OSError traceback."""
+    if value is None:
+        return value
+    size = len(os.fsencode(value))
+    longest = max((len(os.fsencode(part)) for part in value.split("/")), default=0)
+    if size >= 4096 or longest > 255:
+        raise UsageError(
+            f"{_name(param)} is not a path this system can open: {size} bytes"
+            + (f", a part of {longest}" if longest > 255 else "")
+            + " (at most 4095, each part at most 255)"
+        )
+    return value
 
 
 def seed(ctx: typer.Context, param: typer.CallbackParam, value: int | None) -> int | None:
@@ -38,12 +55,18 @@ def exp_id(ctx: typer.Context, param: typer.CallbackParam, value: int | None) ->
 
 
 def experiment(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
-    """An experiment given as an id, ``latest`` (or, where a command takes it, ``exp=N``): an
-    id is held to 1..2^63-1; other forms are the command's to judge."""
+    """An experiment given as an id, ``latest``, ``exp=N`` or ``exp=latest``: an id is held
+    to 1..2^63-1 and anything else (``-5``, ``1.5``) is refused here, before the command
+    opens a store (which would say a missing store first)."""
     if value is not None:
         text = value.strip().lower().removeprefix("exp=")
         if text.isascii() and text.isdigit():
             limits.id_text(text, "an experiment id")
+        elif text != "latest":
+            raise UsageError(
+                f"{_name(param)} must be an experiment id (1..{limits.MAX_ID}) or latest, "
+                f"got {value[:60]!r}"
+            )
     return value
 
 
@@ -145,6 +168,17 @@ BootCost = Annotated[
         callback=seconds(limits.MAX_TIMEOUT_S),
         help="What one boot of a guest costs, in seconds, for the runs per boot that "
         "Kalibera and Jones' formula picks.",
+    ),
+]
+
+#: run's --boot-cost: the same limits and text, None when not given (it needs --levels).
+RunBootCost = Annotated[
+    float | None,
+    typer.Option(
+        "--boot-cost",
+        callback=seconds(limits.MAX_TIMEOUT_S),
+        help="What one boot of a guest costs, in seconds (default 60), for the runs per boot "
+        "that Kalibera and Jones' formula picks; needs a guest level (--levels).",
     ),
 ]
 

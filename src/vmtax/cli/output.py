@@ -6,14 +6,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from vmtax.experiment.results import study_a
-from vmtax.report.terminal import studya_table
-
 if TYPE_CHECKING:
+    import pandas as pd
+
     from vmtax.store import Store
 
 
@@ -40,12 +38,19 @@ def emit(rendered: object) -> None:
 
 def print_table(console: Console, store: Store, exp_id: int) -> None:
     """The study-A table of one experiment."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.results import study_a
+    from vmtax.report.terminal import studya_table
+
     found = study_a(store, exp_id)
-    console.print(studya_table(found.described, title=found.title))
+    console.print(studya_table(found.described, title=found.title, width=console.width))
 
 
 def print_executed_order(console: Console, runs: pd.DataFrame) -> None:
     """One row per run in the order the runs started: when, how long, where, what."""
+    # heavy: the use case and what it loads, only when the command runs
+    import pandas as pd
+
     table = Table(title="runs in executed order", title_justify="left")
     for name in ("#", "started (UTC)", "ms", "level", "target", "probe", "run", "plan", "status"):
         table.add_column(name, justify="right" if name in ("#", "ms", "run", "plan") else "left")

@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import pandas as pd
 import typer
 
-from vmtax.cli.output import emit
 from vmtax.errors import UsageError
-from vmtax.refs import datasets
-from vmtax.report import compare_format as fmt_mod
 
 refs_app = typer.Typer(
     help="Published reference results (the seeds' tables) and your own imported tables.\n\n"
@@ -26,6 +22,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _check_format(fmt: str) -> None:
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.report import compare_format as fmt_mod
+
     if fmt not in fmt_mod.FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(fmt_mod.FORMATS)})")
 
@@ -38,6 +37,14 @@ def list_cmd(
 
     Example: vmtax refs list --format markdown
     """
+    # heavy: pandas and the use case, only when the command runs
+    import pandas as pd
+
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.refs import datasets
+    from vmtax.report import compare_format as fmt_mod
+
     _check_format(fmt)
 
     frame = pd.DataFrame(
@@ -56,6 +63,11 @@ def show_cmd(
 
     Example: vmtax refs show dvh2020_micro --format csv
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import emit
+    from vmtax.refs import datasets
+    from vmtax.report import compare_format as fmt_mod
+
     _check_format(fmt)
     emit(fmt_mod.render_frame(datasets.load(name), fmt, name))
 
@@ -72,5 +84,8 @@ def import_cmd(
 
     Example: vmtax refs import mylab.csv --name mylab2025
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.refs import datasets
+
     ds = datasets.import_dataset(path, name, replace=replace)
     typer.echo(f"imported {ds.rows} rows as {ds.name} ({ds.path})")

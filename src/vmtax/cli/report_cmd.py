@@ -13,7 +13,6 @@ from vmtax.cli import options
 from vmtax.cli.report_output import described, progress_steps
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
-from vmtax.experiment.report import stored_report
 from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
 
 FORMATS = ("html", "markdown")
@@ -79,6 +78,9 @@ def report(
 
     Example: vmtax report exp=latest --by group --baseline group=bare -o fleet.html
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.report import stored_report
+
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")

@@ -15,10 +15,7 @@ from rich.table import Table
 
 from vmtax import outfile
 from vmtax.cli import options
-from vmtax.cli.output import out_console, print_executed_order, print_table
 from vmtax.errors import UsageError
-from vmtax.experiment import results
-from vmtax.experiment.results import human_bytes, write_json
 
 results_app = typer.Typer(
     help="Browse and export stored experiments.\n\nExample: vmtax results show latest",
@@ -44,6 +41,10 @@ def list_cmd(db: DbOption = None) -> None:
 
     Example: vmtax results list --db sqlite:///lab.db
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import out_console
+    from vmtax.experiment import results
+
     store = results.open_store(db)
     df = results.listing(store)
     table = Table(header_style="bold")
@@ -107,6 +108,11 @@ def show_cmd(
 
     Example: vmtax results show latest --executed --format json
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import out_console, print_executed_order, print_table
+    from vmtax.experiment import results
+    from vmtax.experiment.results import write_json
+
     if fmt not in ("table", "json"):
         raise UsageError(f"--format must be table or json, got {fmt!r}")
     store = results.open_store(db)
@@ -135,12 +141,22 @@ def export_cmd(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="File to write, or - for stdout. " + outfile.HELP)
     ],
-    fmt: Annotated[str, typer.Option("--format", help="parquet | csv | json")] = "parquet",
+    fmt: Annotated[
+        str, typer.Option("--format", help="parquet | csv | json | openmetrics")
+    ] = "parquet",
     samples: Annotated[
         bool | None,
         typer.Option(
             "--samples/--no-samples",
             help="Also write every raw sample beside the runs (default: with parquet only).",
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            callback=options.selectors,
+            help="With --format openmetrics: the baseline of the overheads (default level=L0 "
+            "when the experiment has one L0 configuration and others).",
         ),
     ] = None,
     db: DbOption = None,
@@ -159,10 +175,25 @@ def export_cmd(
     Example: vmtax results export latest -o runs.parquet
 
     Example: vmtax results export latest --format csv --samples -o runs.csv
+
+    --format openmetrics writes the configurations' means and their overheads against the
+    baseline, with 95% intervals and verdicts, as OpenMetrics text for Prometheus (a textfile
+    collector's file, a pushgateway); docs/metrics.md names the metrics.
+
+    Example: vmtax results export latest --format openmetrics -o /var/lib/node_exporter/vmtax.prom
     """
-    if fmt not in ("csv", "json", "parquet"):
-        raise UsageError(f"--format must be csv, json or parquet, got {fmt!r}")
+    if fmt not in ("csv", "json", "parquet", "openmetrics"):
+        raise UsageError(f"--format must be csv, json, parquet or openmetrics, got {fmt!r}")
+    if baseline is not None and fmt != "openmetrics":
+        raise UsageError("--baseline is for --format openmetrics (the overheads' baseline)")
     to_stdout = str(output) == "-"
+    if fmt == "openmetrics":
+        _export_openmetrics(experiment, output, baseline, db, samples=samples)
+        return
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import results
+    from vmtax.experiment.results import human_bytes
+
     if to_stdout and samples:
         raise UsageError(
             "--samples needs -o FILE: stdout carries one table, the runs; the samples go "
@@ -194,6 +225,35 @@ def export_cmd(
         line += f" and {done.samples_file} ({done.samples:,} samples"
         line += f" and {done.warmup:,} warm-up samples)" if done.warmup else ")"
     err.print(line, markup=False)
+
+
+def _export_openmetrics(
+    experiment: str, output: Path, baseline: str | None, db: str | None, *, samples: bool | None
+) -> None:
+    """The OpenMetrics text to -o (atomically) or stdout, and a line on stderr saying what it
+    holds: the overheads against which baseline, or why there are none."""
+    if samples:
+        raise UsageError("--samples is for parquet, csv and json; openmetrics has no samples")
+    to_stdout = str(output) == "-"
+    if not to_stdout:
+        outfile.destination(output)  # a FIFO, device or directory is refused before any work
+    # heavy: the comparison (scipy, statsmodels) and prometheus-client, only for this format
+    from vmtax.experiment.metrics import openmetrics
+
+    found = openmetrics(db, experiment, baseline)
+    if to_stdout:
+        sys.stdout.write(found.text)
+        sys.stdout.flush()
+    else:
+        outfile.write_text(output, found.text)
+    wrote = "stdout" if to_stdout else str(output)
+    n = found.configurations
+    what = f"experiment {found.experiment_id}: {n} configuration{'s' * (n != 1)}"
+    if found.note is not None:
+        what += f" and no overheads ({found.note}; only means, runs and boots)"
+    else:
+        what += f", {found.overheads} overheads against {found.baseline}"
+    typer.echo(f"wrote {wrote} (OpenMetrics, {what})", err=True)
 
 
 @contextlib.contextmanager

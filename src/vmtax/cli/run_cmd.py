@@ -11,15 +11,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from vmtax import experiment, limits
+from vmtax import limits
 from vmtax.cli import background_report, options
-from vmtax.cli.output import out_console, print_table
 from vmtax.cli.report_output import progress_steps, show_run_report
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.experiment.report import Reporting, check_template
-from vmtax.sampling.outcome import lines as precision_lines
-from vmtax.stats.compare_options import BOOT_COST_S, CompareOptions
+from vmtax.stats.compare_options import CompareOptions
 
 if TYPE_CHECKING:
     from vmtax.experiment import Finished
@@ -116,7 +113,7 @@ def run(
             "configurations, set=a and set=b, each with its own boots: an A/A test."
         ),
     ] = None,
-    boot_cost: options.BootCost = BOOT_COST_S,
+    boot_cost: options.RunBootCost = None,
     depth: Annotated[
         int | None,
         typer.Option(help="Nest guests N deep (1..3) and run at every level: --levels L0..LN."),
@@ -158,7 +155,8 @@ def run(
             "--inventory",
             "-i",
             help="Measure the hosts of an Ansible inventory through Ansible: any inventory "
-            "Ansible takes (a file, a directory, a script, a plugin's .yml); docs/fleet.md.",
+            "Ansible takes (a file, a directory, a script, a plugin's .yml), read within "
+            "300 s (a script that hangs is stopped there); docs/fleet.md.",
         ),
     ] = None,
     limit: Annotated[
@@ -171,11 +169,12 @@ def run(
     exits: Annotated[
         str | None,
         typer.Option(
-            metavar="[=counts|trace]",
+            metavar="[=counts|trace|LEVEL=MODE,...]",
             help="Record each run's VM exits on the level whose KVM runs it (see vmtax exits "
             "and docs/exits.md). --exits alone (counts): KVM's own counters by category, at "
             "no cost to the run; --exits=trace: by exit reason with handling times (tracing, "
-            "slower).",
+            "slower); per measured level, e.g. --exits L2=trace,L3=counts (a level not "
+            "named is not recorded; a bare mode among the pairs is theirs).",
         ),
     ] = None,
     precision: Annotated[
@@ -215,13 +214,21 @@ def run(
 
     Example: vmtax run --levels L1,L2 --inner-accel kvm --probe cpuid --exits (or --exits=trace)
 
+    Example: vmtax run --levels L2,L3 --inner-accel kvm --suite dvh-micro --exits L2=trace,L3=counts
+
     Example: vmtax run --levels L0,L1 --guest-net user --probe net --param peer=host
 
     Example: vmtax run --precision 2% --budget 60s --min-runs 5
 
     Example: vmtax run --inventory inventory.ini --limit kvm_hosts --runs 5
     """
-    request = experiment.RunRequest(
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.report import Reporting, check_template
+    from vmtax.experiment.request import RunRequest
+    from vmtax.experiment.run import resume as resume_experiment
+    from vmtax.experiment.run import run as run_experiment
+
+    request = RunRequest(
         suite=suite, probes=probe or [], runs=runs, params=param or [], level=level,
         labels=label or [], db=db, timeout=timeout, duration=duration, seed=seed,
         levels=levels, depth=depth, preset=preset, accel=accel, inner_accel=inner_accel,
@@ -238,11 +245,11 @@ def run(
     reporting = Reporting(
         background=background_report.start if background_report.wanted() else None,
         steps=progress_steps,
-        options=CompareOptions(boot_cost_s=boot_cost),
+        options=CompareOptions(boot_cost_s=request.boot_cost),
     )
     with sigterm_as_interrupt():
         if resume is not None:
-            done = experiment.resume(
+            done = resume_experiment(
                 resume,
                 db=db,
                 accept_new_host_key=accept_new_host_key,
@@ -251,7 +258,7 @@ def run(
                 reporting=reporting,
             )
         else:
-            done = experiment.run(request, progress=_progress(), reporting=reporting)
+            done = run_experiment(request, progress=_progress(), reporting=reporting)
     _show(done)
     if done.problem:
         raise VmtaxError(done.problem)
@@ -286,6 +293,10 @@ def _progress() -> RichProgress:
 
 def _show(done: Finished) -> None:
     """The study-A table, who missed the precision target, and the report beside them."""
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.cli.output import out_console, print_table
+    from vmtax.sampling.outcome import lines as precision_lines
+
     exp_id = done.experiment_id
     print_table(out_console(), done.store, exp_id)
     for line in precision_lines(done.store, exp_id):  # adaptive sampling: who missed the target
@@ -320,7 +331,14 @@ class RichProgress:
         self._tasks[name] = self._bar.add_task(escape(name), total=total)
 
     def advance(self, name: str, description: str) -> None:
-        self._bar.update(self._tasks[name], advance=1, description=escape(description))
+        # Adaptive sampling adds runs to a lane as it looks (the total given is the runs
+        # planned first): the total grows with them, so the bar never counts past it (74/60).
+        task_id = self._tasks[name]
+        task = next(t for t in self._bar.tasks if t.id == task_id)
+        total = task.total
+        if total is not None and task.completed + 1 > total:
+            total = task.completed + 1
+        self._bar.update(task_id, advance=1, total=total, description=escape(description))
 
     def finish(self, name: str, description: str, *, failed: bool) -> None:
         # Host names and errors are text, never rich markup.

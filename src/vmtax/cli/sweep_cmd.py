@@ -16,12 +16,6 @@ from vmtax import limits, outfile
 from vmtax.cli import options
 from vmtax.cli.signals import sigterm_as_interrupt
 from vmtax.errors import UsageError
-from vmtax.experiment.sweep import (
-    SweepRequest,
-    resume_sweep,
-    run_sweep,
-    stored_sweep,
-)
 from vmtax.sweep.spec import (
     DEFAULT_REPLICATES,
     MAX_EVENTS,
@@ -230,6 +224,9 @@ def sweep(
     """
     if ctx.invoked_subcommand is not None:
         return
+    # heavy: the use case and what it loads, only when a sweep runs (not `sweep show`)
+    from vmtax.experiment.sweep import SweepRequest, resume_sweep, run_sweep
+
     request = SweepRequest(
         axis=axis, steps=steps, replicates=replicates, intervals=intervals,
         order_seed=order_seed, timing=timing, warmup=warmup, window=window, interval=interval,
@@ -313,6 +310,9 @@ def show(
 
     Example: vmtax sweep show latest --format json
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment.sweep import stored_sweep
+
     if fmt not in SHOW_FORMATS:
         raise UsageError(f"unknown format {fmt!r} (choose from {', '.join(SHOW_FORMATS)})")
     if output is not None:

@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 from vmtax.errors import UsageError
-from vmtax.experiment import machine
 
 
 def register(app: typer.Typer) -> None:
@@ -29,6 +28,9 @@ def workloads(
 
     Example: vmtax workloads --format json
     """
+    # heavy: the use case and what it loads, only when the command runs
+    from vmtax.experiment import machine
+
     if fmt not in ("text", "json"):
         raise UsageError(f"--format must be text or json, got {fmt!r}")
     rows = machine.workloads()

@@ -1,24 +1,29 @@
 """Experiments as use cases, between the CLI (or the notebook API) and the runner.
 
-``run(RunRequest(...))`` validates once, plans, opens the store, sizes runs and executes;
+``run.run(RunRequest(...))`` validates once, plans, opens the store, sizes runs and executes;
 ``resume(ref, db=...)`` finishes an interrupted one. ``run_sweep(SweepRequest(...))`` and
 ``resume_sweep(exp, db=...)`` do the same for an overcommitment sweep (``vmtax.sweep``), and
 ``importing.import_files(paths, ...)`` stores saved agent streams as one experiment.
 The CLI parses and renders, nothing more.
 """
 
-from vmtax.experiment.lookup import experiment_id, reconcile
-from vmtax.experiment.request import RunRequest, command_line, parse_labels
-from vmtax.experiment.run import Finished, resume, run
-from vmtax.experiment.sweep import (
-    SweepRequest,
-    SweepResult,
-    resume_sweep,
-    run_sweep,
-    stored_sweep,
-    sweep_id,
-    sweep_summary,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vmtax.experiment.lookup import experiment_id, reconcile
+    from vmtax.experiment.request import RunRequest, command_line, parse_labels
+    from vmtax.experiment.run import Finished, resume
+    from vmtax.experiment.sweep import (
+        SweepRequest,
+        SweepResult,
+        resume_sweep,
+        run_sweep,
+        stored_sweep,
+        sweep_id,
+        sweep_summary,
+    )
 
 __all__ = [
     "Finished",
@@ -31,9 +36,32 @@ __all__ = [
     "reconcile",
     "resume",
     "resume_sweep",
-    "run",
     "run_sweep",
     "stored_sweep",
     "sweep_id",
     "sweep_summary",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Each use case loads the store, pandas and the runner: only when one is used, so that a
+    # command's module (and its --help) can name this package without paying for them all.
+    # (``run`` is reached as ``experiment.run.run``: the module of that name, once loaded,
+    # is what the package's attribute ``run`` holds.)
+    if name in ("experiment_id", "reconcile"):
+        from vmtax.experiment import lookup  # heavy: the store and pandas, when first used
+
+        return getattr(lookup, name)
+    if name in ("RunRequest", "command_line", "parse_labels"):
+        from vmtax.experiment import request  # heavy: the plan and pydantic, when first used
+
+        return getattr(request, name)
+    if name in ("Finished", "resume"):
+        from vmtax.experiment import run  # heavy: the runner and the store, when first used
+
+        return getattr(run, name)
+    if name in __all__:
+        from vmtax.experiment import sweep  # heavy: the sweep and the store, when first used
+
+        return getattr(sweep, name)
+    raise AttributeError(f"module 'vmtax.experiment' has no attribute {name!r}")

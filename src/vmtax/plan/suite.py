@@ -22,6 +22,7 @@ from pydantic import (
 
 from vmtax import infile
 from vmtax.errors import UsageError
+from vmtax.limits import parse_seconds
 from vmtax.plan import bounds
 
 ParamValue = bool | int | float | str
@@ -130,22 +131,6 @@ def parse_percent(value: object) -> float:
     if not 0 < pct < 100:
         raise ValueError(f"must be a percentage above 0% and below 100%, got {text!r}")
     return pct / 100.0
-
-
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def parse_seconds(value: object) -> float:
-    """``"60s"``, ``"2m"``, ``"1.5h"``, ``"500ms"`` or a number of seconds -> seconds (> 0)."""
-    text = str(value).strip().lower()
-    unit = next((u for u in sorted(_SECONDS, key=len, reverse=True) if text.endswith(u)), "")
-    try:
-        seconds = float(text.removesuffix(unit) if unit else text) * _SECONDS.get(unit, 1.0)
-    except ValueError:
-        raise ValueError(f"must be a duration like 60s, 2m or 1h, got {text!r}") from None
-    if not (seconds > 0 and seconds < float("inf")):
-        raise ValueError(f"must be a positive duration, got {text!r}")
-    return seconds
 
 
 class Suite(_Strict):

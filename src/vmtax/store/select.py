@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from vmtax import limits
 from vmtax.errors import UsageError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from vmtax.store import Store
 
 _ALIASES = {"experiment": "exp"}
@@ -112,6 +112,8 @@ def apply(runs: pd.DataFrame, selector: Selector, latest: int | None = None) -> 
 
     ``latest`` is the newest experiment id; by default the newest one in ``runs``.
     """
+    import pandas as pd  # heavy: pandas, only where frames are made
+
     if latest is None and len(runs):
         latest = int(runs["experiment_id"].max())
     keep = pd.Series(True, index=runs.index)
@@ -126,6 +128,8 @@ def mask(runs: pd.DataFrame, selector: str) -> pd.Series:
 
 
 def _term_mask(runs: pd.DataFrame, term: Term, latest: int | None) -> pd.Series:
+    import pandas as pd  # heavy: pandas, only where frames are made
+
     value = term.value.casefold()
     if term.key == "exp":
         wanted = latest if value == "latest" else int(value)
@@ -191,6 +195,8 @@ def resolve(
     label): the message lists the candidates with their experiment, its start time and the
     labels, and how to pick one.
     """
+    import pandas as pd  # heavy: pandas, only where frames are made
+
     chosen = list(selectors)
     runs = store.runs(chosen)
     if not baseline:
@@ -255,6 +261,8 @@ def _check_one_configuration(store: Store, base: pd.DataFrame, baseline: str) ->
 
 
 def _start_times(store: Store) -> dict[int, str]:
+    import pandas as pd  # heavy: pandas, only where frames are made
+
     exps = store.experiments()
     return {
         int(e): t.strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -30,10 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from vmtax.errors import UsageError
-from vmtax.refs.datasets import load
 from vmtax.sweep.tiers import DEFAULT_TRIPLETS, TIER_NAMES, TRIPLET_SIZES, TripletSizes
 
 AXES = ("guests", "vcpus", "memory")
@@ -156,6 +153,8 @@ class SweepSpec:
     def order(self) -> list[tuple[int, int]]:
         """The run order: (replicate, step index) for every unit, round by round, each
         round's steps in a random order drawn from ``order_seed``."""
+        import numpy as np  # heavy: numpy, only when a sweep is planned (`sweep --help` is not)
+
         rng = np.random.default_rng(self.order_seed)
         n = len(self.ratios)
         return [(r, int(i)) for r in range(self.replicates) for i in rng.permutation(n)]
@@ -318,6 +317,8 @@ class SweepSpec:
 
 def study_b_steps(platform: str = "z/VM") -> tuple[tuple[float, ...], float | None]:
     """Study B's CPU overcommit ratios and its largest memory overcommit, from the dataset."""
+    from vmtax.refs.datasets import load  # heavy: pandas, only for study B's steps
+
     df = load("zvm_xen2009_overcommit")
     rows = df[df["platform"] == platform]
     if rows.empty:

@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vmtax.contract import SCHEMA, End, Fingerprint, Header, ParamInfo, ProbeInfo, RunSummary
 from vmtax.contract import Samples as SamplesRecord
@@ -43,6 +41,9 @@ from vmtax.targets.servers import (  # noqa: F401 - the workloads import them fr
     wait_port,
 )
 from vmtax.workloads.recipe import Needs, Recipe  # noqa: F401 - the workloads import them here
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ParamValue = bool | int | float | str
 _BATCH = 4096
@@ -353,6 +354,8 @@ class Context:
         stopped_by: str = "iterations",
     ) -> Iterator[str]:
         """The stream of one complete run from values the controller measured."""
+        import numpy as np  # heavy: numpy, only once a workload has measured (not for doctor)
+
         yield from self.header()
         vals = np.asarray(values, dtype=np.float64)
         if len(vals) < 2:

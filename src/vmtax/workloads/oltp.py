@@ -30,8 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from vmtax.workloads.base import (
     TMP_PREFIX,
@@ -46,6 +45,9 @@ from vmtax.workloads.base import (
     free_port,
     tool,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SYSBENCH_SCRIPTS = Path("/usr/share/sysbench")
 MARIADBD = "/usr/sbin/mariadbd"
@@ -364,6 +366,8 @@ def run_sysbench(
         },
     )
     tps, wall = parse_sysbench(text)
+    import numpy as np  # heavy: numpy, only once sysbench has run (not for doctor)
+
     rows = [np.loadtxt(p, dtype=np.float64, ndmin=2) for p in srv.dir.glob("lat.*")]
     rows = [r for r in rows if r.size]
     if not rows:

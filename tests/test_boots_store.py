@@ -4,11 +4,14 @@ column, and, for runs stored before the boot was recorded, one boot per configur
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from alembic import command
 from sqlalchemy import create_engine, inspect
 
 from vmtax.store import Store, migrate
 from vmtax.store.store import UNRECORDED_BOOT
+
+pytestmark = pytest.mark.fast
 
 HEADER = {"type": "header", "probe": "cpuid", "unit": "tsc_cycles", "better": "lower",
           "throughput_unit": None, "params": {"leaf": 0}}  # fmt: skip
@@ -63,7 +66,7 @@ def test_old_store_is_upgraded_and_its_runs_are_one_boot_per_configuration(store
         assert "boot_id" not in {c["name"] for c in inspect(connection).get_columns("runs")}
     engine.dispose()
     with Store.open(sqlite_url) as upgraded:
-        assert upgraded.info()["schema_version"] == migrate.head() == "0006"
+        assert upgraded.info()["schema_version"] == migrate.head() == "0007"
         runs = upgraded.runs()
     assert len(runs) == 9
     boots = runs.groupby("configuration_id")["boot"].unique()

@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats
 
 from vmtax.errors import UsageError
 from vmtax.report import compare_format
@@ -41,26 +40,34 @@ def fleet(rng, hosts: dict[str, int], *, slower: float = 1.0, host_sd=0.05, run_
     )  # fmt: skip
 
 
-def test_a_group_is_its_hosts_means_and_the_interval_is_welchs_on_them():
+@pytest.mark.fast
+def test_a_group_is_its_hosts_means_and_the_interval_is_behrens_fishers_on_them():
     rng = np.random.default_rng(5)
-    runs = fleet(rng, {"bare": 4, "kvm": 5}, slower=1.1)
+    # (a 10% tax, with 5% host effects, is found by Welch's df in this draw but not by the
+    # Behrens-Fisher quantile, which is conservative: 0.014-0.028 false verdicts at 2 vs 5)
+    runs = fleet(rng, {"bare": 4, "kvm": 5}, slower=1.2)
     comp = compare(runs, "group=bare", options=BY_GROUP)
     rows = comp.rows.set_index("config")
     assert list(rows.index) == ["group=bare", "group=kvm"]
     kvm = rows.loc["group=kvm"]
     assert kvm.boots == 5 and kvm.n_runs == 20  # five hosts, their twenty runs
-    # Independently: the ratio of the groups' means of host means, its log's delta-method
-    # variance and Welch-Satterthwaite's degrees of freedom, from numpy and scipy's t.
+    # Independently: the ratio of the groups' means of host means and its log's delta-method
+    # variance, from numpy. 5 hosts against 4 are unequal units a side, where Welch-
+    # Satterthwaite's degrees of freedom are anti-conservative (docs/statistics.md, "Unequal
+    # boots a side"): the quantile is Behrens-Fisher's, sqrt(w) T(4) + sqrt(1 - w) T(3),
+    # here drawn by Monte Carlo (the exact integral is vmtax's).
     means = runs.groupby("config")["mean"].mean()
     kvm_m = means[means.index.str.contains("group=kvm")].to_numpy()
     bare_m = means[means.index.str.contains("group=bare")].to_numpy()
     v = [x.var(ddof=1) / (x.size * x.mean() ** 2) for x in (kvm_m, bare_m)]
-    dof = sum(v) ** 2 / sum(vi**2 / (x.size - 1) for vi, x in zip(v, (kvm_m, bare_m), strict=True))
+    w = v[0] / sum(v)
+    draws = np.random.default_rng(0).standard_t([4, 3], (400_000, 2))
+    mix = np.abs(np.sqrt(w) * draws[:, 0] + np.sqrt(1 - w) * draws[:, 1])
     est = kvm_m.mean() / bare_m.mean()
-    half = stats.t.ppf(0.975, dof) * np.sqrt(sum(v))
+    half = np.quantile(mix, 0.95) * np.sqrt(sum(v))
     want = (est * np.exp(-half), est * np.exp(half))
     assert kvm.overhead == pytest.approx(est, rel=1e-12)
-    assert (kvm.ci_low, kvm.ci_high) == pytest.approx(want, rel=1e-6)
+    assert (kvm.ci_low, kvm.ci_high) == pytest.approx(want, rel=2e-3)
     assert kvm.verdict == "slower"
     text = compare_format.render_comparison(comp, "markdown")
     header = next(line for line in text.splitlines() if line.startswith("|"))
@@ -68,14 +75,18 @@ def test_a_group_is_its_hosts_means_and_the_interval_is_welchs_on_them():
     assert comp.to_json()["by"] == "group"
 
 
-def test_a_group_of_one_host_says_the_interval_holds_for_that_host_only():
+@pytest.mark.fast
+def test_a_group_of_one_host_gives_no_verdict_and_says_why():
+    # One host a side is one boot a side: the host's own effect is unknown, so no verdict.
     rng = np.random.default_rng(6)
-    comp = compare(fleet(rng, {"bare": 3, "kvm": 1}), "group=bare", options=BY_GROUP)
+    comp = compare(fleet(rng, {"bare": 3, "kvm": 1}, slower=1.5), "group=bare", options=BY_GROUP)
     kvm = comp.rows.set_index("config").loc["group=kvm"]
-    assert "has one host: the interval holds for that host only" in kvm.warnings
+    assert kvm.verdict == "one host" and not np.isfinite(kvm.p_value)
+    assert "no verdict: group=kvm measured in one host" in kvm.warnings
     assert "boot" not in kvm.warnings
 
 
+@pytest.mark.fast
 def test_runs_without_the_label_are_left_out_and_a_label_nobody_has_is_one_line():
     rng = np.random.default_rng(7)
     runs = fleet(rng, {"bare": 3, "kvm": 3})
@@ -88,6 +99,7 @@ def test_runs_without_the_label_are_left_out_and_a_label_nobody_has_is_one_line(
         CompareOptions(by="group;rm")
 
 
+@pytest.mark.slow
 def test_the_host_level_interval_covers_the_truth_95_percent_of_the_time():
     # Hosts differ (5% sd) far more than runs on one host (1%): an interval that took the
     # pooled runs as its unit would cover about half the time, not 95%.
@@ -108,6 +120,7 @@ def cli_agent():
     return str(find_agent())
 
 
+@pytest.mark.slow
 def test_a_report_of_several_hosts_compares_groups_when_asked_and_otherwise_describes_them(
     cli, sqlite_url, tmp_path, monkeypatch
 ):

@@ -22,7 +22,14 @@ from vmtax.errors import VmtaxError
 from vmtax.targets import cpio
 from vmtax.targets import qemu as qemu_module
 from vmtax.targets.base import AgentTimeout, TargetError, find_agent
-from vmtax.targets.images import build_minimal, is_static
+from vmtax.targets.images import (
+    ImageContents,
+    _has_pvh_note,
+    build_minimal,
+    find_kernel,
+    is_static,
+    pvh_kernel,
+)
 from vmtax.targets.qemu import (
     GuestSpec,
     QemuGuest,
@@ -31,6 +38,8 @@ from vmtax.targets.qemu import (
     kernel_hang,
     run_oneshot,
 )
+
+pytestmark = pytest.mark.slow
 
 SMALL = GuestSpec(vcpus=2, memory_mb=512, accel="tcg")
 
@@ -120,6 +129,38 @@ def test_image_is_cached_by_content_hash(image, tmp_path, monkeypatch):
     changed = build_minimal(other)
     assert changed.digest != image.digest and changed.initrd.is_file()
     shutil.rmtree(changed.directory)
+
+
+def test_the_image_carries_the_kernel_unpacked_at_its_pvh_entry_once(image, tmp_path):
+    # The real kernel of this machine (linux-image-amd64, as every guest boots it).
+    kernel, _ = find_kernel()
+    elf = image.boot_kernel.read_bytes()
+    assert image.boot_kernel.name == "vmlinux" and _has_pvh_note(elf)
+    assert image.manifest["boot_kernel"] == "vmlinux (PVH entry)"
+    # What QEMU boots is what the compressed kernel holds, byte for byte.
+    assert pvh_kernel(kernel.read_bytes()) == elf
+    # The note is what decides: with its type changed, the same ELF is not bootable by PVH.
+    at = elf.find(b"Xen\x00", elf.find(b"\x12\x00\x00\x00Xen\x00") - 4)
+    broken = bytearray(elf)
+    broken[at - 4 : at] = (99).to_bytes(4, "little")
+    assert at > 0 and not _has_pvh_note(bytes(broken))
+    assert pvh_kernel(b"MZ not a kernel") is None
+    # A second image of the same kernel links the same file instead of unpacking it again.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VMTAX_CACHE_DIR", str(image.directory.parent.parent))
+        other = build_minimal(find_agent(), contents=ImageContents(files=(("etc/x", b"x"),)))
+    assert other.digest != image.digest
+    assert other.boot_kernel.stat().st_ino == image.boot_kernel.stat().st_ino
+    # Without a NIC, /init loads no NIC driver: it is listed apart.
+    subprocess.run(
+        ["cpio", "-i", "-d", "-F", str(image.initrd), "etc/vmtax-modules", "etc/vmtax-net-modules"],
+        cwd=tmp_path, check=True, capture_output=True,
+    )  # fmt: skip
+    first = (tmp_path / "etc" / "vmtax-modules").read_text().split()
+    later = (tmp_path / "etc" / "vmtax-net-modules").read_text().split()
+    assert "virtio_net.ko" in later and "virtio_net.ko" not in first
+    assert "ext4.ko" in first and "virtio_console.ko" in first
+    assert sorted(first + later) == sorted(image.manifest["modules"])
 
 
 def test_a_dynamically_linked_agent_is_refused():

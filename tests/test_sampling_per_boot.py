@@ -9,11 +9,14 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import parse_suite
 from vmtax.sampling.adaptive import AdaptiveSampler
 from vmtax.sampling.per_boot import EntryBoots, entry_boots, place, run_cost
+
+pytestmark = pytest.mark.fast
 
 SUITE = """
 name = "per-boot"
@@ -126,16 +129,19 @@ def _simulate(
 
 def test_boots_added_by_the_looks_hold_about_kalibera_and_jones_runs(store):
     # Boot effects of 3% against 1% run noise: k = ceil(sqrt(60/0.5 * 1e-4/9e-4)) = 4 with
-    # the true components; the estimates from a handful of boots scatter around that. (A new
-    # boot at every look, with all the runs the look wants, puts a median of 7.5 runs of each
-    # probe in a boot here.)
-    runs = _simulate(store, boot_sd=0.03, boot_cost=60.0, seed=5, precision="0.7%")
+    # the true components; the estimates from a handful of boots scatter around that. The
+    # precision is the boot-level interval's (compare's), so only boots can reach ±2%.
+    runs = _simulate(store, boot_sd=0.03, boot_cost=60.0, seed=5, precision="2%")
     added = runs[runs["boot"] >= 3].groupby(["boot", "probe"]).size()
-    assert added.index.get_level_values("boot").nunique() >= 4, added
-    assert added.median() <= 5, added
-    # A boot 100 times dearer: k is 40, and the looks fill the last planned boot instead.
-    dear = _simulate(store, boot_sd=0.03, boot_cost=6000.0, seed=5, precision="0.7%")
-    assert dear["boot"].max() == 2 and len(dear) > 30, dear.groupby("boot").size()
-    # Boots alike: nothing to gain from a new boot.
-    alike = _simulate(store, boot_sd=0.0, boot_cost=60.0, seed=5, precision="0.7%")
-    assert alike["boot"].max() == 2, alike.groupby("boot").size()
+    assert added.index.get_level_values("boot").nunique() >= 3, added
+    assert added.median() <= 6, added
+    # A boot 100 times dearer: the fewest boots that reach ±2% (the boot effect, not the runs,
+    # sets how many), however many runs each then needs. (This test used to assert that the
+    # looks then fill the last planned boot instead: that reached a run-level ±0.7% that said
+    # nothing about the next boot, which boot-level precision cannot do.)
+    dear = _simulate(store, boot_sd=0.03, boot_cost=6000.0, seed=5, precision="2%")
+    assert dear["boot"].max() <= runs["boot"].max(), (dear["boot"].max(), runs["boot"].max())
+    assert dear["boot"].max() >= 3  # boots are still added: runs alone cannot get there
+    # Boots alike: the three planned boots, or one or two more, are enough.
+    alike = _simulate(store, boot_sd=0.0, boot_cost=60.0, seed=5, precision="2%")
+    assert alike["boot"].max() <= 4, alike.groupby("boot").size()

@@ -13,6 +13,8 @@ from vmtax.hostprof.store import exit_profiles
 from vmtax.sampling.outcome import lines, outcomes
 from vmtax.store import Store
 
+pytestmark = pytest.mark.fast
+
 
 def test_repositories_read_an_empty_store(tmp_path: Path) -> None:
     with Store.open(str(tmp_path / "s.db")) as store:
@@ -22,6 +24,7 @@ def test_repositories_read_an_empty_store(tmp_path: Path) -> None:
         assert store.sweeps.latest() is None
         assert exit_profiles(store, 1).empty
         assert store.sampling.resume_point(1) == (None, None)
+        assert store.noise.rows() == []
 
 
 @pytest.mark.parametrize(
@@ -31,6 +34,7 @@ def test_repositories_read_an_empty_store(tmp_path: Path) -> None:
         ("sampling_looks", lambda s: s.sampling.resume_point(1)),
         ("sweep_steps", lambda s: s.sweeps.committed_steps(1)),
         ("exit_counts", lambda s: exit_profiles(s, 1)),
+        ("noise_profiles", lambda s: s.noise.rows()),
     ],
 )
 def test_a_broken_table_is_one_line(tmp_path: Path, table: str, read: object) -> None:

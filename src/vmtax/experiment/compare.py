@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from vmtax.errors import UsageError
+from vmtax.gate.judge import Outcome, judge
+from vmtax.gate.rule import Rule
 from vmtax.refs import beside, datasets, recompute
 from vmtax.sampling.outcome import imprecise as imprecise_of
 from vmtax.store import Store
@@ -44,6 +46,10 @@ def measured(
         resolved = resolve(store, selectors, baseline, options.by)
         runs = resolved.runs
         imprecise = imprecise_of(store, runs)
+        # heavy: scipy (vmtax.noise), already loaded by the comparison above
+        from vmtax.experiment.calibrate import between_boot
+
+        profiled = between_boot(store, runs)  # one boot a side: a stored profile's variance
     # No mask only for an empty --baseline: compare() then reports the selector itself.
     base = resolved.baseline_mask if resolved.baseline_mask is not None else baseline
     return compare(
@@ -53,7 +59,13 @@ def measured(
         options=options,
         label=baseline,
         imprecise=imprecise,
+        between_boot=profiled,
     )
+
+
+def gated(comp: Comparison, rule: Rule) -> Outcome:
+    """The comparison's rows judged by the gate of ``vmtax compare --fail-on/--max-overhead``."""
+    return judge([{str(k): v for k, v in r.items()} for r in comp.rows.to_dict("records")], rule)
 
 
 def beside_dataset(comp: Comparison, dataset: str, where: dict[str, str]) -> pd.DataFrame:

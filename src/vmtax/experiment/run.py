@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import random
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from vmtax import doctor
@@ -23,7 +25,7 @@ from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.report import Reporting, RunReport, after_run, check_template
 from vmtax.experiment.request import RunRequest, command_line
 from vmtax.fleet.run import AnsibleRunner, is_inventory
-from vmtax.hostprof.modes import parse_mode
+from vmtax.hostprof.modes import parse_mode, parse_modes, stored_modes
 from vmtax.hostprof.recorder import Recorder
 from vmtax.plan import bounds
 from vmtax.plan.params import apply_params
@@ -32,7 +34,7 @@ from vmtax.plan.suite import load_suite
 from vmtax.plan.targets import make_targets
 from vmtax.store import Store
 from vmtax.targets.local import LocalTarget
-from vmtax.targets.spec import LevelSpec, TargetSpec
+from vmtax.targets.spec import LevelSpec, SshSpec, TargetSpec
 from vmtax.version import __version__
 from vmtax.workloads import image_contents, package_capabilities
 
@@ -54,6 +56,39 @@ class Finished:
     report: RunReport | None = None  # the report written after it (experiment/report.py)
 
 
+def _ssh_hosts_resolve(specs: list[TargetSpec]) -> None:
+    """Every SSH target's host has an address (VmtaxError naming the first that has none):
+    found at the start instead of after the guest levels beside it were booted. A name
+    that only the user's ssh_config knows (a Host alias) is left to the connection."""
+    for spec in specs:
+        if not isinstance(spec, SshSpec):
+            continue
+        try:
+            socket.getaddrinfo(spec.host, spec.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            if _ssh_config_names(spec.host):
+                continue
+            raise VmtaxError(
+                f"SSH target {spec.url}: cannot resolve host {spec.host!r} ({exc.strerror}); "
+                "nothing was started"
+            ) from None
+        except (UnicodeError, ValueError) as exc:
+            raise VmtaxError(f"SSH target {spec.url}: bad host name ({exc})") from None
+
+
+def _ssh_config_names(host: str) -> bool:
+    """Whether ~/.ssh/config names ``host`` on a Host line (an alias resolved there)."""
+    try:
+        text = (Path.home() / ".ssh" / "config").read_text(errors="replace")[:1_000_000]
+    except OSError:
+        return False
+    return any(
+        host in line.split()[1:] or "*" in line
+        for line in text.splitlines()
+        if line.strip().lower().startswith("host ")
+    )
+
+
 def run(
     request: RunRequest,
     *,
@@ -67,6 +102,7 @@ def run(
     check_template()
     specs = request.target_specs(checked.levels)
     the_suite, source = load_suite(request.suite)
+    _ssh_hosts_resolve(specs)  # needs no boot: before KVM is probed and a guest booted
     _require_level_packages(specs)
     local = _local_target()
     available = rn.list_probes(local)
@@ -87,6 +123,16 @@ def run(
         duration=request.duration,
         **checked.sampling,
     )
+    # What a profile gave is said once the request has passed every check below (a bad
+    # preset is refused in one line, with nothing said about profiles before it).
+    profile_lines: list[str] = []
+    profiled = _profile_design(request, specs, checked.labels, local_fp, plan, profile_lines.append)
+    if profiled is not None:  # a noise profile's design: its boots, a fixed number of runs
+        specs = [_with_boots(s, profiled.boots) for s in specs]
+        plan = build_plan(
+            the_suite, source=source, seed=seed, targets=specs, probes=request.probes or None,
+            runs=profiled.runs, timeout=request.timeout, duration=request.duration,
+        )  # fmt: skip
     if plan.sampling and plan.sampling.get("unreachable"):
         notice(f"vmtax: warning: {plan.sampling['unreachable']}")
     elif plan.sampling and plan.sampling.get("raised_for"):
@@ -95,7 +141,10 @@ def run(
             f"{plan.sampling['raised_for']} comparisons can reach p < 0.05 after Holm"
         )
     if plan.sampling:
-        plan.sampling["boot_cost_s"] = request.boot_cost_s  # stored: a resume keeps it
+        plan.sampling["boot_cost_s"] = request.boot_cost  # stored: a resume keeps it
+        # Given, it is used as given; otherwise each guest's measured boots replace it as
+        # they come (sampling.adaptive: AdaptiveSampler._boot_cost).
+        plan.sampling["boot_cost_given"] = request.boot_cost_s is not None
         # Adaptive sampling's statistics pull in scipy (over a second): only when asked for.
         from vmtax.sampling.runlength import apply
 
@@ -108,11 +157,15 @@ def run(
     built, limit = make_targets(
         specs, accept_new_host_key=request.accept_new_host_key, contents=image_contents()
     )
+    for line in profile_lines:
+        notice(line)
     # Opened once the request, the machine and the targets (a preset, an SSH port) are known
     # to be able to run it: a run refused for any of them leaves no empty store behind.
     store = Store.open(request.db)
     options = {
-        "level": request.level, "labels": checked.labels, "exits": parse_mode(request.exits),
+        "level": request.level, "labels": checked.labels,
+        "exits": stored_modes(parse_modes(request.exits)),
+        "noise": _noise_keys(request, specs, checked.labels, local_fp),
     }  # fmt: skip
     exp_id = store.create_experiment(
         command=command_line(request.argv, store.url_display),
@@ -126,10 +179,11 @@ def run(
     fps = {i: local_fp for i, s in enumerate(specs) if s.kind == "local"}
     finished = execute(
         store, plan, built, exp_id, done=set(), level=request.level, labels=checked.labels,
-        max_workers=limit or 4, fingerprints=fps, exits=parse_mode(request.exits),
+        max_workers=limit or 4, fingerprints=fps, exits=parse_modes(request.exits),
         progress=progress, started=request.started,
         accept_new_host_key=request.accept_new_host_key,
     )  # fmt: skip
+    _grow_profiles(finished, specs, checked.labels, local_fp, request, notice)
     return _reported(reporting, finished)
 
 
@@ -215,7 +269,7 @@ def execute(
     labels: dict[str, str],
     max_workers: int,
     fingerprints: dict[int, Any],
-    exits: str,
+    exits: dict[str, str],
     progress: Progress | None,
     started: float | None,
     accept_new_host_key: bool = False,
@@ -271,15 +325,20 @@ def _require_workload_packages(plan: Plan) -> None:
         doctor.require_capabilities(chosen, what=f"workload {', '.join(c.name for c in chosen)}")
 
 
-def _exit_recorders(store: Store, exits: str) -> list[Any]:
+def _exit_recorders(store: Store, exits: dict[str, str]) -> list[Any]:
+    """One recorder for the run, its mode chosen per target's level (``exits``:
+    ``modes.parse_modes``); none when no level is recorded."""
     if not exits:
         return []
-    return [Recorder(store, mode=exits)]
+    return [Recorder(store, modes=exits)]
 
 
-def _stored_exits(stored: Any) -> str:  # noqa: ANN401 - a plan's JSON
-    """The --exits mode a stored experiment ran with; ``true`` was a tracing run."""
-    return "trace" if stored is True else parse_mode(stored or False)
+def _stored_exits(stored: Any) -> dict[str, str]:  # noqa: ANN401 - a plan's JSON
+    """The recorder per level a stored experiment ran with: a mapping (per level) or one
+    mode; ``true`` was a tracing run."""
+    if isinstance(stored, dict):
+        return {str(k): parse_mode(str(v)) for k, v in stored.items()}
+    return parse_modes("trace" if stored is True else stored or False)
 
 
 def _adaptive(store: Store, plan: Plan, exp_id: int, started: float | None) -> Any:
@@ -295,3 +354,84 @@ def _local_target() -> Any:
     target = LocalTarget()
     target.prepare()
     return target
+
+
+def _profile_design(
+    request: RunRequest,
+    specs: list[TargetSpec],
+    labels: dict[str, str],
+    local_fp: Any,  # noqa: ANN401 - the agent's Fingerprint
+    plan: Plan,
+    notice: Notice,
+) -> Any:  # noqa: ANN401 - calibrate.RunDesign with boots, or None
+    """The design a noise profile gives this run (vmtax.noise), after saying which profile
+    was used or why none was; None keeps today's design. A profile never breaks a run."""
+    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+        return None
+    try:
+        # heavy: scipy (vmtax.noise), only for a run with a guest level
+        from vmtax.experiment.calibrate import run_design
+
+        precision = plan.sampling.get("precision") if plan.sampling else None
+        fp = local_fp.model_dump(mode="json", by_alias=True)
+        budget = plan.sampling.get("budget_s") if plan.sampling else None
+        design = run_design(
+            request, specs, labels, fp, list(plan.entries), precision, budget=budget
+        )
+    except Exception as exc:  # noqa: BLE001 - a profile must not break a run
+        notice(f"noise profile: not used ({type(exc).__name__}: {exc}); today's design")
+        return None
+    if design is None:
+        return None
+    notice(design.line)
+    return design if design.boots is not None else None
+
+
+def _noise_keys(
+    request: RunRequest,
+    specs: list[TargetSpec],
+    labels: dict[str, str],
+    local_fp: Any,  # noqa: ANN401 - the agent's Fingerprint
+) -> dict[str, Any] | None:
+    """The noise-profile keys of this experiment's guest configurations (stored with it, so
+    that `vmtax compare` finds their profile); None without a guest level."""
+    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+        return None
+    # heavy: scipy (vmtax.noise), only for a run with a guest level (loaded already by then)
+    from vmtax.experiment.calibrate import noise_keys
+
+    fp = local_fp.model_dump(mode="json", by_alias=True)
+    return noise_keys(specs, labels, fp, duration=request.duration, suite=request.suite)
+
+
+def _with_boots(spec: TargetSpec, boots: int) -> TargetSpec:
+    if isinstance(spec, LevelSpec) and spec.is_guest:
+        return spec.model_copy(update={"boots": boots})
+    return spec
+
+
+def _grow_profiles(
+    finished: Finished,
+    specs: list[TargetSpec],
+    labels: dict[str, str],
+    local_fp: Any,  # noqa: ANN401 - the agent's Fingerprint
+    request: RunRequest,
+    notice: Notice,
+) -> None:
+    """Fold the experiment's boots into the matching noise profiles of this machine."""
+    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+        return
+    try:
+        # heavy: scipy (vmtax.noise), only after a run with a guest level
+        from vmtax.experiment.calibrate import grow
+
+        fp = local_fp.model_dump(mode="json", by_alias=True)
+        line = grow(
+            finished.store, finished.experiment_id, specs, labels, fp,
+            duration=request.duration, suite=request.suite,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a profile must not break a run
+        notice(f"noise profile: not grown ({type(exc).__name__}: {exc})")
+        return
+    if line:
+        notice(line)

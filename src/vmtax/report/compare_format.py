@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -27,7 +28,7 @@ _DISPLAY = [
     ("config", "config"),
     ("n_runs", "runs"),
     ("boots", "boots"),
-    ("between_share", "between-boot %"),
+    ("between_share", "between-boot % [95% CI]"),
     ("runs_per_boot", "runs/boot (K&J)"),
     ("mean", "mean"),
     ("unit", "unit"),
@@ -85,6 +86,15 @@ def fmt_ci(low: Any, high: Any) -> str:
     return f"[{fmt_ratio(low)}, {fmt_ratio(high)}]"
 
 
+def _share(rec: Mapping[Any, Any]) -> str:
+    """The between-boot share in percent with its interval (vmtax.stats.boots)."""
+    share = _num(100.0 * rec["between_share"], 2)
+    low, high = rec.get("share_low"), rec.get("share_high")
+    if isinstance(low, float) and isinstance(high, float) and math.isfinite(low + high):
+        return f"{share} [{_num(100.0 * low, 2)}, {_num(100.0 * high, 2)}]"
+    return share
+
+
 def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
     """The rounded, human-readable view of ``Comparison.rows``."""
     out = []
@@ -97,7 +107,7 @@ def comparison_display(rows: pd.DataFrame) -> pd.DataFrame:
                 "config": rec["config"],
                 "n_runs": str(rec["n_runs"]),
                 "boots": str(rec["boots"]),
-                "between_share": _num(100.0 * rec["between_share"], 2),
+                "between_share": _share(rec),
                 "runs_per_boot": _count(rec["runs_per_boot"]),
                 "mean": _num(rec["mean"]),
                 "unit": rec["unit"] or "",
@@ -120,7 +130,11 @@ def _headers(comp: Comparison) -> list[tuple[str, str]]:
     another counts boots (its clusters are hosts)."""
     if not comp.by:
         return _DISPLAY
-    named = {"boots": "hosts", "between_share": "between-host %", "runs_per_boot": "runs/host"}
+    named = {
+        "boots": "hosts",
+        "between_share": "between-host % [95% CI]",
+        "runs_per_boot": "runs/host",
+    }
     return [(k, named.get(k, head)) for k, head in _DISPLAY]
 
 

@@ -83,6 +83,7 @@ _REASONS = {
     "max_runs": "the run limit was reached",
     "failed": "its runs failed",
     "stopped": "the run was stopped",
+    "one_boot": "one boot: precise about this boot only; the configuration needs 2 boots or more",
 }
 
 

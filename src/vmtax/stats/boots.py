@@ -19,6 +19,7 @@ most precise mean for the time spent are ``ceil(sqrt(c_boot / c_run · within / 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ import pandas as pd
 #: What :meth:`VarianceComponents.runs_per_boot` returns when no boot effect is detected
 #: (``between`` = 0): the formula's infinity, bounded to a count a plan can use.
 MAX_RUNS_PER_BOOT = 100
+#: The stand-in boot id the store gives a run stored without one (``store.store``'s
+#: ``UNRECORDED_BOOT``, kept equal by a test): such runs' boots are not known.
+UNRECORDED_BOOT = "unrecorded-"
 #: The warning of a comparison whose sides have one boot each (runs are then its unit).
 ONE_BOOT = "one boot: the interval holds for this boot only"
 
@@ -105,6 +109,49 @@ def variance_components(
     return VarianceComponents(between, within, k, n_runs)
 
 
+def boot_mean_dof(sizes: Sequence[int], between: float, within: float) -> float:
+    """Satterthwaite's degrees of freedom of the sample variance of B boot means whose boots
+    hold ``sizes`` runs: B − 1 when every boot mean has the same variance, fewer when they
+    differ. A boot mean's variance is ``between + within / n_b``; with ``V`` their diagonal
+    and ``A = I − J/B`` the centring, the sum of squares ``y'Ay`` has mean ``tr(AV)`` and
+    variance ``2 tr(AVAV)``, so the chi-square it is matched to has ``tr(AV)² / tr(AVAV)``
+    degrees of freedom (Satterthwaite 1946). A few boots of two runs beside boots of twenty
+    (what adaptive sampling makes) carry most of the spread: the t quantile must come from
+    their few degrees of freedom, not from B − 1. Unknown components: B − 1."""
+    n = np.asarray(sizes, dtype=np.float64)
+    b = int(n.size)
+    if b < 2:
+        return math.nan
+    if not (math.isfinite(between) and math.isfinite(within)) or np.all(n == n[0]):
+        return float(b - 1)
+    v = max(between, 0.0) + max(within, 0.0) / n
+    if not np.all(v > 0):
+        return float(b - 1)
+    av = np.diag(v) - np.outer(np.ones(b), v) / b  # A @ diag(v)
+    dof = float(np.trace(av)) ** 2 / float(np.sum(av * av.T))
+    return min(float(b - 1), max(1.0, dof))
+
+
+@dataclass(frozen=True)
+class ExternalBetween:
+    """A between-boot variance of log run means known from outside the experiment (a stored
+    noise profile of this machine and configuration), with its degrees of freedom and where it
+    came from. It is what lets one boot a side give a verdict about the configuration: without
+    it, a side measured in one boot shows only the difference within that boot
+    (docs/statistics.md, "One boot a side"). ``vmtax.stats.compare.compare`` takes one per
+    (probe, configuration) in ``between_boot``."""
+
+    variance: float
+    dof: float
+    source: str = "profile"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.variance) and self.variance >= 0):
+            raise ValueError(f"a between-boot variance must be >= 0, got {self.variance}")
+        if not (math.isfinite(self.dof) and self.dof > 0):
+            raise ValueError(f"its degrees of freedom must be > 0, got {self.dof}")
+
+
 @dataclass(frozen=True)
 class Units:
     """One side of a comparison in its independent units: boot means when the side was
@@ -115,6 +162,9 @@ class Units:
     clusters: np.ndarray
     boot_level: bool
     boots: int
+    #: Degrees of freedom of the units' variance: n − 1, or for boot means with unequal runs
+    #: per boot :func:`boot_mean_dof` (NaN: not given, n − 1 is meant).
+    dof: float = math.nan
 
 
 def units(
@@ -133,5 +183,92 @@ def units(
     codes, labels = pd.factorize(pd.Series(ids, dtype=object), sort=False)
     if labels.size < 2:
         return Units(v, rnd, False, int(labels.size))
-    means = np.bincount(codes, weights=v) / np.bincount(codes)
-    return Units(means, np.asarray(labels, dtype=object), True, int(labels.size))
+    sizes = np.bincount(codes)
+    means = np.bincount(codes, weights=v) / sizes
+    dof = float(labels.size - 1)
+    if np.any(sizes != sizes[0]) and np.all(v > 0):
+        comp = variance_components(np.log(v), list(ids))
+        dof = boot_mean_dof(sizes.tolist(), comp.between, comp.within)
+    return Units(means, np.asarray(labels, dtype=object), True, int(labels.size), dof)
+
+
+@dataclass(frozen=True)
+class ComponentIntervals:
+    """The variance components of log run means with their confidence intervals.
+
+    ``within`` (σ_w²): exact for normal run noise, ``SSW / χ²`` quantiles with N − B degrees
+    of freedom. ``between`` (σ_b²): the modified large-sample (MLS) interval of a difference
+    of mean squares, ``(MSB − MSW) / n0`` (Graybill and Wang 1980; Burdick and Graybill,
+    "Confidence Intervals on Variance Components", 1992, §3.2), cut at 0. ``share``
+    (σ_b² / (σ_b² + σ_w²), the intraclass correlation): exact from the F ratio
+    ``MSB / MSW`` for balanced boots (Searle, Casella and McCulloch 1992, §3.5). With
+    unbalanced boots ``n0`` stands in for the runs per boot (the intervals are then
+    approximate; ``tests/test_boots_components.py`` simulates both). scipy and statsmodels
+    have no interval for a variance component, hence these few lines. NaN where undefined
+    (one boot, or no boot with two runs)."""
+
+    components: VarianceComponents
+    between_low: float
+    between_high: float
+    within_low: float
+    within_high: float
+    share_low: float
+    share_high: float
+
+
+def component_intervals(
+    log_run_means: np.ndarray, boot_ids: Sequence[object], confidence: float = 0.95
+) -> ComponentIntervals:
+    """:func:`variance_components` with the intervals of :class:`ComponentIntervals`."""
+    comp = variance_components(log_run_means, boot_ids)
+    nan = math.nan
+    if not (comp.boots >= 2 and math.isfinite(comp.within)):
+        return ComponentIntervals(comp, nan, nan, nan, nan, nan, nan)
+    y = np.asarray(log_run_means, dtype=np.float64)
+    ids = np.asarray(list(boot_ids), dtype=object)[np.isfinite(y)]
+    y = y[np.isfinite(y)]
+    codes, _ = pd.factorize(pd.Series(ids, dtype=object), sort=False)
+    sizes = np.bincount(codes).astype(np.float64)
+    k, n = int(sizes.size), int(y.size)
+    means = np.bincount(codes, weights=y) / sizes
+    df1, df2 = k - 1, n - k
+    msw = comp.within
+    msb = float(np.sum(sizes * (means - y.mean()) ** 2)) / df1
+    n0 = (n - float(np.sum(sizes * sizes)) / n) / df1
+    w_lo_q, w_hi_q, g1, g2, h1, h2, g12, h12, fu, fl = _mls_constants(df1, df2, confidence)
+    # within: SSW / sigma_w^2 ~ chi2(df2)
+    w_low = msw * df2 / w_hi_q
+    w_high = msw * df2 / w_lo_q
+    diff = msb - msw
+    lo = diff - math.sqrt(max(0.0, g1 * g1 * msb * msb + h2 * h2 * msw * msw + g12 * msb * msw))
+    hi = diff + math.sqrt(max(0.0, h1 * h1 * msb * msb + g2 * g2 * msw * msw + h12 * msb * msw))
+    # share: F / F-quantiles, mapped through rho = (F' - 1) / (F' - 1 + n0)
+    ratio = msb / msw if msw > 0 else math.inf
+    s_lo = s_hi = nan
+    if math.isfinite(ratio):
+        lo_f, hi_f = ratio / fu, ratio / fl
+        s_lo = min(1.0, max(0.0, (lo_f - 1) / (lo_f - 1 + n0)))
+        s_hi = min(1.0, max(0.0, (hi_f - 1) / (hi_f - 1 + n0)))
+    return ComponentIntervals(comp, max(0.0, lo / n0), max(0.0, hi / n0), w_low, w_high, s_lo, s_hi)
+
+
+@functools.lru_cache(maxsize=1024)
+def _mls_constants(df1: int, df2: int, confidence: float) -> tuple[float, ...]:
+    """The chi-square and F quantiles of :func:`component_intervals` for its degrees of
+    freedom: (χ² lower, χ² upper of df2, G1, G2, H1, H2, G12, H12, F upper, F lower), where
+    ``F_{a: p, q}`` is the upper-a quantile and ``F_{a: p, ∞} = χ²_a(p) / p``."""
+    from scipy import stats  # heavy: scipy, only where intervals are asked for
+
+    a = (1 - confidence) / 2
+    f1u, f1l = stats.chi2.ppf(1 - a, df1) / df1, stats.chi2.ppf(a, df1) / df1
+    f2u, f2l = stats.chi2.ppf(1 - a, df2) / df2, stats.chi2.ppf(a, df2) / df2
+    fu, fl = float(stats.f.ppf(1 - a, df1, df2)), float(stats.f.ppf(a, df1, df2))
+    g1, g2 = 1 - 1 / f1u, 1 - 1 / f2u
+    h1, h2 = 1 / f1l - 1, 1 / f2l - 1
+    g12 = ((fu - 1) ** 2 - g1 * g1 * fu * fu - h2 * h2) / fu
+    h12 = ((1 - fl) ** 2 - h1 * h1 * fl * fl - g2 * g2) / fl
+    return (
+        float(stats.chi2.ppf(a, df2)),
+        float(stats.chi2.ppf(1 - a, df2)),
+        float(g1), float(g2), float(h1), float(h2), float(g12), float(h12), fu, fl,
+    )  # fmt: skip

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,14 @@ COLUMNS = [
     "n_runs",
     "boots",
     "between_share",
+    "share_low",
+    "share_high",
+    "between_var",
+    "between_low",
+    "between_high",
+    "within_var",
+    "within_low",
+    "within_high",
     "runs_per_boot",
     "mean",
     "stderr",
@@ -219,13 +227,17 @@ def compare(
     options: CompareOptions | None = None,
     label: str | None = None,
     imprecise: Collection[tuple[int, str]] = (),
+    between_boot: BetweenBoot | None = None,
     **settings: Any,
 ) -> Comparison:
     """Compare every configuration in ``runs`` with the ``baseline`` selector's configuration.
 
     ``runs`` has the ``Store.runs()`` columns (runs are the unit: raw iterations are not
     needed). ``options`` says how (the defaults when None); a caller without one may give
-    its fields as keywords instead (``resamples=2000``), checked the same way. Raises
+    its fields as keywords instead (``resamples=2000``), checked the same way.
+    ``between_boot(probe, runs)``: a between-boot variance from outside the experiment (a
+    stored noise profile) for a configuration measured in one boot, or None; with it such a
+    side can give a verdict, without it it cannot (docs/statistics.md, "One boot a side"). Raises
     UsageError when the baseline matches no run or, for one probe, more than one
     configuration.
     """
@@ -280,12 +292,13 @@ def compare(
                 sides,
                 notes,
                 boot_cost_s,
+                between_boot,
             )
 
     frame = pd.DataFrame(
         rows,
         columns=[*COLUMNS, "_ratio", "_labels", "_exp", "_n_base", "_n_units", "_unit_name"]
-        + ["_floor_test"],
+        + ["_floor_test", "_no_verdict"],
     )
     if frame.empty or frame["is_baseline"].all():
         raise UsageError(
@@ -318,12 +331,13 @@ def compare(
                 f"{int(frame['_n_base'].loc[i])} {frame['_unit_name'].loc[i]}",
             )
     frame["verdict"] = [
-        "baseline" if b else _verdict(pa, lo, hi, noise)
-        for b, pa, lo, hi in zip(
+        "baseline" if b else (why or _verdict(pa, lo, hi, noise))
+        for b, pa, lo, hi, why in zip(
             frame["is_baseline"],
             frame["p_adjusted"],
             frame["ci_low"],
             frame["ci_high"],
+            frame["_no_verdict"],
             strict=True,
         )
     ]
@@ -412,6 +426,7 @@ def _compare_metric(
     sides: dict[int, tuple[boots.Units, boots.Units]],
     notes: list[str],
     boot_cost_s: float,
+    between_boot: BetweenBoot | None = None,
 ) -> None:
     column, unit_override, better_override = METRICS[name]
     # A pooled comparison's clusters are its hosts (_pooled_by), another's its boots.
@@ -448,19 +463,56 @@ def _compare_metric(
                 f"few runs ({vals.size} vs {base_vals.size}): want >= {MIN_RUNS} per side"
             )
         cfg_units = _units(g, column)
-        comp = components(g, column)
+        comp_ci = component_intervals(g, column)
+        comp = comp_ci.components
         floor_test = test
+        no_verdict = ""
+        # A guest measured in one boot (its boots known): its runs say nothing about the next
+        # boot, so no verdict about the configuration, unless a between-boot variance from
+        # outside (a stored profile) stands in for the boots it lacks.
+        ext_c = _external(between_boot, probe, g, cfg_units, word) if not is_base else None
+        ext_b = _external(between_boot, probe, base, base_units, word) if not is_base else None
+        lone = [
+            who
+            for units_, at, ext, who in (
+                (cfg_units, g, ext_c, key),
+                (base_units, base, ext_b, "the baseline"),
+            )
+            if ext is None and _one_boot_guest(units_, at)
+        ]
         if is_base:
             ratio = intervals.RatioInterval(1.0, math.nan, math.nan)
             p = math.nan
-        elif cfg_units.boot_level or base_units.boot_level:
+        elif lone and not (cfg_units.boot_level or base_units.boot_level):
+            # What is known: the difference within this boot (runs as the unit); no test.
+            ratio = intervals.ratio_interval(vals, base_vals, better)
+            p = math.nan
+            no_verdict = f"one {word}"
+            warnings.append(_one_boot_text(word, lone))
+        elif (
+            cfg_units.boot_level or base_units.boot_level or ext_c is not None or ext_b is not None
+        ):
             # Boots are the unit above runs: a side with two boots or more enters as its boot
             # means, so the interval and the test see the boot-to-boot spread.
             # The test is the interval's dual, so verdict and interval agree; permuting 3
             # boot means against 3 could never reach a verdict under Holm.
-            ratio = intervals.boot_ratio_interval(cfg_units, base_units, better)
-            p = significance.boot_pvalue(cfg_units, base_units)
+            ratio = intervals.boot_ratio_interval(
+                cfg_units, base_units, better, cfg_external=ext_c, base_external=ext_b
+            )
+            p = significance.boot_pvalue(
+                cfg_units, base_units, cfg_external=ext_c, base_external=ext_b
+            )
             floor_test = "welch"  # no floor: a continuous test
+            for ext, who in ((ext_c, key), (ext_b, "the baseline")):
+                if ext is not None:
+                    warnings.append(
+                        f"{who}: one {word}, its between-{word} variance from {ext.source} "
+                        f"({ext.dof:.3g} degrees of freedom)"
+                    )
+            if lone:
+                p = math.nan
+                no_verdict = f"one {word}"
+                warnings.append(_one_boot_text(word, lone))
             for side, other, who, at in (
                 (cfg_units, base_units, key, g),
                 (base_units, cfg_units, "the baseline", base),
@@ -471,6 +523,7 @@ def _compare_metric(
                     not side.boot_level
                     and other.boot_level
                     and ("_pooled" in at or level_number(at["level"].iloc[0]) != 0)
+                    and not lone
                 ):
                     whose = "that" if word == "host" else "its"
                     warnings.append(
@@ -497,6 +550,14 @@ def _compare_metric(
                 "n_runs": int(vals.size),
                 "boots": int(cfg_units.boots),
                 "between_share": comp.between_share,
+                "share_low": comp_ci.share_low,
+                "share_high": comp_ci.share_high,
+                "between_var": comp.between,
+                "between_low": comp_ci.between_low,
+                "between_high": comp_ci.between_high,
+                "within_var": comp.within,
+                "within_low": comp_ci.within_low,
+                "within_high": comp_ci.within_high,
                 "runs_per_boot": _runs_per_boot(comp, g, boot_cost_s),
                 "mean": mean,
                 "stderr": sem,
@@ -516,8 +577,52 @@ def _compare_metric(
                 "_n_units": int(cfg_units.values.size),
                 "_unit_name": f"{word}s" if clustered else "runs",
                 "_floor_test": floor_test,
+                "_no_verdict": no_verdict,
             }
         )
+
+
+#: A between-boot variance from outside the experiment for one probe's configuration (its
+#: runs given), or None: the hook a stored noise profile plugs into (``compare``'s
+#: ``between_boot``).
+BetweenBoot = Callable[[str, pd.DataFrame], "boots.ExternalBetween | None"]
+
+
+def _one_boot_guest(units: boots.Units, group: pd.DataFrame) -> bool:
+    """A side measured in one boot whose boot is known (its runs carry a boot id) and varies: a
+    guest level, or a pool of one host. L0's one boot is the machine's own, shared by every
+    configuration measured on it. Runs without a recorded boot (stored before boot ids, or a
+    frame built without a ``boot`` column) keep the per-run comparison with its warning: how
+    many boots they came from is not known."""
+    if units.boot_level or "boot" not in group:
+        return False
+    if "_pooled" in group:
+        return True
+    recorded = any(
+        isinstance(b, str) and b and not b.startswith(boots.UNRECORDED_BOOT) for b in group["boot"]
+    )
+    return recorded and level_number(group["level"].iloc[0]) != 0
+
+
+def _external(
+    between_boot: BetweenBoot | None,
+    probe: str,
+    group: pd.DataFrame,
+    units: boots.Units,
+    word: str,
+) -> boots.ExternalBetween | None:
+    if between_boot is None or word != "boot" or not _one_boot_guest(units, group):
+        return None
+    return between_boot(probe, group)
+
+
+def _one_boot_text(word: str, who: list[str]) -> str:
+    sides = " and ".join(who)
+    return (
+        f"no verdict: {sides} measured in one {word}; the interval is the difference within "
+        f"this {word}, and a verdict about the configuration needs 2 {word}s or more a side "
+        f"(or a between-{word} variance from a stored profile)"
+    )
 
 
 def _boot_ids(group: pd.DataFrame) -> list[object] | None:
@@ -540,6 +645,28 @@ def components(group: pd.DataFrame, column: str) -> boots.VarianceComponents:
         logs = np.log(values)
     ids = _boot_ids(group) or ["one"] * len(values)
     return boots.variance_components(logs, ids)
+
+
+_COMPONENT_COLUMNS = (
+    "share_low",
+    "share_high",
+    "between_var",
+    "between_low",
+    "between_high",
+    "within_var",
+    "within_low",
+    "within_high",
+)
+
+
+def component_intervals(group: pd.DataFrame, column: str) -> boots.ComponentIntervals:
+    """:func:`components` with their 95% intervals
+    (:func:`vmtax.stats.boots.component_intervals`)."""
+    values = pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log(values)
+    ids = _boot_ids(group) or ["one"] * len(values)
+    return boots.component_intervals(logs, ids)
 
 
 def _runs_per_boot(
@@ -639,6 +766,7 @@ def _geomean_rows(
                 "n_runs": int(part["n_runs"].min()),
                 "boots": int(part["boots"].min()),
                 "between_share": math.nan,
+                **dict.fromkeys(_COMPONENT_COLUMNS, math.nan),
                 "runs_per_boot": math.nan,
                 "mean": math.nan,
                 "stderr": math.nan,
@@ -649,7 +777,11 @@ def _geomean_rows(
                 "ci_high": res.high,
                 "p_value": math.nan,
                 "p_adjusted": math.nan,
-                "verdict": _band_verdict(res.low, res.high, noise),
+                # a geomean over a row measured in one boot is no verdict about it either
+                "verdict": next(
+                    (str(w) for w in part["_no_verdict"] if w),
+                    _band_verdict(res.low, res.high, noise),
+                ),
                 "warnings": f"summary of {part['probe'].nunique()} probes, {unit} as the "
                 "unit; not a test",
             }

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from vmtax.stats.boots import Units
+from vmtax.stats.boots import ExternalBetween, Units
 
 CONFIDENCE = 0.95
 
@@ -63,7 +63,7 @@ class LogVariance:
     """One side's share of a log-ratio's variance: ``s²/(n m²)`` and its degrees of freedom."""
 
     var: float
-    dof: int
+    dof: float
 
 
 @dataclass(frozen=True)
@@ -176,24 +176,135 @@ def behrens_fisher_quantile(
     return np.interp(w, _BF_WEIGHTS, _bf_table(int(df1), int(df2), float(confidence)))
 
 
+def side_log_variance(units: Units, external: ExternalBetween | None = None) -> LogVariance | None:
+    """One side's ``(variance of log mean, degrees of freedom)`` at the level that varies:
+
+    - boot means (two boots or more): ``s²/(B m²)`` with B − 1 degrees of freedom, fewer when
+      the boots hold unequal runs (:func:`vmtax.stats.boots.boot_mean_dof`);
+    - one boot's runs with an ``external`` between-boot variance (a stored noise profile):
+      the boot's own run spread plus the boot effect it cannot show, ``σ_b² + s²/(n m²)``,
+      with Satterthwaite's degrees of freedom from the profile's and the runs';
+    - one boot's runs without: ``s²/(n m²)``, n − 1, an interval for that boot only.
+
+    None when it cannot be had (under two units, or a mean that is not positive)."""
+    lv = log_variance(units.values)
+    if lv is None:
+        return None
+    if units.boot_level:
+        dof = units.dof if math.isfinite(units.dof) else lv.dof
+        return LogVariance(lv.var, dof)
+    if external is None:
+        return lv
+    ext = max(float(external.variance), 0.0)
+    total = ext + lv.var
+    if ext == 0:
+        return lv
+    denom = ext * ext / float(external.dof) + lv.var * lv.var / lv.dof
+    return LogVariance(total, total * total / denom)
+
+
+def _boot_sides(
+    cfg: Units,
+    base: Units,
+    cfg_external: ExternalBetween | None,
+    base_external: ExternalBetween | None,
+) -> tuple[LogVariance, LogVariance, bool] | None:
+    """Both sides' parts and whether the quantile is Behrens–Fisher's: when the sides' units
+    differ in kind, or their degrees of freedom differ (unequal boots a side)."""
+    vc = side_log_variance(cfg, cfg_external)
+    vb = side_log_variance(base, base_external)
+    if vc is None or vb is None:
+        return None
+    kind_c = cfg.boot_level or cfg_external is not None
+    kind_b = base.boot_level or base_external is not None
+    return vc, vb, kind_c != kind_b or vc.dof != vb.dof
+
+
 def boot_ratio_interval(
-    cfg: Units, base: Units, better: str, confidence: float = CONFIDENCE
+    cfg: Units,
+    base: Units,
+    better: str,
+    confidence: float = CONFIDENCE,
+    *,
+    cfg_external: ExternalBetween | None = None,
+    base_external: ExternalBetween | None = None,
 ) -> RatioInterval:
-    """:func:`ratio_interval` on the sides' units (boot means or runs); with boot means on one
-    side and runs on the other, the Behrens–Fisher quantile (see the module's docstring)."""
+    """:func:`ratio_interval` on the sides' units (boot means or runs). Welch–Satterthwaite
+    when both sides have the same kind of unit and the same degrees of freedom (equal boots
+    a side); the Behrens–Fisher quantile otherwise (boot means against one boot's runs, or
+    unequal boots a side: docs/statistics.md, "Unequal boots a side"). Non-integer degrees of
+    freedom are rounded down for the Behrens–Fisher table (conservative)."""
     plain = ratio_interval(cfg.values, base.values, better, confidence=confidence)
-    if not plain.parts or cfg.boot_level == base.boot_level:
+    if not plain.parts:
         return plain
-    vc, vb = plain.parts
+    sides = _boot_sides(cfg, base, cfg_external, base_external)
+    if sides is None:
+        return RatioInterval(plain.estimate, math.nan, math.nan)
+    vc, vb, bf = sides
     total = vc.var + vb.var
     if total == 0:
-        return plain
-    q = float(behrens_fisher_quantile(vc.var / total, vc.dof, vb.dof, confidence))
-    half = q * math.sqrt(total)
+        return RatioInterval(plain.estimate, plain.estimate, plain.estimate, (vc, vb))
     log_est = math.log(plain.estimate)
+    if not bf:
+        low, high = t_interval(log_est, (vc, vb), confidence=confidence)
+        return RatioInterval(plain.estimate, low, high, (vc, vb))
+    q = float(behrens_fisher_quantile(vc.var / total, _idof(vc.dof), _idof(vb.dof), confidence))
+    half = q * math.sqrt(total)
     return RatioInterval(
-        plain.estimate, math.exp(log_est - half), math.exp(log_est + half), plain.parts
+        plain.estimate, math.exp(log_est - half), math.exp(log_est + half), (vc, vb)
     )
+
+
+def boot_ratio_pvalue(
+    cfg: Units,
+    base: Units,
+    *,
+    cfg_external: ExternalBetween | None = None,
+    base_external: ExternalBetween | None = None,
+) -> float:
+    """The two-sided p-value :func:`boot_ratio_interval` is the dual of (p < 1 − confidence
+    exactly when the interval excludes 1); NaN when the interval cannot be had."""
+    c = np.asarray(cfg.values, dtype=np.float64)
+    b = np.asarray(base.values, dtype=np.float64)
+    if c.size < 2 or b.size < 2 or not (c.mean() > 0 and b.mean() > 0):
+        return math.nan
+    sides = _boot_sides(cfg, base, cfg_external, base_external)
+    if sides is None:
+        return math.nan
+    vc, vb, bf = sides
+    log_est = math.log(float(c.mean()) / float(b.mean()))
+    total = vc.var + vb.var
+    if total == 0:
+        return 0.0 if log_est != 0 else 1.0
+    t = abs(log_est) / math.sqrt(total)
+    if not bf:
+        df = total * total / (vc.var * vc.var / vc.dof + vb.var * vb.var / vb.dof)
+        return float(2.0 * stats.t.sf(t, df))
+    w = vc.var / total
+    return min(1.0, 2.0 * (1.0 - behrens_fisher_cdf(t, w, _idof(vc.dof), _idof(vb.dof))))
+
+
+def _idof(dof: float) -> int:
+    return max(1, int(math.floor(dof + 1e-9)))
+
+
+def behrens_fisher_pvalues(
+    log_est: np.ndarray, total: np.ndarray, w: np.ndarray, df1: int, df2: int
+) -> np.ndarray:
+    """Vectorised Behrens–Fisher p-values (for simulations): ``|log_est| / sqrt(total)``
+    against ``sqrt(w)·T(df1) + sqrt(1 − w)·T(df2)``, the arithmetic of
+    :func:`boot_ratio_pvalue` on many comparisons at once."""
+    t = np.abs(np.asarray(log_est, dtype=np.float64)) / np.sqrt(total)
+    w = np.clip(np.asarray(w, dtype=np.float64), 1e-12, 1 - 1e-12)
+    flat_t, flat_w = t.ravel(), w.ravel()
+    out = np.empty(flat_t.size)
+    nodes = _t_nodes(int(df1))
+    for start in range(0, flat_t.size, 4096):
+        tt = flat_t[start : start + 4096, None]
+        ww = flat_w[start : start + 4096, None]
+        cdf = stats.t.cdf((tt - np.sqrt(ww) * nodes) / np.sqrt(1 - ww), df2).mean(-1)
+        out[start : start + 4096] = np.minimum(1.0, 2.0 * (1.0 - cdf))
+    return out.reshape(t.shape)
 
 
 def _log_parts(
@@ -234,7 +345,8 @@ def behrens_fisher_pvalue(cfg: np.ndarray, base: np.ndarray) -> float:
     if total == 0:
         return 0.0 if one.estimate != 1 else 1.0
     t = abs(math.log(one.estimate)) / math.sqrt(total)
-    return min(1.0, 2.0 * (1.0 - behrens_fisher_cdf(t, vc.var / total, vc.dof, vb.dof)))
+    w = vc.var / total
+    return min(1.0, 2.0 * (1.0 - behrens_fisher_cdf(t, w, _idof(vc.dof), _idof(vb.dof))))
 
 
 def ratio_pvalue(cfg: np.ndarray, base: np.ndarray) -> float:
@@ -324,7 +436,7 @@ def geomean_clustered(
     total = vc.var + vb.var
     if total == 0:
         return RatioInterval(est, est, est, (vc, vb))
-    half = float(behrens_fisher_quantile(vc.var / total, vc.dof, vb.dof, confidence))
+    half = float(behrens_fisher_quantile(vc.var / total, _idof(vc.dof), _idof(vb.dof), confidence))
     half *= math.sqrt(total)
     return RatioInterval(est, est * math.exp(-half), est * math.exp(half), (vc, vb))
 

@@ -368,6 +368,8 @@ def find_knee(
     (optional) the round of each. With one replicate per step there is a point but no
     interval. Needs at least 4 steps: a hinge has 4 parameters.
     """
+    if len(ratios) == 0:  # a sweep interrupted before its first step was stored
+        return KneeFit(None, "too-few", "0 distinct steps with data; a knee needs 4")
     order = np.argsort(np.asarray(ratios, dtype=np.float64), kind="stable")
     xs, ys, bs = [], [], []
     for i in order:

@@ -31,10 +31,9 @@ import math
 
 import numpy as np
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
 from vmtax.stats import intervals
-from vmtax.stats.boots import Units
+from vmtax.stats.boots import ExternalBetween, Units
 from vmtax.stats.compare_options import ADJUSTMENTS as ADJUSTMENTS
 from vmtax.stats.compare_options import TESTS as TESTS
 
@@ -80,13 +79,20 @@ def pvalue(
     raise ValueError(f"unknown test {test!r} (choose from {', '.join(TESTS)})")
 
 
-def boot_pvalue(cfg: Units, base: Units) -> float:
+def boot_pvalue(
+    cfg: Units,
+    base: Units,
+    *,
+    cfg_external: ExternalBetween | None = None,
+    base_external: ExternalBetween | None = None,
+) -> float:
     """Two-sided p-value of "equal means" for two sides at least one of which was measured in
-    two boots or more: the test :func:`intervals.boot_ratio_interval` inverts (Welch's t on
-    the log ratio of boot means against boot means, Behrens–Fisher against one boot's runs)."""
-    if cfg.boot_level and base.boot_level:
-        return intervals.ratio_pvalue(cfg.values, base.values)
-    return intervals.behrens_fisher_pvalue(cfg.values, base.values)
+    two boots or more (or has a between-boot variance from outside): the test
+    :func:`intervals.boot_ratio_interval` inverts (Welch's t on the log ratio of boot means
+    against as many boot means, Behrens–Fisher against one boot's runs or unequal boots)."""
+    return intervals.boot_ratio_pvalue(
+        cfg, base, cfg_external=cfg_external, base_external=base_external
+    )
 
 
 def min_pvalue(n1: int, n2: int, test: str = "permutation", *, resamples: int = 10_000) -> float:
@@ -152,6 +158,9 @@ def adjust(p: np.ndarray, method: str = "holm") -> np.ndarray:
     if method == "holm":
         out[ok] = holm(p[ok])
     elif method == "bh":
+        # heavy: statsmodels (a second of CPU to import), only for Benjamini-Hochberg
+        from statsmodels.stats.multitest import multipletests
+
         out[ok] = multipletests(p[ok], method="fdr_bh")[1]
     elif method == "none":
         out[ok] = p[ok]

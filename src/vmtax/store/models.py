@@ -289,3 +289,40 @@ class SamplingOutcome(Base):
     duration_s: Mapped[float | None] = mapped_column(Float)
     iterations: Mapped[int | None] = mapped_column(BigInteger)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class NoiseProfile(Base):
+    """One probe's noise profile on one machine in one configuration (``vmtax calibrate``,
+    vmtax.noise): the sums of squares of every experiment it was learnt from (``sources``),
+    the estimates they give with their intervals and degrees of freedom, and the boot's and
+    run's cost. Grown in place by later experiments of the same machine and configuration."""
+
+    __tablename__ = "noise_profiles"
+    __table_args__ = (
+        UniqueConstraint(
+            "machine", "configuration", "probe", "metric", name="uq_noise_profile_key"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    machine: Mapped[str] = mapped_column(String(64), nullable=False)  # SHA-256 of its fields
+    machine_fields: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
+    configuration: Mapped[str] = mapped_column(String(500), nullable=False)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False)
+    probe: Mapped[str] = mapped_column(String(100), nullable=False)
+    metric: Mapped[str] = mapped_column(String(32), nullable=False)
+    between: Mapped[float | None] = mapped_column(Float)
+    between_low: Mapped[float | None] = mapped_column(Float)
+    between_high: Mapped[float | None] = mapped_column(Float)
+    df_between: Mapped[float | None] = mapped_column(Float)
+    within: Mapped[float | None] = mapped_column(Float)
+    within_low: Mapped[float | None] = mapped_column(Float)
+    within_high: Mapped[float | None] = mapped_column(Float)
+    df_within: Mapped[float | None] = mapped_column(Float)
+    boots: Mapped[int] = mapped_column(Integer, nullable=False)
+    runs: Mapped[int] = mapped_column(Integer, nullable=False)
+    boot_cost_s: Mapped[float | None] = mapped_column(Float)
+    run_cost_s: Mapped[float | None] = mapped_column(Float)
+    sources: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False)
+    made_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

@@ -40,6 +40,7 @@ from vmtax.store import select as sel
 from vmtax.store.exits import ExitRepository
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
+from vmtax.store.noise import NoiseRepository
 from vmtax.store.repository import inserted_id
 from vmtax.store.runtimes import RunTimes
 from vmtax.store.sampling import SamplingRepository
@@ -258,6 +259,11 @@ class Store:
         """Adaptive sampling's looks and outcomes (``vmtax.store.sampling``)."""
         return SamplingRepository(self)
 
+    @functools.cached_property
+    def noise(self) -> NoiseRepository:
+        """Noise profiles and the runs they are learnt from (``vmtax.store.noise``)."""
+        return NoiseRepository(self)
+
     def url_with_password(self) -> str:
         """The store's URL, password included: only for a child process's environment,
         never for a command line or a message (``url_display`` is redacted)."""
@@ -433,6 +439,58 @@ class Store:
         A run with status ``ok`` already stored for the same (experiment, configuration,
         probe, plan_index, run_index) is never rewritten: that raises VmtaxError.
         """
+        row, blocks = self._run_row(
+            experiment_id=experiment_id, configuration_id=configuration_id, probe=probe,
+            plan_index=plan_index, run_index=run_index, header=header, summary=summary,
+            values=values, warmup_values=warmup_values, status=status, error=error,
+            times=times,
+        )  # fmt: skip
+        return self._retry(
+            lambda: self._insert_runs([(row, blocks)])[0], lambda: self._stored_run(row)
+        )
+
+    def add_runs(self, runs: Sequence[dict[str, Any]]) -> list[int]:
+        """Store many runs, each given as :meth:`add_run`'s keyword arguments, in one
+        transaction (all or none); their ids in order. `vmtax import` of a stream of
+        thousands of short runs commits once instead of once per run."""
+        headers: dict[int, Any] = {}  # one stream's runs share a header: made JSON-safe once
+        prepared = [self._run_row(**run, safe_headers=headers) for run in runs]
+        if not prepared:
+            return []
+
+        def committed() -> list[int] | None:
+            # The last row there means the transaction was committed before the connection
+            # went away: the others are there too.
+            if self._stored_run(prepared[-1][0]) is None:
+                return None
+            return [int(self._stored_run(row) or 0) for row, _ in prepared]
+
+        return self._retry(lambda: self._insert_runs(prepared), committed)
+
+    def _run_row(
+        self,
+        *,
+        experiment_id: int,
+        configuration_id: int,
+        probe: str,
+        plan_index: int,
+        run_index: int,
+        header: dict[str, Any] | None,
+        summary: dict[str, Any] | None,
+        values: np.ndarray,
+        warmup_values: np.ndarray,
+        status: str,
+        error: str | None = None,
+        times: RunTimes | None = None,
+        safe_headers: dict[int, Any] | None = None,
+    ) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+        """One run's row and its sample blocks, encoded (``safe_headers``: the JSON-safe
+        form of headers already seen, by identity)."""
+        safe_header = None
+        if header is not None and safe_headers is not None:
+            if id(header) not in safe_headers:
+                safe_headers[id(header)] = (header, _json_safe(dict(header)))
+            safe_header = safe_headers[id(header)][1]
         if status not in RUN_STATUSES:
             raise ValueError(f"run status must be one of {RUN_STATUSES}, not {status!r}")
         summary = dict(summary or {})
@@ -448,7 +506,7 @@ class Store:
             "plan_index": int(plan_index),
             "run_index": int(run_index),
             "status": status,
-            "header": _json_safe(header),
+            "header": safe_header if safe_header is not None else _json_safe(header),
             "boot_id": _boot_id(header),
             "error": error,
             "created_at": _now(),
@@ -462,7 +520,7 @@ class Store:
             ("measured", codec.encode(values)),
             ("warmup", codec.encode(warmup_values)),
         ]
-        return self._retry(lambda: self._insert_run(row, blocks), lambda: self._stored_run(row))
+        return row, blocks
 
     def _stored_run(self, row: dict[str, Any]) -> int | None:
         """The id of ``row`` if it is in the store already (same keys, same created_at)."""
@@ -475,29 +533,19 @@ class Store:
             found = connection.execute(stmt).scalar()
         return None if found is None else int(found)
 
-    def _insert_run(self, row: dict[str, Any], blocks: list[tuple[str, Any]]) -> int:
-        probe, plan_index = row["probe"], row["plan_index"]
-        run_index, experiment_id = row["run_index"], row["experiment_id"]
+    def _insert_runs(
+        self, prepared: list[tuple[dict[str, Any], list[tuple[str, Any]]]]
+    ) -> list[int]:
+        ids: list[int] = []
+        row: dict[str, Any] = prepared[0][0]
         with self._guard():
             try:
                 with self._engine.begin() as connection:
-                    result = connection.execute(Run.__table__.insert().values(**row))
-                    run_id = inserted_id(result)
-                    connection.execute(
-                        SampleBlock.__table__.insert(),
-                        [
-                            {
-                                "run_id": run_id,
-                                "kind": kind,
-                                "dtype": d,
-                                "codec": c,
-                                "count": n,
-                                "data": data,
-                            }
-                            for kind, (d, c, n, data) in blocks
-                        ],
-                    )
+                    for row, blocks in prepared:
+                        ids.append(self._insert_one(connection, row, blocks))
             except IntegrityError as exc:
+                probe, plan_index = row["probe"], row["plan_index"]
+                run_index, experiment_id = row["run_index"], row["experiment_id"]
                 if _is_unique(exc):
                     raise VmtaxError(
                         f"run {run_index} of plan item {plan_index} ({probe}) of experiment "
@@ -506,6 +554,20 @@ class Store:
                 raise VmtaxError(
                     scrub(f"cannot store run of {probe}: {exc.orig}".splitlines()[0], self._url)
                 ) from None
+        return ids
+
+    @staticmethod
+    def _insert_one(connection: Any, row: dict[str, Any], blocks: list[tuple[str, Any]]) -> int:
+        """One run's row and its blocks, inside the caller's transaction."""
+        # The row as parameters of one statement: compiled once, not once per run.
+        run_id = inserted_id(connection.execute(Run.__table__.insert(), row))
+        connection.execute(
+            SampleBlock.__table__.insert(),
+            [
+                {"run_id": run_id, "kind": kind, "dtype": d, "codec": c, "count": n, "data": data}
+                for kind, (d, c, n, data) in blocks
+            ],
+        )
         return run_id
 
     # -- reading -------------------------------------------------------------------------

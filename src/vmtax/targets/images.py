@@ -7,6 +7,7 @@ hands PID 1 to the agent. Same inputs, same hash, same directory: nothing is reb
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -17,6 +18,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,7 +30,7 @@ from vmtax.errors import VmtaxError
 from vmtax.targets import cpio
 
 #: Bump when the image layout changes so that old cache entries are not reused.
-FORMAT = 2
+FORMAT = 3
 #: What the guest needs: the PCI transport, virtio-serial (the agent's channel), and
 #: virtio-blk + ext4 (which also mounts ext2; it needs crc32c) for the scratch disk.
 MINIMAL_MODULES = (
@@ -39,6 +41,9 @@ MINIMAL_MODULES = (
     "ext4",
     "virtio_net",  # for guests given a NIC (--guest-net user)
 )
+#: Loaded only when the guest has a virtio NIC (listed apart, in etc/vmtax-net-modules):
+#: three modules fewer to load at every boot without a network.
+NET_MODULES = ("virtio_net",)
 #: What a guest needs to be a KVM host itself: QEMU's TCG emulates AMD SVM (not VMX), so
 #: kvm_amd and what it links (irqbypass, ccp, kvm). The init script inserts kvm_amd with
 #: nested=1 so that the guest it boots can run KVM again.
@@ -64,6 +69,13 @@ class Image:
     @property
     def initrd(self) -> Path:
         return self.directory / "initrd.cpio"
+
+    @property
+    def boot_kernel(self) -> Path:
+        """What QEMU boots: the uncompressed kernel with its PVH entry where the image has
+        one (``vmlinux``, see ``pvh_kernel``), else the compressed one."""
+        elf = self.directory / "vmlinux"
+        return elf if elf.is_file() else self.kernel
 
     def provenance(self) -> dict[str, Any]:
         return {"image": self.kind, "image_hash": self.digest, **self.manifest}
@@ -205,8 +217,39 @@ def _module_entries(
         name = Path(rel).name.split(".ko")[0] + ".ko"
         names.append(name)
         entries.append(cpio.regular(f"lib/modules/{name}", _module_bytes(moddir / rel)))
-    entries.append(cpio.regular(listing, ("\n".join(names) + "\n").encode()))
+    # The NIC's driver and what only it needs are listed apart: /init loads them when a
+    # virtio NIC is there.
+    later: list[str] = []
+    if wanted == MINIMAL_MODULES:
+        base = tuple(m for m in wanted if m not in NET_MODULES)
+        needed = {Path(rel).name.split(".ko")[0] + ".ko" for rel in module_closure(moddir, base)}
+        later = [n for n in names if n not in needed]
+        listed = "".join(f"{n}\n" for n in later)
+        entries.append(cpio.regular("etc/vmtax-net-modules", listed.encode()))
+    first = [n for n in names if n not in later]
+    entries.append(cpio.regular(listing, ("\n".join(first) + "\n").encode()))
     return entries, names
+
+
+def _unpacked_kernel(root: Path, kernel_sha: str, out: Path) -> bool:
+    """Write the PVH kernel of the kernel whose SHA-256 is ``kernel_sha`` at ``out``: a hard
+    link to an image's in ``root`` that has it (66 MB each, and about 5 s to unpack), else
+    unpacked from the kernel. False when the kernel has none."""
+    for manifest in root.glob("*/manifest.json"):
+        elf = manifest.parent / "vmlinux"
+        with contextlib.suppress(OSError, ValueError):
+            same = json.loads(manifest.read_text()).get("kernel_sha256") == kernel_sha
+            if same and elf.is_file():
+                try:
+                    os.link(elf, out)
+                except OSError:  # another file system, or links refused: a copy
+                    shutil.copyfile(elf, out)
+                return True
+    elf_bytes = pvh_kernel((out.parent / "vmlinuz").read_bytes())  # copied there already
+    if elf_bytes is None:
+        return False
+    out.write_bytes(elf_bytes)
+    return True
 
 
 def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[str, Any]) -> Image:
@@ -230,6 +273,12 @@ def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[st
         ) from None
     try:
         shutil.copyfile(kernel, tmp / "vmlinuz")
+        manifest = {**manifest, "kernel_sha256": _sha(kernel_bytes)}
+        # The accelerator test boots once per host boot: not worth unpacking a kernel for.
+        if kind != "accel-test" and _unpacked_kernel(
+            target.parent, _sha(kernel_bytes), tmp / "vmlinux"
+        ):
+            manifest["boot_kernel"] = "vmlinux (PVH entry)"
         with (tmp / "initrd.cpio").open("wb") as out:
             cpio.write_newc(out, entries)
         manifest = {"kind": kind, "hash": digest, "kernel": kernel.name, **manifest}
@@ -242,6 +291,62 @@ def _build(kind: str, kernel: Path, entries: list[cpio.Entry], manifest: dict[st
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return Image(kind, digest, target, manifest)
+
+
+#: Where an x86 bzImage's compressed payload starts: XZ (Debian's) or gzip.
+_PAYLOAD_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"\x1f\x8b\x08\x00", "gzip"))
+#: Xen's ELF note XEN_ELFNOTE_PHYS32_ENTRY: the 32-bit entry QEMU's PVH boot jumps to.
+_PVH_NOTE = 18
+
+
+def pvh_kernel(bzimage: bytes) -> bytes | None:
+    """The uncompressed kernel (``vmlinux``) inside ``bzimage``, if it has a PVH entry.
+
+    Under TCG the kernel's own decompressor is the longest part of a boot: measured with
+    bench/boot_cost.py, XZ-decompressing Debian's kernel took several CPU seconds of an L1
+    boot of about twelve. QEMU boots an ELF kernel with a PVH entry note directly (its
+    ``pvh.bin`` option ROM, or qboot), so decompressing once here, when the image is built,
+    saves it at every boot. Written by hand because no library unpacks a bzImage: the
+    payload is found by its magic (the kernel's own scripts/extract-vmlinux does the same).
+    A kernel with no such payload, or without the note, is booted as before (None)."""
+    for magic, kind in _PAYLOAD_MAGIC:
+        start = bzimage.find(magic)
+        if start < 0:
+            continue
+        try:
+            if kind == "xz":
+                elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(bzimage[start:])
+            else:
+                elf = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(bzimage[start:])
+        except (lzma.LZMAError, zlib.error):
+            continue
+        if _has_pvh_note(elf):
+            return elf
+    return None
+
+
+def _has_pvh_note(elf: bytes) -> bool:
+    """True when the 64-bit ELF ``elf`` has a Xen PHYS32_ENTRY note in a PT_NOTE segment."""
+    if elf[:5] != b"\x7fELF\x02" or len(elf) < 64:
+        return False
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    for i in range(phnum):
+        base = phoff + i * phentsize
+        if base + 0x28 > len(elf):
+            return False
+        p_type, _, p_offset = struct.unpack_from("<IIQ", elf, base)
+        (p_filesz,) = struct.unpack_from("<Q", elf, base + 0x20)
+        if p_type != 4:  # PT_NOTE
+            continue
+        pos, end = p_offset, min(p_offset + p_filesz, len(elf))
+        while pos + 12 <= end:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
+            name = elf[pos + 12 : pos + 12 + namesz].rstrip(b"\x00")
+            if name == b"Xen" and ntype == _PVH_NOTE:
+                return True
+            pos += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
+    return False
 
 
 @dataclass(frozen=True)

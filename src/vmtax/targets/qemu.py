@@ -41,7 +41,13 @@ from vmtax.targets.base import (
     find_agent,
     free_port,
 )
-from vmtax.targets.images import AGENT_ONLY, Image, ImageContents, build_nested
+from vmtax.targets.images import (
+    AGENT_ONLY,
+    FIRMWARE_DIRS,
+    Image,
+    ImageContents,
+    build_nested,
+)
 from vmtax.targets.local import LocalTarget
 from vmtax.targets.servers import HostEnd, Listener, PlacedServer, ServerError, ServerSpec, Spot
 
@@ -74,6 +80,11 @@ class GuestSpec:
     #: "user": a virtio-net NIC on QEMU's user network, where this machine is 10.0.2.2
     #: (its loopback) and the guest 10.0.2.15; "": no network device.
     network: str = ""
+    #: Boot the uncompressed kernel at its PVH entry where the image has one (seconds
+    #: faster under TCG); False boots the compressed one, as a sweep's guests do: QEMU keeps
+    #: the loaded segments for a reset, about 20 MiB more of its own memory, which a sweep's
+    #: memory cap would count.
+    pvh: bool = True
 
 
 #: The guest's TCP ports that a user network forwards from this machine's loopback (QEMU's
@@ -82,6 +93,26 @@ class GuestSpec:
 FORWARDED_PORTS = (7100, 7101, 7102, 7103)
 #: This machine as a guest on QEMU's user network sees it.
 HOST_FROM_GUEST = "10.0.2.2"
+
+
+#: q35 without the devices no guest of vmtax uses, whose probing is slow under TCG.
+MACHINE = "q35,i8042=off,sata=off,smbus=off,vmport=off"
+#: Kernel arguments that skip boot work vmtax's guests do not need: the crypto self-tests
+#: (``crypto_algapi_init`` runs them all at once: 2.7 s of a boot under TCG), probing three
+#: absent serial ports, the IO-APIC timer check (it waits for ticks), and scanning PCI
+#: buses 1-255 and (twice) all 256 for an AGP bridge: every device is on bus 0. Not
+#: ``nowatchdog`` (vmtax reads the soft-lockup watchdog's lines to tell a hung boot) nor
+#: ``tsc=reliable`` (it would move the clocksource the probes measure from the HPET to
+#: the TSC).
+BOOT_ARGS = ("cryptomgr.notests", "8250.nr_uarts=1", "no_timer_check", "pci=noearly,lastbus=0")
+#: The small firmware guests boot with instead of SeaBIOS (QEMU's own data directory).
+QBOOT = "qboot.rom"
+
+
+def firmware_args() -> list[str]:
+    """``-bios qboot.rom`` where QEMU ships it, else nothing (SeaBIOS, QEMU's default)."""
+    found = any((d / QBOOT).is_file() for d in FIRMWARE_DIRS)
+    return ["-bios", QBOOT] if found else []
 
 
 def qemu_binary() -> str:
@@ -101,8 +132,13 @@ def qemu_argv(
     forwards: dict[int, int] | None = None,
 ) -> list[str]:
     """The full QEMU command line. ``agent_args`` runs the agent one-shot instead of serving;
-    ``forwards`` maps guest ports to this machine's loopback ports (user network only)."""
-    append = ["console=ttyS0", "quiet", "panic=-1", *spec.extra_append]
+    ``forwards`` maps guest ports to this machine's loopback ports (user network only).
+
+    Trimmed for boot time (docs/levels.md, "What a boot costs"; bench/boot_cost.py): the
+    uncompressed kernel's PVH entry (``Image.boot_kernel``), qboot instead of SeaBIOS, no
+    i8042, SATA, SMBus or VMware port, and ``BOOT_ARGS``. The HPET stays: with the TSC
+    marked unstable under TCG it is the guest's clocksource, which the probes measure."""
+    append = ["console=ttyS0", "quiet", "panic=-1", *BOOT_ARGS, *spec.extra_append]
     if agent_args:
         append += ["--", *agent_args]
     argv = [
@@ -112,7 +148,8 @@ def qemu_argv(
         "-nodefaults",
         "-no-user-config",
         "-machine",
-        "q35",
+        MACHINE,
+        *firmware_args(),
         # TCG with one host thread per vCPU (MTTCG), as the nested-KVM testbed was tried.
         "-accel",
         "tcg,thread=multi" if spec.accel == "tcg" else spec.accel,
@@ -129,7 +166,7 @@ def qemu_argv(
         "-serial",
         f"file:{workdir / 'console.log'}",
         "-kernel",
-        str(image.kernel),
+        str(image.boot_kernel if spec.pvh else image.kernel),
         "-initrd",
         str(image.initrd),
         "-append",

@@ -36,6 +36,7 @@ def sized_guest(
         scratch_mb=spec.scratch_mb,
         extra_args=extra,
         network=spec.network,
+        pvh=False,  # the compressed kernel: QEMU's own memory counts under a memory cap
     )
     target = QemuTarget(
         "L1",

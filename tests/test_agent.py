@@ -4,6 +4,8 @@ equal numpy's statistics of the emitted values, a SIGKILL leaves whole runs, bad
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import shutil
@@ -17,6 +19,8 @@ import numpy as np
 import pytest
 
 from vmtax.contract import Fingerprint, ProbeInfo, read_stream
+
+pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads((ROOT / "tests" / "vectors" / "schema.json").read_text())
@@ -74,8 +78,15 @@ PROBES = [
     "memory",
     "io",
     "spin",
+    "halt",
 ]
-PARAMS = {"timer": ["--param", "delay_us=100"], "threads": ["--param", "yields=50"]}
+PARAMS = {
+    "timer": ["--param", "delay_us=100"],
+    "threads": ["--param", "yields=50"],
+    "halt": ["--param", "sleep_us=20"],
+}
+#: Probes that need privileges this machine may not grant: tested on both paths below.
+PRIVILEGED = ["portio"]
 
 
 #: The agent-side clients of the workloads (docs/workloads.md); their streams are checked in
@@ -85,7 +96,7 @@ WORKLOAD_PROBES = ["tcp_rr", "tcp_stream", "tcp_maerts", "relay", "http", "memca
 
 def test_list_has_all_twelve_probes(agent: Path) -> None:
     names = set(_probe_names(agent))
-    assert names == set(PROBES) | set(WORKLOAD_PROBES)
+    assert names == set(PROBES) | set(WORKLOAD_PROBES) | set(PRIVILEGED)
 
 
 @pytest.mark.parametrize("probe", PROBES)
@@ -116,6 +127,70 @@ def test_probe_stream_is_valid_and_stats_match_numpy(
         assert s.p95 == pytest.approx(np.percentile(v, 95), rel=1e-9)
         assert s.p99 == pytest.approx(np.percentile(v, 99), rel=1e-9)
         assert s.cpus, "the summary names the CPUs used"
+
+
+NOBODY = 65534
+
+
+def _ioperm_errno(user: int | None) -> int:
+    """What ioperm(0xed, 1, 1) gives in a forked child as ``user`` (None: as this process):
+    0 when the port opens, else its errno; asked of the kernel apart from the agent. (A fork,
+    not a new interpreter: another user may not be able to run this one.)"""
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the user, ask, and leave at once with the answer
+        code = 255
+        try:
+            if user is not None:
+                os.setgroups([])
+                os.setgid(user)
+                os.setuid(user)
+            libc = ctypes.CDLL(None, use_errno=True)
+            code = 0 if libc.ioperm(0xED, 1, 1) == 0 else ctypes.get_errno()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code != 255, "the child could not ask"
+    return code
+
+
+@pytest.mark.parametrize("as_nobody", [False, True], ids=["as-this-user", "as-nobody"])
+def test_portio_times_the_port_or_refuses_in_one_line(
+    agent: Path, validator, as_nobody: bool
+) -> None:
+    # Both paths are decided by the kernel's answer to the same ioperm call, asked apart:
+    # where it opens the port (root with CAP_SYS_RAWIO and CONFIG_X86_IOPL_IOPERM) the probe
+    # measures; where it does not, the stream ends with the refusal and what to do about it.
+    # As root, the agent run as nobody is the refusal path on this machine as well.
+    if as_nobody and os.geteuid() != 0:
+        pytest.skip("running the agent as another user needs root")
+    user = NOBODY if as_nobody else None
+    errno_ = _ioperm_errno(user)
+    proc = subprocess.run(
+        [str(agent), "run", "portio", *SHORT], capture_output=True, text=True, user=user,
+        group=user, extra_groups=[] if user is not None else None, timeout=60,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    for line in lines:
+        validator.validate(json.loads(line))
+    stream = read_stream(lines)
+    assert stream.complete and stream.end is not None, stream.problem
+    assert stream.header is not None and stream.header.params == {"port": "0xed", "op": "out"}
+    if errno_ == 0:
+        assert proc.returncode == 0 and stream.end.status == "ok", proc.stdout[-500:]
+        assert [r.summary.run for r in stream.runs] == [0, 1]
+        assert all(r.summary.n == len(r.values) >= 2 for r in stream.runs)
+        return
+    hint = {
+        errno.EPERM: "run the agent as root (it needs CAP_SYS_RAWIO)",
+        errno.ENOSYS: "this kernel has no ioperm (built without CONFIG_X86_IOPL_IOPERM)",
+    }.get(errno_, "port I/O is not available here")
+    assert proc.returncode == 1
+    assert (stream.end.status, stream.runs, stream.end.runs_completed) == ("error", [], 0)
+    assert stream.end.error == f"setup: portio: ioperm(0xed): {os.strerror(errno_)} " + (
+        f"(os error {errno_}): {hint}"
+    )
+    assert proc.stderr == ""
 
 
 def test_buffered_write_flushes_every_buffer_over_len(agent: Path) -> None:

@@ -14,6 +14,8 @@ from vmtax.errors import UsageError
 from vmtax.model import Series, fit
 from vmtax.model.sources import from_runs
 
+pytestmark = pytest.mark.fast
+
 BENCH = ("cpuid", "io", "timer", "wakeup")
 # Ground truth for the synthetic levels, in ns.
 A = {"cpuid": 1500.0, "io": 5000.0, "timer": 2000.0, "wakeup": 3300.0}
@@ -135,17 +137,34 @@ def test_dataset_table_puts_the_prediction_beside_the_published_dvh_column(cli):
     assert res.returncode == 0, res.stderr
     for bench in ("Hypercall", "DevNotify", "ProgramTimer", "SendIPI"):
         assert bench in res.stdout
-    assert "nested+DVH published" in res.stdout and "13,815" in res.stdout
-    assert "L3+DVH" in res.stdout
+    assert "L3+DVH" in res.stdout and "13,815" in res.stdout
+    # Every held-out cell: measured, predicted, error and the ratio baseline's error.
+    line = next(x for x in res.stdout.splitlines() if x.startswith("| DevNotify | L2 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2:] == ["held out", "48,390", "42,882", "-11.4", "0.121", "91,784", "+89.7",
+                         "cycles"]  # fmt: skip
+    assert "| DevNotify | L2+DVH | held out | 13,815 | 4,984 | -63.9 |" in res.stdout
+    assert "| Hypercall | L4 | extrapolated |  |" in res.stdout
+    assert "model: median |error| 11.2% over 8 held-out cell(s)" in res.stdout
+    assert "on the same 5 cell(s): model 10.4%; ratio baseline 42.1% median |error|" in res.stdout
 
 
 def test_dataset_json_shape(cli):
     res = cli("model", "--dataset", "dvh2020_micro", "--format", "json")
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
-    assert {tuple(sorted(r)) for r in rows} == {
-        tuple(sorted(("benchmark", "level", "dvh", "predicted", "low", "high", "unit")))
-    }
+    keys = ("benchmark", "level", "dvh", "predicted", "low", "high", "unit", "measured",
+            "error_pct", "log_ratio", "kind", "scope", "basis", "baseline",
+            "baseline_error_pct", "baseline_log_ratio", "baseline_basis", "parameters")  # fmt: skip
+    assert {tuple(sorted(r)) for r in rows} == {tuple(sorted(keys))}
+    scopes = {(r["benchmark"], r["level"], r["dvh"]): r["scope"] for r in rows}
+    assert scopes[("DevNotify", 2, False)] == scopes[("DevNotify", 2, True)] == "held out"
+    assert scopes[("DevNotify", 3, False)] == scopes[("DevNotify", 4, True)] == "extrapolated"
+    dev2 = next(
+        r for r in rows if (r["benchmark"], r["level"], r["dvh"]) == ("DevNotify", 2, False)
+    )
+    assert dev2["measured"] == 48390 and dev2["parameters"]["a"] == 4984
+    assert dev2["parameters"]["m_h"] == pytest.approx(24.94, abs=0.01)
     assert {r["benchmark"] for r in rows} == {"Hypercall", "DevNotify", "ProgramTimer", "SendIPI"}
     for r in rows:
         assert isinstance(r["level"], int) and isinstance(r["dvh"], bool)

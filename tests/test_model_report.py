@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from test_model import _measured_levels, _noisy, _populate
 from vmtax.experiment.report import write_report
 from vmtax.stats.compare_options import CompareOptions
 
 
+@pytest.mark.slow
 def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
     _populate(store, _measured_levels(np.random.default_rng(5)))
     out = tmp_path / "report.md"
@@ -22,11 +24,16 @@ def test_markdown_report_shows_predicted_vs_measured(store, tmp_path):
     # L4 was measured: its row has the measured mean and the error; it is a prediction (no
     # data from L4 went into it).
     l4 = [line for line in section.splitlines() if line.startswith("| cpuid | L4 |")]
-    assert len(l4) == 1 and l4[0].count("|") == 9
+    assert len(l4) == 1 and l4[0].count("|") == 12
     cells = [c.strip() for c in l4[0].strip("|").split("|")]
-    assert cells[2] == "prediction" and cells[5] and cells[6].startswith(("+", "-"))
+    assert cells[2] == "prediction" and cells[3] == "held out"
+    assert cells[6] and cells[7].startswith(("+", "-"))
+    # The ratio baseline beside it, with its error, and the score of both.
+    assert cells[8] and cells[9].startswith(("+", "-"))
+    assert "model: median" in section and "ratio baseline: median" in section
 
 
+@pytest.mark.fast
 def test_report_without_two_levels_of_an_exit_probe_has_no_prediction(store, tmp_path):
     _populate(store, {"L2": {"memory": _noisy(np.random.default_rng(0), 30.0)}})
     out = tmp_path / "report.html"

@@ -34,6 +34,7 @@ def _loads(rng, n: int = 6, cv: float = 0.02, kappa: float = KAPPA) -> list[Prob
     return out
 
 
+@pytest.mark.fast
 def test_a_known_factor_is_recovered_and_each_probe_predicted_within_5_percent():
     preds = predict(_loads(np.random.default_rng(1)), nested_level=3)
     timed = preds[preds["weights"] == "exit time"]
@@ -48,6 +49,7 @@ def test_a_known_factor_is_recovered_and_each_probe_predicted_within_5_percent()
     assert (counts.loc[counts["calibrated_on"] == "cpuid", "error_pct"].abs() > 20).all()
 
 
+@pytest.mark.fast
 def test_a_prediction_uses_no_data_of_the_level_it_predicts():
     loads = _loads(np.random.default_rng(2))
     before = predict(loads, nested_level=3)
@@ -70,6 +72,7 @@ def _covered(rng, n: int, cv: float) -> bool:
     return low <= future <= high
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "cv"), [(3, 0.02), (5, 0.02), (10, 0.05)])
 def test_the_prediction_interval_covers_a_future_run(n, cv):
     """A future nested run falls in the 95% prediction interval 93–98.5% of 2,000 times."""
@@ -97,6 +100,7 @@ def _synthetic_levels(store) -> tuple[int, dict[str, int]]:
     return exp, configs
 
 
+@pytest.mark.fast
 def test_the_cli_predicts_stored_levels_out_of_sample(cli, store, sqlite_url):
     import vmtax.hostprof.store as hp
 
@@ -195,6 +199,7 @@ def _timed_loads(rng, n: int = 6, cv: float = 0.02):
     return loads, spin
 
 
+@pytest.mark.fast
 def test_the_time_driven_term_recovers_a_synthetic_stack():
     from vmtax.model.outofsample_timed import predict as predict_timed
 
@@ -214,6 +219,7 @@ def test_the_time_driven_term_recovers_a_synthetic_stack():
     assert plain.loc[plain["weights"] == "exit time", "error_pct"].abs().max() > 10
 
 
+@pytest.mark.fast
 def test_a_time_driven_prediction_uses_no_data_of_the_level_it_predicts():
     from vmtax.model.outofsample_timed import SpinLoad
     from vmtax.model.outofsample_timed import predict as predict_timed
@@ -235,6 +241,7 @@ def test_a_time_driven_prediction_uses_no_data_of_the_level_it_predicts():
     assert moved.all()
 
 
+@pytest.mark.fast
 def test_a_nested_level_that_never_finishes_is_said_in_the_table_and_the_json():
     import pandas as pd
 
@@ -322,6 +329,7 @@ def _oos_rows(cli, db: str, statistic: str) -> list[dict]:
     return json.loads(res.stdout)
 
 
+@pytest.mark.fast
 def test_medians_are_predicted_from_medians_where_rare_stalls_move_the_means(
     cli, store, sqlite_url
 ):
@@ -345,17 +353,23 @@ def test_medians_are_predicted_from_medians_where_rare_stalls_move_the_means(
     assert table.returncode == 0 and "the runs' medians" in table.stdout
 
 
+@pytest.mark.fast
 def test_counts_without_handling_times_are_weighted_by_exits_alone(cli, store, sqlite_url):
     """KVM's counters give no handling time: an exit-time weighting would be the exits one
     scaled by e, so only the exits rows are given, and they recover the stack."""
     _store_stalled_runs(store, counted=True)
     for statistic in ("mean", "median"):
         rows = _oos_rows(cli, sqlite_url, statistic)
-        assert {r["weights"].split(",")[0] for r in rows} == {"exits"}, rows
+        per_op = [r for r in rows if not r["weights"].startswith("exit groups")]
+        assert {r["weights"].split(",")[0] for r in per_op} == {"exits"}, rows
+        # κ per exit group beside them, each with the single κ of the same fit.
+        grouped = [r for r in rows if r["weights"].startswith("exit groups")]
+        assert grouped and all(r["single_kappa"] > 0 for r in grouped)
     for r in _oos_rows(cli, sqlite_url, "median"):
         assert r["error_pct"] == pytest.approx(0.0, abs=5.0), r
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "args",
     [["--out-of-sample", "--statistic", "bogus"], ["--statistic", "median"]],

@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod cpuid;
 pub mod ctxswitch;
 pub mod exec;
+pub mod halt;
 pub mod http;
 pub mod io;
 pub mod memcache;
@@ -21,6 +22,8 @@ pub mod net;
 pub mod noise;
 pub mod pagefault;
 pub mod pingpong;
+#[cfg(target_arch = "x86_64")]
+pub mod portio;
 pub mod relay;
 mod roundtrip;
 pub mod spin;
@@ -161,6 +164,8 @@ pub enum ProbeError {
     UnreadableLine(String),
     #[error("idle=poll needs write access to {path} (root): {source}")]
     NoPmQos { path: &'static str, source: std::io::Error },
+    #[error("portio: ioperm({port:#x}): {source}: {hint}")]
+    NoPortIo { port: u16, hint: &'static str, source: std::io::Error },
     #[error("O_DIRECT is not supported in {0} (tmpfs?): pass --param dir=DIR on a disk filesystem")]
     NoDirectIo(String),
     #[error("out of memory for the I/O buffer")]
@@ -385,6 +390,9 @@ pub fn all() -> Vec<&'static dyn Probe> {
         &threads::THREADS,
         &memory::MEMORY,
         &io::IO,
+        #[cfg(target_arch = "x86_64")]
+        &portio::PORTIO,
+        &halt::HALT,
         &net::TCP_RR,
         &net::TCP_STREAM,
         &net::TCP_MAERTS,

@@ -72,6 +72,8 @@ class DatasetModel:
     name: str
     fit: Fit
     published: dict[str, float]
+    #: The held-out cells scored (vmtax.model.score): one line per rule, then the bar.
+    score: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ class MeasuredModel:
     fit: Fit
     vm_level: int
     notes: list[str] = field(default_factory=list)
+    #: The held-out cells scored (vmtax.model.score): one line per rule, then the bar.
+    score: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class OutOfSample:
     vm_level: int
     e: float
     statistic: str = "mean"
+    #: The held-out cells scored (vmtax.model.score): one line per rule, then the bar.
+    score: list[str] = field(default_factory=list)
 
 
 def model(request: ModelRequest) -> DatasetModel | MeasuredModel | OutOfSample:
@@ -120,7 +126,29 @@ def dataset_model(request: ModelRequest) -> DatasetModel:
 
     name = str(request.dataset)
     result = fit(from_dataset(name))
-    return DatasetModel(name, result, published_dvh(name))
+    return DatasetModel(name, result, published_dvh(name), score_lines(result.predictions, 2))
+
+
+def score_lines(predictions: pd.DataFrame, nested_level: int) -> list[str]:
+    """Each rule's median absolute error and worst cell, on its own held-out cells and on the
+    cells every rule predicted, then the accuracy bar for hardware (vmtax.model.score)."""
+    # deferred: the model package (tens of ms to import), only for this command
+    from vmtax.model.score import bars, summarise
+
+    own = summarise(predictions)
+    same = summarise(predictions, common=True)
+    lines = [s.line() for s in own]
+    if len(same) > 1:
+        n = same[0].cells
+        lines.append(
+            f"on the same {n} cell(s): "
+            + "; ".join(f"{s.rule} {s.median_abs_error_pct:.1f}%" for s in same)
+            + " median |error|"
+        )
+    if not own:
+        lines.append("no held-out cell: nothing measured at a predicted level to score against")
+    lines += [f"bar for hardware, {b.line()}" for b in bars(predictions, nested_level)]
+    return lines
 
 
 def measured_model(request: ModelRequest) -> MeasuredModel:
@@ -137,13 +165,15 @@ def measured_model(request: ModelRequest) -> MeasuredModel:
         if s.benchmark == "cpuid":
             s.assumed_exits = request.exits_per_exit
     result = fit(found.series, offset=found.vm_level - 1)
-    return MeasuredModel(result, found.vm_level, list(found.notes))
+    score = score_lines(result.predictions, found.vm_level + 1)
+    return MeasuredModel(result, found.vm_level, list(found.notes), score)
 
 
 def out_of_sample(request: ModelRequest) -> OutOfSample:
     """Each probe's nested level from its VM-level runs and exit profile and a nesting factor
     fitted on other probes only."""
     # heavy: scipy, only for --out-of-sample
+    from vmtax.model import groups
     from vmtax.model import outofsample_timed as timed
     from vmtax.model.outofsample import loads_from, predict, weightings
     from vmtax.model.sources import default_vm_level, tsc_rates
@@ -180,4 +210,18 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
             f"no probe has an L{vm + 1} to calibrate on besides the one predicted: run two or "
             f"more probes at L{vm} and L{vm + 1}"
         )
-    return OutOfSample(preds, vm, float(e), request.statistic)
+    # κ per exit group, on the other probes (never the one predicted), with the single κ of
+    # the same fit beside it; and the groups' κ fitted on every probe, with their intervals.
+    probes = [
+        p
+        for p in groups.group_probes(ok, profiles, tsc, vm, request.statistic)
+        if p.probe != timed.SPIN
+    ]
+    grouped, whole = groups.predict(probes, nested_level=vm + 1)
+    if len(grouped):
+        preds = pd.concat([preds, grouped], ignore_index=True)
+        if "note" in preds:
+            preds = preds.fillna({"note": ""})
+    lines = groups.kappa_lines(whole) if whole is not None else []
+    score = [*lines, *score_lines(preds, vm + 1)]
+    return OutOfSample(preds, vm, float(e), request.statistic, score)

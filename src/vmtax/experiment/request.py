@@ -62,7 +62,8 @@ class RunRequest:
     #: An Ansible host pattern narrowing the inventory (--limit).
     limit: str | None = None
     accept_new_host_key: bool = False
-    #: --exits: None or False (none), True or "counts", or "trace" (``modes.parse_mode``).
+    #: --exits: None or False (none), True or "counts", "trace", or the recorder per level
+    #: ("L2=trace,L3=counts"; ``modes.parse_modes``).
     exits: bool | str | None = False
     precision: str | None = None
     budget: str | None = None
@@ -70,8 +71,9 @@ class RunRequest:
     #: Boots of each guest level (None: DEFAULT_BOOTS); this machine and SSH hosts have one.
     boots: int | None = None
     #: What one boot of a guest costs, in seconds (--boot-cost): adaptive sampling's and the
-    #: run's report's runs per boot (Kalibera and Jones), as compare's --boot-cost.
-    boot_cost_s: float = BOOT_COST_S
+    #: run's report's runs per boot (Kalibera and Jones), as compare's --boot-cost; None
+    #: (not given): BOOT_COST_S. Like --boots, it needs a guest level.
+    boot_cost_s: float | None = None
     #: The command line stored with the experiment (its --db shown without a password).
     argv: list[str] = field(default_factory=list)
     #: When the request was made (monotonic): an adaptive --budget bounds the whole command.
@@ -113,12 +115,28 @@ class RunRequest:
                 "--boots applies to guest levels (this machine and SSH hosts have one boot): "
                 "add --levels L0,L1"
             )
+        if self.boot_cost_s is not None and not re.search(r"L[1-3]", upper):
+            raise UsageError(
+                "--boot-cost applies to guest levels (this machine and SSH hosts have one "
+                "boot): add --levels L0,L1"
+            )
         if self.inner_accel == "kvm" and not re.search(r"L[23]", upper):
             raise UsageError("--inner-accel kvm needs a nested level: --levels L1,L2 or L1,L2,L3")
-        exits = modes.parse_mode(self.exits)
-        if exits:
-            modes.require(exits)  # a mode this machine lacks is refused before anything runs
+        exits = modes.parse_modes(self.exits)
+        named = sorted(set(exits) - {modes.EVERY} - set(re.findall(r"L[0-3]", upper)))
+        if named:
+            raise UsageError(
+                f"--exits {self.exits}: this run measures no {', '.join(named)} "
+                f"(--levels {levels or 'none: this machine, L0'})"
+            )
+        for mode in sorted(set(exits.values())):
+            modes.require(mode)  # a mode this machine lacks is refused before anything runs
         return Checked(sampling=sampling, params=params, labels=labels, levels=levels)
+
+    @property
+    def boot_cost(self) -> float:
+        """What one boot costs, in seconds: --boot-cost, or BOOT_COST_S when not given."""
+        return BOOT_COST_S if self.boot_cost_s is None else self.boot_cost_s
 
     def target_specs(self, levels: str | None) -> list[TargetSpec]:
         specs = target_specs(

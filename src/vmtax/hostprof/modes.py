@@ -25,6 +25,11 @@ from vmtax.errors import UsageError, VmtaxError
 from vmtax.targets.images import find_kernel
 
 MODES: tuple[str, ...] = ("counts", "trace")
+#: The measured levels a recorder can be chosen for: the guests vmtax boots (L0 has no host
+#: side, docs/exits.md).
+LEVELS: tuple[str, ...] = ("L1", "L2", "L3")
+#: The key of ``parse_modes``' answer for every level not named.
+EVERY = "*"
 QUERY_STATS_QEMU = (7, 1)
 STATS_FD_LINUX = (5, 14)
 
@@ -40,6 +45,47 @@ def parse_mode(value: str | bool | None) -> str:
     if mode not in MODES:
         raise UsageError(f"--exits must be {' or '.join(MODES)} (alone: counts), got {value!r}")
     return mode
+
+
+def parse_modes(value: str | bool | None) -> dict[str, str]:
+    """``--exits`` as given, as the recorder of each measured level: ``{"*": mode}`` for one
+    mode for every level (``True`` alone, ``counts``, ``trace``); per level from
+    ``LEVEL=MODE`` pairs, e.g. ``L2=trace,L3=counts`` (a bare mode among them is every other
+    level's); ``{}`` for none. A level or mode not known, or a level given twice, is a usage
+    error in one line."""
+    if value is None or value is False or value is True or "=" not in str(value):
+        mode = parse_mode(value)
+        return {EVERY: mode} if mode else {}
+    out: dict[str, str] = {}
+    for item in str(value).split(","):
+        level, eq, mode = (x.strip() for x in item.strip().partition("="))
+        key = level.upper() if eq else EVERY
+        mode = (mode if eq else level).lower()
+        if eq and key not in LEVELS:
+            raise UsageError(
+                f"--exits {value}: unknown level {level!r} (levels: {', '.join(LEVELS)}; "
+                "L0 has no host side)"
+            )
+        if mode not in MODES:
+            raise UsageError(
+                f"--exits {value}: the mode of {key if eq else 'every level'} must be "
+                f"{' or '.join(MODES)}, got {mode!r}"
+            )
+        if key in out:
+            raise UsageError(f"--exits {value}: {key if eq else 'a bare mode'} is given twice")
+        out[key] = mode
+    return out
+
+
+def mode_for(modes: dict[str, str], level: str) -> str:
+    """The recorder mode of a target at ``level`` ("": not recorded)."""
+    return modes.get(level.upper(), modes.get(EVERY, ""))
+
+
+def stored_modes(modes: dict[str, str]) -> str | dict[str, str]:
+    """What an experiment stores: one mode as before (``counts``, ``trace``, ""), per-level
+    modes as their mapping."""
+    return modes.get(EVERY, "") if set(modes) <= {EVERY} else dict(modes)
 
 
 def _version(text: str) -> tuple[int, int] | None:

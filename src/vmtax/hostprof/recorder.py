@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from vmtax.contract import Fingerprint, probe_startup_args, startup_args
 from vmtax.errors import VmtaxError
 from vmtax.hostprof import kvmstats
+from vmtax.hostprof.modes import EVERY, mode_for
 from vmtax.hostprof.store import save_profile
 from vmtax.targets.base import AgentTimeout, vm_pid
 from vmtax.workloads import run_lines
@@ -172,18 +173,24 @@ def end(mode: str, target: Target, side: Target, begun: Begun) -> dict[str, Any]
 
 
 class Recorder:
-    """Brackets each run with ``exits start`` / ``exits stop`` on every host side."""
+    """Brackets each run with ``exits start`` / ``exits stop`` on every host side, in the
+    mode of the measured target's level: ``modes`` as ``modes.parse_modes`` gives it (per
+    level, ``*`` for the levels not named; a level without a mode is not recorded), else
+    ``mode`` for every level."""
 
     def __init__(
         self,
         store: Store,
         *,
         mode: str = "counts",
+        modes: dict[str, str] | None = None,
         note: Callable[[str], None] | None = None,
         sides: Callable[[Target], dict[str, Target]] | None = None,
     ) -> None:
-        if mode not in ("counts", "trace"):
-            raise ValueError(f"exit recorder mode must be counts or trace, not {mode!r}")
+        self.modes = dict(modes) if modes is not None else {EVERY: mode}
+        for m in self.modes.values():
+            if m not in ("counts", "trace"):
+                raise ValueError(f"exit recorder mode must be counts or trace, not {m!r}")
         self.store = store
         self.mode = mode
         self._note = note or (lambda line: print(f"vmtax: {line}", file=sys.stderr))
@@ -196,6 +203,10 @@ class Recorder:
         #: (target name, plan entry) -> level -> exit code -> exits of one start-up of that
         #: entry's runs (``_calibrate``)
         self._startup: dict[tuple[str, str], dict[str, dict[int, int]]] = {}
+
+    def mode_for(self, target: Target) -> str:
+        """The mode ``target``'s runs are recorded in ("" for none): its level's."""
+        return mode_for(self.modes, str(getattr(target, "level", "")))
 
     def note_once(self, line: str) -> None:
         with self._lock:
@@ -219,7 +230,7 @@ class Recorder:
             todo = {level: side for level, side in sides.items() if level not in startup}
             if not todo:
                 break
-            got = self._record(self.mode, target, todo, args, self._note)
+            got = self._record(self.mode_for(target), target, todo, args, self._note)
             for level, (counts, reason) in got.items():
                 if counts is not None:
                     startup[level] = counts
@@ -274,6 +285,9 @@ class Recorder:
         return out
 
     def before_run(self, target: Target, step: Step, args: list[str] | None = None) -> None:
+        mode = self.mode_for(target)
+        if not mode:  # its level is not recorded (--exits L2=trace names another level)
+            return
         key = (str(target.name), str(getattr(step, "entry", "")))
         try:
             sides = (self._sides or host_sides)(target)
@@ -290,7 +304,7 @@ class Recorder:
             self._calibrate(target, sides, key, cut)
         started: dict[str, tuple[Target, Begun]] = {}
         for level, side in sides.items():
-            begun = begin(self.mode, target, side, self._note)
+            begun = begin(mode, target, side, self._note)
             if begun[0]:
                 self.note_once(f"exits: {target.name}: {level} cannot record: {begun[0]}")
             started[level] = (side, begun)
@@ -299,16 +313,17 @@ class Recorder:
 
     def after_run(self, target: Target, step: Step, run_id: int, status: str) -> None:
         del status
+        mode = self.mode_for(target)
         key = (str(target.name), str(getattr(step, "entry", "")))
         with self._lock:
             started = self._started.pop(target.name, {})
         for level, (side, begun) in started.items():
-            profile = end(self.mode, target, side, begun)
+            profile = end(mode, target, side, begun)
             startup = self._startup.get(key, {}).get(level)
             if startup is not None:
                 profile = {**profile, "startup": startup}
             try:
-                recorder = "kvm-stats" if self.mode == "counts" else "tracefs"
+                recorder = "kvm-stats" if mode == "counts" else "tracefs"
                 self.saved.append(save_profile(self.store, run_id, level, profile, recorder))
             except Exception as exc:  # the run is stored already; say why its profile is not
                 self.note_once(f"exits: {target.name}: profile of run {run_id} not stored: {exc}")

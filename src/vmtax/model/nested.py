@@ -44,11 +44,16 @@ from vmtax.model.mechanisms import NULL, dvh_direct, mechanism
 
 PREDICTION_COLUMNS = [
     "benchmark", "level", "dvh", "predicted", "low", "high", "unit",
-    "measured", "error_pct", "basis", "kind",
+    "measured", "error_pct", "basis", "kind", "scope", "log_ratio",
+    "baseline", "baseline_error_pct", "baseline_log_ratio", "baseline_basis",
 ]  # fmt: skip
 #: ``kind`` of a row: a prediction uses no data from the level it predicts; a decomposition
 #: (depth 2 from that level's own exit profile) explains a measured level by its exits.
 PREDICTION, DECOMPOSITION = "prediction", "decomposition"
+#: ``scope`` of a row: fitted (the level's own data went in: a decomposition), held out (the
+#: level was measured and none of it went in: scored against it) or extrapolated (a level or
+#: configuration beyond any measured for that benchmark: nothing to score it against).
+FITTED, HELD_OUT, EXTRAPOLATED = "fitted", "held out", "extrapolated"
 PARAM_COLUMNS = ["benchmark", "parameter", "estimate", "low", "high", "unit", "basis"]
 
 
@@ -76,6 +81,8 @@ class Series:
     #: The nested VM with DVH, measured or published (run values): calibrates x_k, the extra
     #: cost of an exit L0 handles directly when it comes from a nested guest.
     dvh_nested: np.ndarray | None = None
+    #: Deeper depths (3, 4, ...) measured with DVH (run values): only compared with.
+    measured_dvh: dict[int, np.ndarray] = field(default_factory=dict)
 
     @property
     def mechanism(self) -> str:
@@ -122,6 +129,10 @@ def fit(series: list[Series], *, depths: tuple[int, ...] = (3, 4), offset: int =
         wanted: list[tuple[int, bool, str]] = []
         if f"c2pred:{s.benchmark}" in point:
             wanted.append((2, False, "c2pred"))
+        elif f"loo2:{s.benchmark}" in point:
+            # Without its own profile, the nested level is predicted with its class left out
+            # (with profiles, `--out-of-sample` is that prediction).
+            wanted.append((2, False, "loo2"))
         wanted.append((2, True, "dvh2"))
         for d in depths:
             wanted.append((d, False, f"c{d}"))
@@ -133,7 +144,9 @@ def fit(series: list[Series], *, depths: tuple[int, ...] = (3, 4), offset: int =
                 notes.append(_no_positive_time(s, depth + offset, dvh, key, est, point))
                 continue
             _, low, high = spans[f"{key}:{s.benchmark}"]
-            measured = _measured(s, depth) if not dvh else None
+            measured = _measured(s, depth, dvh)
+            base = point.get(f"base_{key}:{s.benchmark}")
+            base_value = float(base[0]) if base is not None and float(base[0]) > 0 else None
             rows.append(
                 {
                     "benchmark": s.benchmark,
@@ -144,9 +157,15 @@ def fit(series: list[Series], *, depths: tuple[int, ...] = (3, 4), offset: int =
                     "high": float(high[0]),
                     "unit": s.unit,
                     "measured": measured,
-                    "error_pct": (100.0 * (est - measured) / measured if measured else None),
-                    "basis": _basis(point, s, depth, dvh, direct),
+                    "error_pct": error_pct(est, measured),
+                    "basis": (LOO_BASIS if key == "loo2" else _basis(point, s, depth, dvh, direct)),
                     "kind": DECOMPOSITION if key == "c2pred" else PREDICTION,
+                    "scope": _scope(s, depth, dvh, key),
+                    "log_ratio": abs_log_ratio(est, measured),
+                    "baseline": base_value,
+                    "baseline_error_pct": error_pct(base_value, measured),
+                    "baseline_log_ratio": abs_log_ratio(base_value, measured),
+                    "baseline_basis": _baseline_basis(key, direct) if base_value else "",
                 }
             )
     predictions = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
@@ -191,6 +210,8 @@ def _future_level(series: list[Series], key: str) -> str | None:
     """The group whose runs a future run of prediction ``key`` is like: the nested level,
     or for a DVH-direct class the nested VM + DVH (the VM for the lower bound)."""
     name, _, bench = key.partition(":")
+    if name == "loo2" and bench:
+        return f"nested:{bench}"
     if not bench or not name.startswith(("c", "dvh")):
         return None
     s = next(x for x in series if x.benchmark == bench)
@@ -376,17 +397,93 @@ def _evaluate(series: list[Series], draws: dict) -> dict:
                 out[f"dvh{d}:{k}"] = a[k] + out[f"x:{k}"]
             else:
                 out[f"dvh{d}:{k}"] = a[k]
+    _baselines(series, out, a, c2, draws, null)
     return out
+
+
+def _baselines(
+    series: list[Series], out: dict, a: dict, c2: dict, draws: dict, null: Series | None
+) -> None:
+    """The constant-ratio rule beside every prediction (``base_<key>``), and the nested level
+    of each class from its VM level with that class left out (``loo2``, with its ratio
+    baseline): what the model has to beat.
+
+    The rule: a level is the level below it times the ratio observed one level down, on the
+    same probe where its own two levels calibrate it (L3 + DVH = L2 + DVH × (L2 + DVH) / L1),
+    else on the calibration probe: the null exit for the nesting (study C's Hypercall: L3 =
+    L2 × L2/L1 of the Hypercall), the other classes (geometric mean) for a left-out class.
+    """
+    if null is not None:
+        r = c2[null.benchmark] / a[null.benchmark]
+        for s in series:
+            k = s.benchmark
+            direct = dvh_direct(k)
+            x = draws.get(f"dvh_nested:{k}")
+            if not direct:
+                out[f"base_dvh2:{k}"] = c2[k]
+            for d in range(3, 9):
+                out[f"base_c{d}:{k}"] = c2[k] * r ** (d - 2)
+                if not direct:
+                    out[f"base_dvh{d}:{k}"] = out[f"base_c{d}:{k}"]
+                elif x is not None:
+                    out[f"base_dvh{d}:{k}"] = x * (x / a[k]) ** (d - 2)
+    if len(series) < 3:
+        return  # a class left out needs two others to take a mean of
+    for s in series:
+        k = s.benchmark
+        others = [j.benchmark for j in series if j.benchmark != k]
+        out[f"loo2:{k}"] = a[k] + sum(c2[j] - a[j] for j in others) / len(others)
+        logs = sum(np.log(c2[j] / a[j]) for j in others) / len(others)
+        out[f"base_loo2:{k}"] = a[k] * np.exp(logs)
 
 
 # -- tables ---------------------------------------------------------------------------------
 
 
-def _measured(s: Series, depth: int) -> float | None:
-    values = s.nested if depth == 2 else s.measured.get(depth)
+def _measured(s: Series, depth: int, dvh: bool = False) -> float | None:
+    if dvh:
+        values = s.dvh_nested if depth == 2 else s.measured_dvh.get(depth)
+    else:
+        values = s.nested if depth == 2 else s.measured.get(depth)
     if values is None or np.asarray(values).size == 0:
         return None
     return float(np.mean(values))
+
+
+def _scope(s: Series, depth: int, dvh: bool, key: str) -> str:
+    """fitted, held out or extrapolated (see ``FITTED``)."""
+    if key == "c2pred":
+        return FITTED
+    if _measured(s, depth, dvh) is not None:
+        return HELD_OUT
+    return EXTRAPOLATED
+
+
+def error_pct(predicted: float | None, measured: float | None) -> float | None:
+    """100 · (predicted − measured) / measured, or None without both."""
+    if predicted is None or not measured:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def abs_log_ratio(predicted: float | None, measured: float | None) -> float | None:
+    """|ln(predicted / measured)|: a symmetric error (×2 and ÷2 score alike), or None."""
+    if predicted is None or measured is None or not predicted > 0 or not measured > 0:
+        return None
+    return float(abs(np.log(predicted / measured)))
+
+
+#: The basis of a row predicting the nested level from the VM level, leaving its class out.
+LOO_BASIS = "leave one out: a_k + mean D_j of the other classes (nesting adds alike)"
+
+
+def _baseline_basis(key: str, direct: bool) -> str:
+    """What the constant-ratio baseline of a row multiplied (docs/model.md, The baseline)."""
+    if key == "loo2":
+        return "ratio: a_k × geometric mean of the other classes' nested/VM"
+    if key.startswith("dvh") and direct:
+        return "ratio: the nested+DVH level × its own nested+DVH/VM, per level"
+    return "ratio: the nested level × the null exit's nested/VM, per level"
 
 
 def _basis(point: dict, s: Series, depth: int, dvh: bool, direct: bool) -> str:

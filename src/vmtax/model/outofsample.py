@@ -38,14 +38,44 @@ import pandas as pd
 from vmtax.errors import UsageError
 from vmtax.hostprof.perop import per_reason
 from vmtax.model.intervals import future_run, interval, linearise
+from vmtax.model.nested import EXTRAPOLATED, HELD_OUT, abs_log_ratio, error_pct
 from vmtax.model.sources import level_number, ns_per_op
 
 WEIGHTS = ("exits", "exit time")
 CALIBRATIONS = ("cpuid", "others")
 COLUMNS = [
     "benchmark", "level", "dvh", "weights", "calibrated_on", "predicted", "low", "high", "unit",
-    "measured", "error_pct", "kappa", "kind",
+    "measured", "error_pct", "kappa", "kind", "scope", "log_ratio", "baseline",
+    "baseline_error_pct", "baseline_log_ratio", "interval",
 ]  # fmt: skip
+
+
+def ratio_baseline(target: ProbeLoad, calibration: Sequence[ProbeLoad]) -> float | None:
+    """The constant-ratio rule: the target's VM-level time × the geometric mean over the
+    calibration probes of their nested/VM times (the ratio observed on the probes the model
+    is calibrated on); None where a ratio is not positive."""
+    logs = []
+    for c in calibration:
+        vm, nested = float(c.vm[:, 0].mean()), float(np.mean(c.nested))
+        if not (vm > 0 and nested > 0):
+            return None
+        logs.append(np.log(nested / vm))
+    return float(target.vm[:, 0].mean() * np.exp(np.mean(logs)))
+
+
+def scored(target: ProbeLoad, calibration: Sequence[ProbeLoad], est: float | None) -> dict:
+    """A row's measured value, scope, errors and the ratio baseline beside it."""
+    real = float(target.nested.mean()) if len(target.nested) else None
+    base = ratio_baseline(target, calibration)
+    return {
+        "measured": real,
+        "error_pct": error_pct(est, real),
+        "scope": HELD_OUT if real else EXTRAPOLATED,
+        "log_ratio": abs_log_ratio(est, real),
+        "baseline": base,
+        "baseline_error_pct": error_pct(base, real),
+        "baseline_log_ratio": abs_log_ratio(base, real),
+    }
 
 
 @dataclass
@@ -56,6 +86,12 @@ class ProbeLoad:
     probe: str
     vm: np.ndarray
     nested: np.ndarray
+    #: What a row of ``vm`` and a value of ``nested`` is: a run, or a boot's mean of its runs
+    #: (where a level was measured in several boots, the boot is the unit that varies).
+    units: str = "runs"
+    #: With boots as units: each row's boot, at the VM level and at the nested level.
+    vm_boots: tuple[str, ...] = ()
+    nested_boots: tuple[str, ...] = ()
 
     def weight(self, weights: str) -> int:
         """The column of ``vm`` that is W under ``weights``."""
@@ -72,11 +108,47 @@ def load_groups(target: ProbeLoad, calibration: Sequence[ProbeLoad]) -> dict[str
     return groups
 
 
+def paired(target: ProbeLoad, calibration: Sequence[ProbeLoad]) -> bool:
+    """True when every probe was measured in the same boots at each level (one boot runs
+    them all), so that a boot's values of all probes are one unit: a boot's stalls slow
+    every probe in it, and the probes' errors are correlated through it."""
+    loads = [target, *calibration]
+    return (
+        all(p.units == "boots" for p in loads)
+        and len({p.vm_boots for p in loads}) == 1
+        and len({c.nested_boots for c in calibration}) == 1
+        and len(target.vm_boots) >= 2
+        and len(calibration[0].nested_boots) >= 2
+    )
+
+
+def pair_by_boot(groups: dict[str, np.ndarray], calibrated: int) -> dict[str, np.ndarray]:
+    """``load_groups``' groups as two groups of boots: the VM level's (every probe's columns
+    side by side) and the nested level's, so the delta method counts each boot once, with
+    the covariance between probes in it."""
+    vm = [groups["target"], *(groups[f"vm{i}"] for i in range(calibrated))]
+    nested = [groups[f"nested{i}"] for i in range(calibrated)]
+    return {"vm_boot": np.concatenate(vm, axis=2), "nested_boot": np.concatenate(nested, axis=2)}
+
+
+def _unpaired(means: dict[str, np.ndarray], calibrated: int) -> dict[str, np.ndarray]:
+    if "vm_boot" not in means:
+        return means
+    vm, nested = means["vm_boot"], means["nested_boot"]
+    nested = nested[:, None] if nested.ndim == 1 else nested
+    out = {"target": vm[:, 0:3]}
+    for i in range(calibrated):
+        out[f"vm{i}"] = vm[:, 3 + 3 * i : 6 + 3 * i]
+        out[f"nested{i}"] = nested[:, i]
+    return out
+
+
 def _model(col: int, calibrated: int) -> Callable[[dict[str, np.ndarray]], dict]:
     """κ through the origin on the calibration probes, and the target's nested time, from
     the groups' means (vectorised over trials)."""
 
     def evaluate(means: dict[str, np.ndarray]) -> dict:
+        means = _unpaired(means, calibrated)
         num = sum((means[f"nested{i}"] - means[f"vm{i}"][:, 0]) * means[f"vm{i}"][:, col]
                   for i in range(calibrated))  # fmt: skip
         den = sum(means[f"vm{i}"][:, col] ** 2 for i in range(calibrated))
@@ -89,15 +161,52 @@ def _model(col: int, calibrated: int) -> Callable[[dict[str, np.ndarray]], dict]
     return evaluate
 
 
+#: The future a prediction interval is for: one run like the target's VM-level runs, or the
+#: next boot at the nested level (its mean over the same number of runs).
+NEXT_RUN, NEXT_BOOT = "next run", "next boot"
+
+
+def next_boot(groups: dict[str, np.ndarray], calibrated: int) -> tuple[str, np.ndarray, int]:
+    """The spread of the next boot at the nested level, on the log scale: the calibration
+    probes' nested boot means around each probe's own mean, pooled (a boot's stalls and
+    placement slow a level's probes alike; the target's own nested boots are held out), with
+    its degrees of freedom Σ (boots − 1). A separate variance part of the interval."""
+    ss: np.ndarray | float = 0.0
+    dof = 0
+    if "nested_boot" in groups:
+        # Paired by boot: the probes' deviations share each boot's effect, so they count as
+        # the boots' degrees of freedom once, not once per probe.
+        x = np.log(groups["nested_boot"])
+        boots = x.shape[1]
+        ss = ((x - x.mean(axis=1, keepdims=True)) ** 2).sum(axis=1).mean(axis=1)
+        dof = boots - 1
+        trials = x.shape[0]
+        if dof == 0:
+            return NEXT_BOOT, np.zeros(trials), 0
+        return NEXT_BOOT, np.asarray(ss, dtype=np.float64) / dof, dof
+    for i in range(calibrated):
+        x = np.log(groups[f"nested{i}"][:, :, 0])
+        if x.shape[1] < 2:
+            continue
+        ss = ss + ((x - x.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+        dof += x.shape[1] - 1
+    trials = groups["target"].shape[0]
+    if dof == 0:
+        return NEXT_BOOT, np.zeros(trials), 0
+    return NEXT_BOOT, np.broadcast_to(np.asarray(ss, dtype=np.float64) / dof, (trials,)), dof
+
+
 def prediction_intervals(
-    groups: dict[str, np.ndarray], calibrated: int, weights: str
+    groups: dict[str, np.ndarray], calibrated: int, weights: str, future: str = NEXT_RUN
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(prediction, low, high, κ), each (trials,), from ``load_groups``' groups (with a trials
     axis, so the coverage simulation in CI runs this code): on the log scale, with one future
-    run whose spread is the target's VM-level runs'."""
+    run whose spread is the target's VM-level runs' (``NEXT_RUN``), or the next boot at the
+    nested level, whose spread is the calibration probes' nested boots' (``NEXT_BOOT``)."""
     col = 1 if weights == "exits" else 2
     lin = linearise(_model(col, calibrated), groups)
-    est, low, high = interval(lin, "predicted", log=True, future=future_run("target", groups))
+    ahead = next_boot(groups, calibrated) if future == NEXT_BOOT else future_run("target", groups)
+    est, low, high = interval(lin, "predicted", log=True, future=ahead)
     return est, low, high, lin.estimate["kappa"]
 
 
@@ -106,9 +215,19 @@ def predict_one(
 ) -> tuple[float, float, float, float]:
     """(prediction, low, high, κ) of ``target`` at the nested level; NaN bounds when a sample
     has one run or the prediction is not a positive time."""
-    got = prediction_intervals(load_groups(target, calibration), len(calibration), weights)
+    groups = load_groups(target, calibration)
+    if paired(target, calibration):
+        groups = pair_by_boot(groups, len(calibration))
+    got = prediction_intervals(groups, len(calibration), weights, future_of(calibration))
     est, low, high, kappa = (float(x[0]) for x in got)
     return est, low, high, kappa
+
+
+def future_of(calibration: Sequence[ProbeLoad]) -> str:
+    """The next boot where every calibration probe's nested level has two boots or more (its
+    units are boots), else the next run."""
+    ok = all(c.units == "boots" and len(c.nested) >= 2 for c in calibration)
+    return NEXT_BOOT if calibration and ok else NEXT_RUN
 
 
 def calibration_sets(
@@ -145,15 +264,14 @@ def predict(
             est, low, high, kappa = predict_one(target, cal, weights)
             if not est > 0:
                 continue  # not a time (the calibration probes got faster one level down)
-            real = float(target.nested.mean()) if len(target.nested) else None
             rows.append(
                 {
                     "benchmark": target.probe, "level": nested_level, "dvh": False,
                     "weights": weights,
                     "calibrated_on": ", ".join(c.probe for c in cal), "predicted": est,
-                    "low": low, "high": high, "unit": unit, "measured": real,
-                    "error_pct": 100.0 * (est - real) / real if real else None,
-                    "kappa": kappa, "kind": "prediction",
+                    "low": low, "high": high, "unit": unit,
+                    "kappa": kappa, "kind": "prediction", **scored(target, cal, est),
+                    "interval": future_of(cal),
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -180,6 +298,13 @@ def loads_from(
     hypervisor below it), and the VM level's round trip e (ns) from cpuid's profiled runs.
     A run's time per operation is its ``statistic`` (mean or median) at both levels, so the
     prediction and what it is compared with are the same statistic."""
+    if vm_level < 1:
+        # L0's exits are no hypervisor's to record: nothing runs below the machine itself.
+        raise UsageError(
+            "out-of-sample predictions need the VM level's exit profile, recorded by the "
+            "hypervisor below it, and L0 has none below it: give a guest level as the VM "
+            "(--vm-level L1, its runs with vmtax run --levels L1,L2 --exits)"
+        )
     ok = runs[runs["status"] == "ok"]
     level = ok["level"].map(level_number)
     reasons = per_reason(profiles, f"L{vm_level - 1}") if len(profiles) else None
@@ -191,6 +316,7 @@ def loads_from(
     per_run = reasons.groupby("run_id")[["exits_per_op", "handling_ns"]].sum()
     vm_rows: dict[str, np.ndarray] = {}
     nested: dict[str, np.ndarray] = {}
+    boots_of: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
     for probe, g in ok.groupby("probe", sort=True):
         at_vm = g[(level[g.index] == vm_level) & g["run_id"].isin(per_run.index)]
         deeper = g[level[g.index] == vm_level + 1]
@@ -198,8 +324,17 @@ def loads_from(
             continue
         t = ns_per_op(at_vm, tsc_hz, statistic)
         load = per_run.loc[at_vm["run_id"]].to_numpy(np.float64)
-        vm_rows[str(probe)] = np.column_stack([t, load[:, 0], load[:, 1]])
-        nested[str(probe)] = ns_per_op(deeper, tsc_hz, statistic) if len(deeper) else np.zeros(0)
+        rows_vm = np.column_stack([t, load[:, 0], load[:, 1]])
+        deep = ns_per_op(deeper, tsc_hz, statistic) if len(deeper) else np.zeros(0)
+        if _boots(at_vm) >= 2 and _boots(deeper) >= 2:
+            # Several boots at both levels: the boot is the unit (its runs' mean), so runs
+            # inside one boot are not counted as independent.
+            rows_vm, vm_ids = _boot_means(rows_vm, at_vm)
+            deep_means, nested_ids = _boot_means(deep[:, None], deeper)
+            deep = deep_means[:, 0]
+            boots_of[str(probe)] = (vm_ids, nested_ids)
+        vm_rows[str(probe)] = rows_vm
+        nested[str(probe)] = deep
     if "cpuid" not in vm_rows:
         raise UsageError(
             f"the round trip of an exit needs cpuid's profiled runs at L{vm_level}; run "
@@ -212,5 +347,20 @@ def loads_from(
         # Column 2 becomes the exit time: handling (halts none) + a round trip per exit.
         rows = rows.copy()
         rows[:, 2] = rows[:, 2] + e * rows[:, 1]
-        loads.append(ProbeLoad(probe, rows, nested[probe]))
+        if probe in boots_of:
+            vm_ids, nested_ids = boots_of[probe]
+            loads.append(ProbeLoad(probe, rows, nested[probe], "boots", vm_ids, nested_ids))
+        else:
+            loads.append(ProbeLoad(probe, rows, nested[probe]))
     return loads, e
+
+
+def _boots(runs: pd.DataFrame) -> int:
+    return int(runs["boot"].nunique()) if "boot" in runs and len(runs) else 0
+
+
+def _boot_means(values: np.ndarray, runs: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each boot's mean of ``values`` (rows in ``runs``' order), and the boots, sorted."""
+    boots = runs["boot"].astype(str).to_numpy()
+    order = tuple(sorted(set(boots)))
+    return np.array([values[boots == b].mean(axis=0) for b in order]), order

@@ -34,7 +34,7 @@ import pandas as pd
 
 from vmtax.hostprof.perop import per_reason
 from vmtax.model.intervals import future_run, interval, linearise
-from vmtax.model.outofsample import COLUMNS, WEIGHTS, ProbeLoad, calibration_sets
+from vmtax.model.outofsample import COLUMNS, WEIGHTS, ProbeLoad, calibration_sets, scored
 from vmtax.model.sources import level_number, ns_scale
 
 #: The probe that calibrates the time-driven term at a level.
@@ -153,7 +153,7 @@ def predict(
             never = bool(got.never[0])
             if not never and not est > 0:
                 continue  # not a time (the calibration probes got faster one level down)
-            real = float(target.nested.mean()) if len(target.nested) else None
+            score = scored(target, cal, None if never else est)
             rows.append(
                 {
                     "benchmark": target.probe, "level": nested_level, "dvh": False,
@@ -161,9 +161,9 @@ def predict(
                     "calibrated_on": ", ".join([*(c.probe for c in cal), SPIN]),
                     "predicted": None if never else est,
                     "low": None if never else low, "high": None if never else high,
-                    "unit": unit, "measured": real,
-                    "error_pct": 100.0 * (est - real) / real if real and not never else None,
+                    "unit": unit, **score,
                     "kappa": kappa, "kind": "prediction", "load": load,
+                    "interval": "next run",
                     "note": f"r·c = {load:.3g} ≥ 1 at L{nested_level}: the time-driven "
                     "exits take all of its time, it never finishes an operation"
                     if never else "",

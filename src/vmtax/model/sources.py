@@ -4,6 +4,7 @@ columns) or the store (measured levels, with exit profiles where they were recor
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
 DATASET_COLUMNS = ("benchmark", "config", "cycles")
 VM, NESTED, NESTED_DVH = "VM", "nested VM", "nested VM + DVH"
+#: A deeper level a dataset may carry (``L3 VM``, ``L4 VM + DVH``): scored, never fitted.
+DEEPER = re.compile(r"^L(\d+) VM( \+ DVH)?$")
 PROFILE_COLUMNS = ("run_id", "count", "time_ns", "iterations", "complete")
 TO_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
@@ -54,7 +57,9 @@ def _number(name: str, row: pd.Series) -> float:
 def from_dataset(name: str) -> list[Series]:
     """One series per benchmark from the VM and nested-VM columns (never a deeper column: the
     model must stand on those two). A nested VM + DVH column, where there is one, calibrates
-    only the DVH what-if beyond depth 2 (x_k); the depth-2 DVH value stays from structure."""
+    only the DVH what-if beyond depth 2 (x_k); the depth-2 DVH value stays from structure.
+    Deeper rows (``L3 VM``, ``L3 VM + DVH``, ...) are kept as measurements to score the
+    predictions against, never fitted."""
     df = _dataset_frame(name)
     out = []
     for bench, group in df.groupby("benchmark", sort=False):
@@ -66,13 +71,20 @@ def from_dataset(name: str) -> list[Series]:
                     f"dataset {name!r}: {bench} has no {config!r} row; calibration needs two "
                     "levels (the VM and the nested VM)"
                 )
+        deeper: dict[bool, dict[int, np.ndarray]] = {False: {}, True: {}}
+        for config, value in cells.items():
+            if (hit := DEEPER.match(config)) and int(hit.group(1)) >= 3:
+                # Study C's VM is L1, so level n is depth n: only compared with.
+                deeper[bool(hit.group(2))][int(hit.group(1))] = np.array([value])
         out.append(
             Series(
                 str(bench),
                 "cycles",
                 np.array([cells[VM]]),
                 np.array([cells[NESTED]]),
+                measured=deeper[False],
                 dvh_nested=np.array([cells[NESTED_DVH]]) if NESTED_DVH in cells else None,
+                measured_dvh=deeper[True],
             )
         )
     if not out:
@@ -257,6 +269,18 @@ def from_runs(
                 mine = per_run[per_run["run_id"].isin(g["run_id"].astype(int))]
                 if len(mine):
                     prof[n] = mine[["exits", "handling_ns"]].to_numpy(dtype=np.float64)
+            if "boot" in g and g["boot"].nunique() >= 2:
+                # Several boots: the boot is the unit that varies (its runs' mean), so runs
+                # inside one boot are not counted as independent, and a prediction interval
+                # is for the next boot's mean (docs/model.md, Uncertainty).
+                boot_of = dict(zip(g["run_id"].astype(int), g["boot"].astype(str), strict=True))
+                values[n] = _boot_means(values[n], g["boot"].astype(str).to_numpy())
+                own = prof[n]
+                if own is not None:
+                    boots = mine["run_id"].map(boot_of).to_numpy()
+                    own = _boot_means(own, boots)
+                    # A boot without a complete profile: the levels are not paired by boot.
+                    prof[n] = own if len(own) == len(values[n]) else None
         series.append(
             Series(
                 str(probe),
@@ -271,6 +295,11 @@ def from_runs(
     if not series:
         raise UsageError(notes[0] if len(notes) == 1 else "; ".join(notes))
     return Measured(series, vm, notes)
+
+
+def _boot_means(values: np.ndarray, boots: np.ndarray) -> np.ndarray:
+    """Each boot's mean of ``values`` (one row per run; ``boots`` its boot), boots sorted."""
+    return np.array([values[boots == b].mean(axis=0) for b in sorted(set(boots))])
 
 
 def ns_scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:

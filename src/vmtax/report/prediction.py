@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError
 from vmtax.model import fit
+from vmtax.model.score import summarise
 from vmtax.model.sources import from_runs
 from vmtax.report.compare_format import _num
 from vmtax.report.parts import Table
@@ -52,17 +53,44 @@ def table(data: ReportInput) -> Table | None:
                 str(unit),
             ]
         )
+    # The constant-ratio baseline beside every prediction, scored where the truth is known.
+    for row, base, base_error, scope in zip(
+        rows, p["baseline"], p["baseline_error_pct"], p["scope"], strict=True
+    ):
+        row[3:3] = [str(scope)]
+        row[-1:-1] = [
+            "" if base is None or base != base else _num(base),
+            "" if base_error is None or base_error != base_error else f"{base_error:+.1f}",
+        ]
+    score = " ".join(s.line() + "." for s in summarise(p))
     return Table(
         title=(
             f"Predicted (and decomposed) vs measured: calibrated on L{found.vm_level} (the VM) "
             f"and L{found.vm_level + 1} (the nested VM)"
         ),
-        columns=["probe", "level", "kind", "model", "95% interval", "measured", "error %", "unit"],
+        columns=[
+            "probe",
+            "level",
+            "kind",
+            "scope",
+            "model",
+            "95% interval",
+            "measured",
+            "error %",
+            "ratio baseline",
+            "baseline error %",
+            "unit",
+        ],
         rows=rows,
-        numeric=[False, False, False, True, True, True, True, False],
+        numeric=[False, False, False, False, True, True, True, True, True, True, False],
         note="The nested-cost model (docs/model.md): C_d = a + D·(1 + m_h + … + m_h^(d−2)); "
         "+DVH: L0 handles the class directly. A prediction uses no data from its level; a "
-        "decomposition explains a measured level by its own exit profile. "
+        "decomposition explains a measured level by its own exit profile. Ratio baseline: "
+        "the level below times the null exit's ratio one level down (docs/model.md, The "
+        "baseline). "
+        + score
+        + " On this testbed (a TCG L1) a prediction that repeats across boots is what can be "
+        "shown; accuracy on hardware cannot (docs/model.md, What the testbed can show). "
         + " ".join(result.notes)
         + " "
         + " ".join(

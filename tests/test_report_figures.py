@@ -6,12 +6,15 @@ import re
 
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 
 from vmtax.report import figures, refdata
 from vmtax.report.markdown import md_escape
 from vmtax.report.svg import to_png, to_svg
+
+pytestmark = pytest.mark.fast
 
 EVIL = '<script>alert(1)</script> & "quoted"'
 
@@ -185,15 +188,15 @@ def test_the_mesh_layout_keeps_every_label_inside_and_off_the_next_panel():
             assert page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1, (configs, ax.get_label())
         title = fig.get_suptitle()
         assert fig._suptitle.get_window_extent(renderer).x1 <= page.x1, title
-        # Per row: mesh, its colour bar[, zoom, its colour bar]. A bar's labels stop before
-        # the next panel; no two panels (or a panel and a bar) overlap.
-        per_row = 4 if iterations > figures.MAX_CELLS else 2
+        # Per row, left to right: mesh[, zoom], the colour bar both share. The mesh's labels
+        # stop before the zoom; no two panels (or a panel and the bar) overlap.
+        per_row = 3 if iterations > figures.MAX_CELLS else 2
         rows = [fig.axes[i : i + per_row] for i in range(0, len(fig.axes), per_row)]
         assert len(rows) == configs
         for row in rows:
-            if per_row == 4:
-                bar_labels = row[1].get_tightbbox(renderer)
-                assert bar_labels.x1 < row[2].get_window_extent(renderer).x0
+            if per_row == 3:
+                mesh = row[0].get_tightbbox(renderer)
+                assert mesh.x1 < row[1].get_window_extent(renderer).x0
             frames = [ax.get_window_extent(renderer) for ax in row]
             for left, right in zip(frames, frames[1:], strict=False):
                 assert left.x1 <= right.x0

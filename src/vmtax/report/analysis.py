@@ -61,6 +61,8 @@ class ReportModel:
     sweeps: tuple[Section, ...] = ()
     prediction: Table | None = None  # the nested-cost model's table (report/prediction.py)
     exit_tables: list[Table] = field(default_factory=list)  # report/exits.py
+    #: What the study-A tables' columns mean, said once for all of them.
+    studya_note: str = ""
 
 
 def _config_order(runs: pd.DataFrame) -> list[str]:
@@ -114,13 +116,17 @@ def build(
     probes = list(dict.fromkeys(described["probe"]))
     for probe in probes:
         sub = described[described["probe"] == probe]
+        throughput = bool(sub["throughput_mean"].notna().any())
         figs.append(
             FigureSpec(
                 key=f"levels-{_slug(probe)}",
                 section="levels",
-                title=f"{probe}: throughput and response time by configuration",
+                title=f"{probe}: "
+                + ("throughput and response time" if throughput else "response time")
+                + " by configuration",
                 caption="Bars are means over runs; error bars are 95% confidence intervals of "
-                "the mean (runs are the independent unit).",
+                "the mean (runs are the independent unit)."
+                + ("" if throughput else " This probe reports no throughput."),
                 draw=partial(figures.level_bars, sub, probe, colors),
             )
         )
@@ -152,13 +158,14 @@ def build(
     figs.extend(_reference_figures())
 
     return ReportModel(
-        title="vmtax report: " + (", ".join(data.selectors) or "all results"),
+        title=_title(data),
         generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         baseline=baseline,
         baseline_configs=baseline_configs,
         summary=words.summary(rows) if baseline else notes[:1] or [_NO_BASELINE],
         overhead_table=_overhead_table(rows, order),
         studya_tables=[*_studya_tables(described, all_rows), *study_c_table(ok, baseline_configs)],
+        studya_note=_studya_note(described),
         figures=figs,
         artifacts=findings,
         environment=_environment(data.configurations, order),
@@ -463,11 +470,45 @@ def _studya_tables(described: pd.DataFrame, rows: pd.DataFrame) -> list[Table]:
                 ],
                 rows=body,
                 numeric=[False] + [True] * 8,
-                note="ΔL(n−1): relative change from the nearest lower level of the same "
-                "configuration chain (study A)." + (" " + P95_NOTE if p95_below_mean(sub) else ""),
             )
         )
     return tables
+
+
+def _studya_note(described: pd.DataFrame) -> str:
+    """The study-A tables' note, once for all of them (it was repeated under each): what
+    ΔL(n−1) is, and why a p95 can be below the mean, naming the probes where it is."""
+    note = (
+        "ΔL(n−1): relative change from the nearest lower level of the same configuration "
+        "chain (study A)."
+    )
+    skewed = [str(p) for p, sub in described.groupby("probe", sort=False) if p95_below_mean(sub)]
+    if skewed:
+        note += f" {P95_NOTE} A p95 is below the mean for: {', '.join(skewed)}."
+    return note
+
+
+#: More experiments than this are named by their count and range in the title.
+TITLE_EXPERIMENTS = 6
+
+
+def _title(data: ReportInput) -> str:
+    """The report's title names its experiments by number, not by the selector that found
+    them (``exp=latest`` says nothing once another experiment is made); selectors that
+    pick less than whole experiments follow in brackets."""
+    ids = [str(e["id"]) for e in data.experiments if e.get("id") is not None]
+    if not ids:
+        return "vmtax report: " + (", ".join(data.selectors) or "all results")
+    if len(ids) == 1:
+        head = f"experiment {ids[0]}"
+    elif len(ids) <= TITLE_EXPERIMENTS:
+        head = f"experiments {', '.join(ids)}"
+    else:
+        head = f"{len(ids)} experiments, {ids[0]} to {ids[-1]}"
+    narrower = [
+        s for s in data.selectors if not all(t.strip().startswith("exp=") for t in s.split(","))
+    ]
+    return f"vmtax report: {head}" + (f" ({'; '.join(narrower)})" if narrower else "")
 
 
 def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
@@ -498,6 +539,7 @@ def _overhead_table(rows: pd.DataFrame, order: Sequence[str]) -> Table | None:
         ],
         rows=body,
         numeric=[False, False, True, True, True, False, True, True, True],
+        nowrap=[False, False, False, False, False, True, False, False, False],
     )
 
 

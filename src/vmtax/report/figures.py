@@ -22,7 +22,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogFormatter, MaxNLocator
+from matplotlib.font_manager import FontProperties
+from matplotlib.patches import StepPatch
+from matplotlib.textpath import TextToPath
+from matplotlib.ticker import (
+    EngFormatter,
+    FuncFormatter,
+    LogFormatter,
+    LogLocator,
+    MaxNLocator,
+)
 
 from vmtax.report.svg import RC
 
@@ -83,8 +92,15 @@ class PlainLogFormatter(LogFormatter):
         return si_label(x)
 
 
+#: Minor ticks of a log axis: at 2 and 5 times each power. matplotlib's default, every
+#: integer multiple, made up to 40 ticks per axis, and making a tick (two lines, a grid
+#: line, two labels) was the largest single cost of drawing the report's figures.
+LOG_MINOR_SUBS = (2.0, 5.0)
+
+
 def plain_log_labels(fig: Figure) -> Figure:
-    """Every log axis of ``fig`` (colour bars of log norms included) gets plain labels."""
+    """Every log axis of ``fig`` (colour bars of log norms included) gets plain labels,
+    and minor ticks at ``LOG_MINOR_SUBS`` only."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             if axis.get_scale() != "log":
@@ -94,7 +110,50 @@ def plain_log_labels(fig: Figure) -> Figure:
             only_base = isinstance(minor, LogFormatter) and minor.labelOnlyBase
             axis.set_major_formatter(PlainLogFormatter(base))
             axis.set_minor_formatter(PlainLogFormatter(base, labelOnlyBase=only_base))
+            if isinstance(axis.get_minor_locator(), LogLocator):
+                axis.set_minor_locator(LogLocator(base, subs=LOG_MINOR_SUBS))
     return fig
+
+
+class SiFormatter(EngFormatter):
+    """Engineering ticks of a linear axis: "250k", "1.5M" (plain numbers such as 1000000
+    2000000 ran together). Below 1 the number is written plainly ("0.25"): a milli prefix
+    beside a unit such as ms would read as part of the unit."""
+
+    def __init__(self) -> None:
+        super().__init__(sep="")
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:.6g}" if abs(x) < 1 else super().__call__(x, pos)
+
+
+_TEXT = TextToPath()
+
+
+def text_inches(text: str, size: float) -> tuple[float, float]:
+    """Width and height in inches of ``text`` (one line per newline) at ``size`` points in
+    the report's font, from the font's metrics alone. A fixed layout built from these
+    costs nothing; a layout engine draws the whole figure once more to find its margins."""
+    lines = text.split("\n")
+    prop = FontProperties(size=size)
+    width = max(_TEXT.get_text_width_height_descent(t, prop, ismath=False)[0] for t in lines)
+    return width / 72, len(lines) * size * 1.25 / 72
+
+
+def _place(
+    fig: Figure, left: float, right: float, top: float, bottom: float, gap: float = 0
+) -> None:
+    """The subplots' area by its margins in inches (``gap``: between columns)."""
+    width, height = fig.get_size_inches()
+    columns = max(1, len(fig.axes))
+    panel = (width - left - right - gap * (columns - 1)) / columns
+    fig.subplots_adjust(
+        left=left / width,
+        right=1 - right / width,
+        top=1 - top / height,
+        bottom=bottom / height,
+        wspace=gap / panel if columns > 1 else None,
+    )
 
 
 def _short(label: str, width: int = 28) -> str:
@@ -126,41 +185,74 @@ def _yerr(mean: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray | None
     return np.vstack([np.nan_to_num(low_err), np.nan_to_num(high_err)]).clip(min=0)
 
 
+#: The fixed layout's margins, in inches: an axes title above (10 pt bold and its pad), the
+#: tick labels and the axis label below, and the tick marks with their pad beside.
+TITLE_IN = 0.34
+XAXIS_IN = 0.52
+TICKS_IN = 0.12
+VALUE_FONT = 7.0  # the value written beside each bar
+VALUE_OFFSET = 4.0  # points between a whisker's end and its value
+
+LEVEL_PANELS = (
+    ("throughput", "throughput_unit", "Throughput", "higher is better"),
+    ("resp", "unit", "Response time", "lower is better"),
+)
+
+
+def value_room(
+    ends: np.ndarray, sizes: Sequence[float], length: float, *, start: float, log: bool
+) -> float:
+    """The axis limit at which a label of ``sizes[i]`` inches still fits past ``ends[i]``
+    on an axis ``length`` inches long that starts at ``start`` (log: in decades)."""
+
+    def pos(v: float) -> float:
+        return float(np.log10(v)) if log else float(v)
+
+    lo, far = pos(start), pos(start)
+    for end, size in zip(ends, sizes, strict=True):
+        if not np.isfinite(end) or (log and end <= 0):
+            continue
+        free = max(length - size - VALUE_OFFSET / 72 - 0.06, length * 0.3)
+        far = max(far, lo + (pos(end) - lo) * length / free)
+    if far <= lo:
+        far = lo + 1.0
+    return float(10**far) if log else far
+
+
+def _log_start(values: np.ndarray) -> float:
+    positive = values[np.isfinite(values) & (values > 0)]
+    return float(positive.min()) / 2 if positive.size else 1.0
+
+
 @_styled
 def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Figure:
     """Throughput (left) and mean response time (right) per configuration, 95% CI bars.
 
     ``rows``: one row per configuration with config, throughput_mean, throughput_ci_low,
-    throughput_ci_high, throughput_unit, resp_mean, resp_ci_low, resp_ci_high, unit. An axis
-    turns logarithmic when its means span two decades or more, so no bar vanishes.
+    throughput_ci_high, throughput_unit, resp_mean, resp_ci_low, resp_ci_high, unit. A probe
+    that reports no throughput gets the response-time panel alone. An axis turns
+    logarithmic when its means span two decades or more, so no bar vanishes. Each mean is
+    written past the end of its whisker, where neither covers the other; linear axes are
+    labelled in engineering units ("250k").
     """
-    fig = Figure(figsize=(WIDTH, 1.3 + 0.5 * len(rows)), layout="constrained")
-    axes = fig.subplots(1, 2)
+    panels = [p for p in LEVEL_PANELS if rows[f"{p[0]}_mean"].astype(float).notna().any()]
+    panels = panels or [LEVEL_PANELS[1]]
+    fig = Figure(figsize=(WIDTH, 1.0 + 0.5 * len(rows)))
+    with matplotlib.rc_context({"axes.grid.axis": "x"}):  # cheaper than removing it later
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
     labels = [_wrap(c) for c in rows["config"]]
+    left = max(text_inches(t, RC["font.size"])[0] for t in labels) + TICKS_IN + 0.05
+    right, gap = 0.15, 0.35
+    _place(fig, left=left, right=right, top=TITLE_IN, bottom=XAXIS_IN, gap=gap)
+    length = (WIDTH - left - right - gap * (len(panels) - 1)) / len(panels)
     y = np.arange(len(rows))
     bar_colors = [colors.get(c, PALETTE[0]) for c in rows["config"]]
-    panels = (
-        ("throughput", "throughput_unit", "Throughput", "higher is better"),
-        ("resp", "unit", "Response time", "lower is better"),
-    )
     for ax, (metric, unit_col, title, hint) in zip(axes, panels, strict=True):
         mean = rows[f"{metric}_mean"].astype(float)
+        high = rows[f"{metric}_ci_high"].astype(float)
+        low = rows[f"{metric}_ci_low"].astype(float)
         unit = next((str(u) for u in rows[unit_col] if isinstance(u, str) and u), "")
-        if mean.isna().all():
-            ax.set_axis_off()
-            ax.text(
-                0.5,
-                0.5,
-                f"{title}: not reported by this probe",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                color="#666666",
-            )
-            continue
-        err = _yerr(
-            mean, rows[f"{metric}_ci_low"].astype(float), rows[f"{metric}_ci_high"].astype(float)
-        )
+        err = _yerr(mean, low, high)
         log = _spans_decades(mean.to_numpy(), 100.0)
         ax.barh(
             y,
@@ -171,25 +263,64 @@ def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Fig
             log=log,
             error_kw={"ecolor": "#333333", "capsize": 3, "elinewidth": 1},
         )
-        for yi, m in zip(y, mean, strict=True):
-            if np.isfinite(m):
+        ends = np.fmax(mean.to_numpy(), high.to_numpy())
+        texts = [_value_label(m) if np.isfinite(m) else "" for m in mean]
+        for yi, end, text in zip(y, ends, texts, strict=True):
+            if text:  # past the whisker's end: the two never cross
                 ax.annotate(
-                    _value_label(m),
-                    (m, yi),
-                    xytext=(6, -7),
+                    text,
+                    (end, yi),
+                    xytext=(VALUE_OFFSET, 0),
                     textcoords="offset points",
-                    fontsize=7,
+                    va="center",
+                    fontsize=VALUE_FONT,
                     color="#333333",
                 )
+        sizes = [text_inches(t, VALUE_FONT)[0] for t in texts]
+        values = np.concatenate([mean.to_numpy(), low.to_numpy()])
+        start = _log_start(values) if log else min(0.0, float(np.nanmin(values, initial=0.0)))
+        ax.set_xlim(start, value_room(ends, sizes, length, start=start, log=log))
+        if not log:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=6 if len(panels) == 1 else 4))
+            ax.xaxis.set_major_formatter(SiFormatter())
         ax.set_yticks(y, labels)
-        ax.invert_yaxis()
-        ax.grid(axis="y", visible=False)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # first configuration on top
         ax.set_title(title, loc="left")
         ax.set_xlabel(f"{unit}, {hint}" + (" (log scale)" if log else ""))
-        ax.margins(x=0.12)
-    if axes[0].axison:  # same configurations in the same order: label them once
-        axes[1].tick_params(labelleft=False)
+    for ax in axes[1:]:  # same configurations in the same order: label them once
+        ax.tick_params(labelleft=False)
     return fig
+
+
+def _legend_rows(labels: Sequence[str], room: float, size: float) -> tuple[int, float]:
+    """Columns and height in inches of a legend of ``labels`` in ``room`` inches of width
+    (the handle and the gaps beside each label take about 4 font sizes)."""
+    if not labels:
+        return 1, 0.0
+    cell = max(text_inches(t, size)[0] for t in labels) + 4 * size / 72
+    columns = int(max(1, min(len(labels), room // cell)))
+    rows = -(-len(labels) // columns)
+    return columns, rows * size * 1.5 / 72 + 0.1
+
+
+def _legend_above(ax: Any, room: float, size: float = 8.0) -> float:  # noqa: ANN401
+    """The axes' legend between its title and its data, where it covers nothing; returns
+    the inches it takes (the caller leaves that much room above the axes)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return 0.0
+    columns, height = _legend_rows(labels, room, size)
+    ax.legend(
+        handles,
+        labels,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        borderaxespad=0.4,
+        ncols=columns,
+        fontsize=size,
+    )
+    ax.set_title(ax.get_title(loc="left"), loc="left", pad=6 + height * 72)
+    return height
 
 
 @_styled
@@ -198,18 +329,33 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
 
     ``rows``: probe, config, overhead, ci_low, ci_high, is_baseline. A log axis is used when
     the overheads span a decade or more (nested costs multiply); bars then grow from 1.0.
+    Each overhead is written above its whisker (upright when bars are narrower than the
+    label), and the legend sits under the axis, off the bars.
     """
     rows = rows[~rows["is_baseline"].astype(bool)]  # the baseline is the dashed 1.0 line
     probes = list(dict.fromkeys(rows["probe"]))
     configs = list(dict.fromkeys(rows["config"]))
     n_cfg = max(len(configs), 1)
     width = 0.8 / n_cfg
-    fig = Figure(figsize=(WIDTH, 3.4 + 0.18 * ((n_cfg + 1) // 2)), layout="constrained")
-    ax = fig.subplots()
+    crowded = len(probes) * n_cfg > 8
+    names = [_short(p, 18) for p in probes]
+    tick_w, tick_h = max((text_inches(t, RC["font.size"]) for t in names), default=(0.0, 0.0))
+    ticks = tick_w * 0.5 + tick_h * 0.87 if crowded else tick_h  # rotated 30 degrees
+    columns, legend_h = _legend_rows([_short(c, 60) for c in configs], WIDTH - 0.4, 7.5)
+    bottom = TICKS_IN + ticks + 0.12 + legend_h
+    fig = Figure(figsize=(WIDTH, 2.9 + bottom))
+    with matplotlib.rc_context({"axes.grid.axis": "y"}):
+        ax = fig.subplots()
+    left, top = 0.68, TITLE_IN
+    _place(fig, left=left, right=0.1, top=top, bottom=bottom)
+    length = fig.get_size_inches()[1] - top - bottom
     values = rows[["overhead", "ci_low", "ci_high"]].to_numpy(dtype=float)
     positive = values[np.isfinite(values) & (values > 0)]
     log = positive.size > 0 and positive.max() / positive.min() >= 10.0
     base = 1.0 if log else 0.0
+    upright = n_cfg > 1  # a bar narrower than its label: the label stands on end
+    ends: list[float] = []
+    sizes: list[float] = []
     for j, config in enumerate(configs):
         sub = rows[rows["config"] == config].set_index("probe").reindex(probes)
         x = np.arange(len(probes)) + (j - (n_cfg - 1) / 2) * width
@@ -227,36 +373,47 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
             error_kw={"ecolor": "#333333", "capsize": 2, "elinewidth": 0.9},
         )
         tops = np.fmax(mean.to_numpy(), sub["ci_high"].astype(float).to_numpy())
-        for xi, m, top in zip(x, mean, tops, strict=True):
-            if np.isfinite(m):  # above the whisker, so the two never cross
-                ax.annotate(
-                    f"{m:.3g}×",
-                    (xi, top),
-                    xytext=(0, 3),
-                    textcoords="offset points",
-                    ha="center",
-                    va="bottom",
-                    fontsize=6.5,
-                    color="#333333",
-                )
+        for xi, m, top_value in zip(x, mean, tops, strict=True):
+            if not np.isfinite(m):
+                continue
+            text = f"{m:.3g}×"
+            ax.annotate(  # above the whisker, so the two never cross
+                text,
+                (xi, top_value),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                rotation=90 if upright else 0,
+                fontsize=6.5,
+                color="#333333",
+            )
+            w, h = text_inches(text, 6.5)
+            ends.append(float(top_value))
+            sizes.append(w if upright else h)
     ax.axhline(1.0, color="#222222", linewidth=1.1, linestyle="--", zorder=3)
     if log:
         ax.set_yscale("log")
         # Leave room under the 1.0 line so it shows, and bars below 1 (cheaper) fit.
-        ax.set_ylim(min(0.7, float(positive.min()) * 0.8), float(positive.max()) * 2.5)
-    crowded = len(probes) * n_cfg > 8
+        start = min(0.7, float(positive.min()) * 0.8)
+    else:
+        start = 0.0
+    sizes = [s - (VALUE_OFFSET - 3) / 72 for s in sizes]  # value_room allows 4 pt, here 3
+    ax.set_ylim(start, value_room(np.asarray(ends), sizes, length, start=start, log=log))
     ax.set_xticks(
         np.arange(len(probes)),
-        [_short(p, 18) for p in probes],
+        names,
         rotation=30 if crowded else 0,
         ha="right" if crowded else "center",
         rotation_mode="anchor",
     )
-    ax.grid(axis="x", visible=False)
+    ax.set_xlim(-0.5, len(probes) - 0.5)
     ax.set_ylabel("overhead, × baseline" + (" (log scale)" if log else ""))
     ax.set_title("Overhead vs baseline (dashed line 1.0 = baseline), whiskers = 95% CI", loc="left")
-    fig.legend(loc="outside lower center", ncols=min(n_cfg, 2), fontsize=7.5)
-    ax.margins(y=0.12)
+    fig.legend(
+        loc="lower center", bbox_to_anchor=(0.5, 0.02 / fig.get_size_inches()[1]),
+        ncols=columns, fontsize=7.5, borderaxespad=0.0,
+    )  # fmt: skip
     return fig
 
 
@@ -270,7 +427,7 @@ def distribution(
     fraction of that configuration's iterations, so configurations with different sample
     counts compare. The top 0.1% is left out of the range and counted.
     """
-    fig = Figure(figsize=(WIDTH, 2.8), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 2.8))
     ax = fig.subplots()
     pooled = (
         np.concatenate([v[np.isfinite(v)] for v in series.values()]) if series else np.array([])
@@ -290,27 +447,40 @@ def distribution(
     clipped_note = (
         f"; {beyond:,} values above {hi:.4g} not shown (max {pooled.max():.4g})" if beyond else ""
     )
+    top = 0.0
     for config, values in series.items():
         values = values[np.isfinite(values)]
         if values.size == 0:
             continue
         counts, _ = np.histogram(values, bins=edges)
         frac = counts / values.size
+        top = max(top, float(frac.max()))
         color = colors.get(config, PALETTE[0])
-        ax.stairs(frac, edges, fill=True, alpha=0.18, color=color)
-        ax.stairs(
-            frac,
-            edges,
-            color=color,
-            linewidth=1.3,
-            label=f"{_short(config, 40)} (n={values.size:,})",
+        # Added as artists, not through ax.stairs: autoscaling walked every step of every
+        # outline in Python, a tenth of the figure's time. The limits are set below.
+        ax.add_artist(StepPatch(frac, edges, fill=True, alpha=0.18, color=color, linewidth=0))
+        ax.add_artist(
+            StepPatch(
+                frac,
+                edges,
+                fill=False,
+                color=color,
+                linewidth=1.3,
+                label=f"{_short(config, 40)} (n={values.size:,})",
+            )
         )
     if log:
         ax.set_xscale("log")
+    pad = (hi / lo) ** 0.02 if log else (hi - lo) * 0.02
+    ax.set_xlim(lo / pad, hi * pad) if log else ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(0, top * 1.05 or 1.0)
     ax.set_xlabel(unit + (" (log scale)" if log else "") + clipped_note)
     ax.set_ylabel("fraction of iterations")
     ax.set_title(f"{probe}: distribution of per-iteration values", loc="left")
-    ax.legend(loc="upper right")
+    left, right = 0.68, 0.15
+    legend = _legend_above(ax, WIDTH - left - right)
+    fig.set_size_inches(WIDTH, 2.8 + legend)
+    _place(fig, left=left, right=right, top=TITLE_IN + legend, bottom=XAXIS_IN)
     return fig
 
 
@@ -399,14 +569,16 @@ def _colorbar(fig: Figure, image: Any, cax: Any, unit: str | None) -> None:  # n
 #: measuring every label of every panel to do so took 40% of a report's drawing time.
 MESH_MARGIN = {"left": 0.5, "right": 0.1, "top": 0.5, "bottom": 0.42, "row_gap": 0.44}
 MESH_COLORBAR = {"pad": 0.06, "width": 0.09, "labels": 0.68}  # tick labels and the unit
+ZOOM_GAP = 0.3  # inches between a mesh and its zoom: half of each one's end tick label
 
 
 def _mesh_axes(fig: Figure, rows: int, zoom: bool) -> list[list[Any]]:
-    """Per row: the mesh, its colour bar, and with ``zoom`` the zoom panel and its bar."""
+    """Per row, left to right: the mesh, with ``zoom`` the zoom panel, and the colour bar
+    both share (one scale per configuration; a bar is an axes, and axes are costly)."""
     width, height = fig.get_size_inches()
     m, cb = MESH_MARGIN, MESH_COLORBAR
     bar = cb["pad"] + cb["width"] + cb["labels"]
-    room = width - m["left"] - m["right"] - bar * (2 if zoom else 1)
+    room = width - m["left"] - m["right"] - bar - (ZOOM_GAP if zoom else 0.0)
     widths = [room * 0.75, room * 0.25] if zoom else [room]
     panel_h = (height - m["top"] - m["bottom"] - m["row_gap"] * (rows - 1)) / rows
     out = []
@@ -415,10 +587,10 @@ def _mesh_axes(fig: Figure, rows: int, zoom: bool) -> list[list[Any]]:
         x, axes = m["left"], []
         for w in widths:
             axes.append(fig.add_axes((x / width, bottom / height, w / width, panel_h / height)))
-            cax_x = x + w + cb["pad"]
-            rect = (cax_x / width, bottom / height, cb["width"] / width, panel_h / height)
-            axes.append(fig.add_axes(rect))
-            x += w + bar
+            x += w + ZOOM_GAP
+        cax_x = x - ZOOM_GAP + cb["pad"]
+        rect = (cax_x / width, bottom / height, cb["width"] / width, panel_h / height)
+        axes.append(fig.add_axes(rect))
         out.append(axes)
     return out
 
@@ -434,7 +606,8 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     n = max(len(panels), 1)
     zoom = any(p.matrix.shape[1] > MAX_CELLS for p in panels)
     fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * n))
-    grid = _mesh_axes(fig, n, zoom)
+    with matplotlib.rc_context({"axes.grid": False}):  # cheaper than removing it per axes
+        grid = _mesh_axes(fig, n, zoom)
     shapes: list[str] = []
     for row, panel in zip(grid, panels, strict=False):
         ax = row[0]
@@ -444,8 +617,11 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
             for a in row:
                 a.set_axis_off()
             continue
-        norm = _norm(finite)
         rows, cols = panel.matrix.shape
+        width = min(cols, ZOOM)
+        cells = panel.matrix[:, :width]
+        # One scale for the mesh and its zoom, so one colour bar reads both.
+        norm = _norm(np.concatenate([finite, cells[np.isfinite(cells)]]) if zoom else finite)
         image = ax.imshow(
             reduced,
             aspect="auto",
@@ -479,14 +655,12 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
                 fontweight="normal",
             )
         if zoom:
-            zax = row[2]
-            width = min(cols, ZOOM)
-            cells = panel.matrix[:, :width]
-            zimage = zax.imshow(
+            zax = row[1]
+            zax.imshow(
                 cells,
                 aspect="auto",
                 cmap="magma",
-                norm=_norm(cells[np.isfinite(cells)]),
+                norm=norm,
                 origin="lower",
                 extent=(0, width, -0.5, rows - 0.5),
                 interpolation="nearest",
@@ -496,14 +670,13 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
                 f"first {width} iterations", loc="left", fontsize=7.5, fontweight="normal"
             )
             zax.tick_params(labelleft=False)
-            zax.grid(False)
             zax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
-            _colorbar(fig, zimage, row[3], None)
-        ax.grid(False)
+            zax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=3))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
         ax.xaxis.set_major_formatter(FuncFormatter(si_tick))
-        _colorbar(fig, image, row[1], unit)
-    for a in grid[-1][::2]:
+        _colorbar(fig, image, row[-1], unit)
+    for a in grid[-1][:-1]:
         a.set_xlabel("iteration")
     detail = shapes[0] if len(set(shapes)) == 1 else "; ".join(dict.fromkeys(shapes))
     head = f"{probe}: run × iteration mesh"
@@ -537,8 +710,9 @@ def exit_reasons(
     pivot = pivot.loc[:, pivot.sum(axis=0) > 0]
     order = pivot.sum(axis=0).sort_values(ascending=False).index
     pivot = pivot[order]
-    fig = Figure(figsize=(WIDTH, 1.4 + 0.55 * len(pivot)), layout="constrained")
-    ax = fig.subplots()
+    fig = Figure(figsize=(WIDTH, 1.2 + 0.55 * len(pivot)))
+    with matplotlib.rc_context({"axes.grid.axis": "x"}):
+        ax = fig.subplots()
     left = np.zeros(len(pivot))
     y = np.arange(len(pivot))
     for i, group in enumerate(pivot.columns):
@@ -563,13 +737,17 @@ def exit_reasons(
             va="center",
             fontsize=8,
         )
-    ax.set_yticks(y, [_wrap(str(c), 30) for c in pivot.index])
+    names = [_wrap(str(c), 30) for c in pivot.index]
+    ax.set_yticks(y, names)
     ax.invert_yaxis()
-    ax.grid(axis="y", visible=False)
     ax.set_xlim(0, left.max() * 1.18 if left.size and left.max() > 0 else 1)
     ax.set_xlabel(xlabel)
     ax.set_title(title, loc="left")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.12), ncols=4, fontsize=7.5)
+    margin = max((text_inches(t, RC["font.size"])[0] for t in names), default=0.0)
+    margin += TICKS_IN + 0.05
+    legend = _legend_above(ax, WIDTH - margin - 0.2, 7.5)
+    fig.set_size_inches(WIDTH, 1.2 + 0.55 * len(pivot) + legend)
+    _place(fig, left=margin, right=0.2, top=TITLE_IN + legend, bottom=XAXIS_IN)
     return fig
 
 
@@ -587,7 +765,7 @@ def scaling(
     ``frame``: series, x, y, and optionally yerr and point (a short label per point).
     ``reference``: optional x, y of a dashed guide line (for example perfect scaling).
     """
-    fig = Figure(figsize=(WIDTH, 3.0), layout="constrained")
+    fig = Figure(figsize=(WIDTH, 3.0))
     ax = fig.subplots()
     if reference is not None and not reference.empty:
         ax.plot(
@@ -626,8 +804,12 @@ def scaling(
     ax.set_xlabel(x_label)
     ax.set_ylabel(y_label)
     ax.set_title(title, loc="left")
-    ax.legend(loc="best")
     ax.margins(x=0.08, y=0.15)
     if (frame["y"] >= 0).all():
         ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(SiFormatter())
+    left, right = 0.68, 0.15
+    legend = _legend_above(ax, WIDTH - left - right)
+    fig.set_size_inches(WIDTH, 3.0 + legend)
+    _place(fig, left=left, right=right, top=TITLE_IN + legend, bottom=XAXIS_IN)
     return fig

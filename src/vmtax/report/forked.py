@@ -8,6 +8,7 @@ the (small) result comes back; a pool of ordinary workers would pickle every sam
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import sys
@@ -30,6 +31,9 @@ def run_forked(calls: Sequence[Callable[[], Any]], *, first: Sequence[int] = ())
     if _PENDING:
         raise RuntimeError("run_forked is not reentrant")
     _PENDING = calls
+    # The inherited objects out of the collector's reach: a worker's collection would
+    # otherwise touch every one of them and so copy the parent's memory page by page.
+    gc.freeze()
     try:
         # fork, whatever the platform default: the workers must inherit _PENDING.
         context = multiprocessing.get_context("fork")
@@ -41,6 +45,7 @@ def run_forked(calls: Sequence[Callable[[], Any]], *, first: Sequence[int] = ())
             return [futures[i].result() for i in range(len(calls))]
     finally:
         _PENDING = ()
+        gc.unfreeze()
 
 
 def _own_std_streams() -> None:

@@ -40,3 +40,5 @@ class Table:
     rows: list[list[str]]
     numeric: list[bool] = field(default_factory=list)
     note: str = ""
+    #: Columns whose cells never wrap (a one-word verdict broke as "impreci/se").
+    nowrap: list[bool] = field(default_factory=list)

@@ -29,6 +29,9 @@ RC: dict[RcKeyType, Any] = {
     "font.size": 9.0,
     "axes.titlesize": 10.0,
     "axes.titleweight": "bold",
+    # A title at a fixed height: no figure has tick labels on top, and placing titles
+    # automatically measured every axes' decorations once per draw.
+    "axes.titley": 1.0,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,

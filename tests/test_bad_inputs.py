@@ -16,6 +16,8 @@ import pytest
 from vmtax.store import Store
 from vmtax.targets.base import find_agent
 
+pytestmark = pytest.mark.fast
+
 VECTORS = Path(__file__).parent / "vectors"
 TINY = """
 name = "tiny"
@@ -343,7 +345,7 @@ def test_results_show_of_a_nonexistent_experiment(db, cli):
 
 def test_export_with_an_unknown_format(tmp_path, db, cli):
     r = cli("results", "export", "1", "--format", "xls", "-o", str(tmp_path / "x"), "--db", db)
-    one_line_error(r, "--format must be csv, json or parquet")
+    one_line_error(r, "--format must be csv, json, parquet or openmetrics")
 
 
 def _wait_for_agent_run(parent: int, agent: str, limit: float = 30) -> int:
@@ -389,6 +391,9 @@ HUGE_ID = str(10**23)
         (("sweep", "show", HUGE_ID), "an experiment id must be in 1.."),
         (("sweep", "--resume", HUGE_ID), "an experiment id must be in 1.."),
         (("run", "--resume", HUGE_ID), "an experiment id must be in 1.."),
+        (("run", "--resume", "-5"), "--resume must be an experiment id (1.."),
+        (("sweep", "--resume", "-5"), "--resume must be an experiment id (1.."),
+        (("run", "--boot-cost", "90"), "--boot-cost applies to guest levels"),
         (("sweep", "--slo", "nan"), "--slo must be a number of seconds in (0, 86400]"),
         (("sweep", "--slo", "inf"), "--slo must be a number of seconds"),
         (("run", "--budget", "1e12s"), "--budget must be a number of seconds in (0, 604800]"),

@@ -10,8 +10,11 @@ import re
 import pytest
 
 from vmtax.experiment import report
+from vmtax.experiment.request import RunRequest
 from vmtax.stats.compare_options import BOOT_COST_S
 from vmtax.store import Store
+
+pytestmark = pytest.mark.fast
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "1e12", "abc"])
@@ -24,7 +27,28 @@ def test_a_bad_boot_cost_is_one_line_and_exit_2(cli, tmp_path, value):
     assert not (tmp_path / "v.db").exists()
 
 
-@pytest.mark.parametrize(("given", "expected"), [([], BOOT_COST_S), (["--boot-cost", "90"], 90.0)])
+def test_a_boot_cost_without_a_guest_level_is_refused_as_boots_is(cli, tmp_path):
+    """Like --boots: this machine and SSH hosts have one boot, so a boot's cost means nothing
+    there; it used to be accepted and the whole run measured."""
+    db = f"sqlite:///{tmp_path / 'v.db'}"
+    for extra in ([], ["--target", "user@host"]):
+        r = cli("run", "--boot-cost", "90", *extra, "--db", db)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0] == (
+            "vmtax: error: --boot-cost applies to guest levels (this machine and SSH hosts "
+            "have one boot): add --levels L0,L1"
+        ), lines
+        assert not (tmp_path / "v.db").exists()
+
+
+def test_a_given_boot_cost_is_the_requests_and_the_default_otherwise():
+    assert RunRequest(levels="L0,L1", boot_cost_s=90.0).boot_cost == 90.0
+    RunRequest(levels="L0,L1", boot_cost_s=90.0).validate()
+    assert RunRequest().boot_cost == BOOT_COST_S
+
+
+@pytest.mark.parametrize(("given", "expected"), [([], BOOT_COST_S)])
 def test_the_boot_cost_reaches_sampling_and_the_runs_report(
     cli, tmp_path, monkeypatch, given, expected
 ):

@@ -17,6 +17,8 @@ from vmtax import doctor
 from vmtax.errors import VmtaxError
 from vmtax.workloads import package_capabilities
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,6 +77,13 @@ def test_the_text_report_ends_with_the_install_line(bare_machine, cli):
     assert len(lines) == 1
 
 
+def test_doctor_exits_1_when_the_agent_cannot_run(cli, tmp_path):
+    # It says so in its table and ends with 1: the command's typer.Exit(1) came back from the
+    # app as a return value outside standalone mode, and the CLI ended with 0 regardless.
+    result = cli("doctor", agent_path=str(tmp_path / "no-agent"))
+    assert result.returncode == 1, result.stdout[-500:]
+
+
 def test_this_machine_has_everything_the_tests_use(cli):
     # CI installs every package of the list first, so nothing may be missing here (what an
     # earlier vmtax left is no package: test_leftovers.py).
@@ -119,3 +128,52 @@ def test_a_levels_run_names_the_missing_packages_before_it_opens_the_store(
     assert result.stderr.count("\n") == 1 and result.stderr.count("apt-get install -y") == 1
     assert "qemu-system-x86" in result.stderr and "linux-image-amd64" in result.stderr
     assert not db.exists()
+
+
+def _only(rows_ok: dict[str, bool], monkeypatch) -> None:
+    """The doctor's rows replaced by these (a machine with everything, or with one thing
+    missing, is not this one): the rendering and the pip line are the real ones."""
+    from vmtax.experiment import doctor as use_case
+
+    def check(*, clean: bool = False):
+        rows = [{"capability": name, "ok": ok, "detail": "ok" if ok else "not here", "apt": []}
+                for name, ok in rows_ok.items()]  # fmt: skip
+        for row in rows:
+            if row["capability"] == "postgres-store" and not row["ok"]:
+                row["pip"] = ["'psycopg[binary]'"]
+        wanted = [p for r in rows if not r["ok"] for p in r.get("pip", [])]
+        pip = f"pip install {' '.join(wanted)}" if wanted else None
+        return use_case.Checked(rows, None, None, pip, [])
+
+    monkeypatch.setattr(use_case, "check", check)  # the command imports it when it runs
+
+
+def test_nothing_is_missing_only_when_every_row_is_ok(cli, monkeypatch):
+    _only({"agent": True, "levels": True, "postgres-store": True, "fleet": True}, monkeypatch)
+    assert cli("doctor").stdout.rstrip().endswith("nothing is missing")
+    # The round's case: every apt package there, the PostgreSQL driver ✘.
+    _only({"agent": True, "levels": True, "postgres-store": False, "fleet": True}, monkeypatch)
+    out = cli("doctor").stdout
+    assert "nothing is missing" not in out
+    assert "pip install 'psycopg[binary]'" in out
+    # A ✘ no package fixes (no /dev/kvm) is named, never "nothing is missing".
+    _only({"agent": True, "kvm": False}, monkeypatch)
+    out = cli("doctor").stdout
+    assert "nothing is missing" not in out and "not usable here: kvm" in out
+
+
+def test_the_pip_line_names_the_driver_when_only_the_driver_is_missing(monkeypatch):
+    """The real rows: the pip line was taken from the last row (Ansible's), so a missing
+    psycopg beside a present Ansible gave no pip line at all."""
+    import importlib.util
+
+    from vmtax.experiment import doctor as use_case
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else real(name, *a)
+    )
+    checked = use_case.check()
+    row = next(r for r in checked.rows if r["capability"] == "postgres-store")
+    assert row["ok"] is False and "postgres-store" in checked.missing
+    assert checked.pip is not None and "psycopg[binary]" in checked.pip

@@ -41,7 +41,7 @@ import typer.main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vmtax.cli import app, main
+from vmtax.cli import full_app, main
 from vmtax.store import Store
 from vmtax.targets.base import find_agent
 from vmtax.testing.report_store import populate
@@ -83,7 +83,7 @@ def _kind(param) -> str:
     return "path" if hint is Path else "text"
 
 
-COMMANDS = {path: cmd for path, cmd in _leaves(typer.main.get_command(app), ()) if path}
+COMMANDS = {path: cmd for path, cmd in _leaves(typer.main.get_command(full_app()), ()) if path}
 PARAMS = [
     (path, p)
     for path, cmd in COMMANDS.items()
@@ -130,6 +130,7 @@ def _values(kind: str, where: Path) -> dict[str, list[str]]:
         "directory": [str(where / "adir")],
         "fifo": [str(where / "afifo")],
         "missing": [str(where / "nothing" / "here.toml")],
+        "endless": ["/dev/zero"],  # a read with no end and no newline: bounded or refused
     }
     common = {
         "empty": ["", " ", ","],
@@ -144,6 +145,8 @@ def _values(kind: str, where: Path) -> dict[str, list[str]]:
         return {**common, "negative": ["-1", "-1e-300"], "zero": ["0", "-0"],
                 "huge": ["1e308", "1e300"]}  # fmt: skip
     return {**common, **paths, "negative": ["-1"], "zero": ["0"], "huge": ["9" * 40],
+            "control": ["a\x00b", "L1\u2067"], "long": ["k" * 100_000],
+            "pg-port": ["postgresql://u:pw@localhost:abc/db", "postgresql://u@h:99999/db"],
             "sqlite-dir": [f"sqlite:///{where / 'adir'}"],
             "sqlite-fifo": [f"sqlite:///{where / 'afifo'}"]}  # fmt: skip
 
@@ -290,6 +293,7 @@ def _numeric_bad(kind: str, klass: str, value: str) -> bool:
 # -- every option of every command: one class of bad value in CI, each class in the long form --
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "path", sorted(COMMANDS), ids=[" ".join(p) or "vmtax" for p in sorted(COMMANDS)]
 )
@@ -352,6 +356,7 @@ MIX_SETTINGS = settings(
 )
 
 
+@pytest.mark.fast
 def test_mixes_of_bad_options(world, capsys, monkeypatch):
     monkeypatch.setenv("VMTAX_RUN_REPORT", "none")
     monkeypatch.delenv("VMTAX_DB", raising=False)
@@ -407,6 +412,7 @@ SIGNALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "argv", "signum"),
     SIGNALS,
@@ -457,23 +463,25 @@ def test_a_signal_at_a_random_point(tmp_path, name, argv, signum):
         assert not [p for p in where.iterdir() if p.suffix in (".tmp", ".part")]
 
 
+@pytest.mark.fast
 def test_an_import_that_a_signal_broke_is_an_interruption(cli, monkeypatch):
     # Seen in CI: a SIGINT while scipy initialised came out of `vmtax import` as
     # "ImportError: initialization failed" and a traceback. The signal cannot be aimed at
     # that instant, so the import that breaks is planted; the signal's handler is the real one.
-    from vmtax.cli import run_cmd, signals
+    import vmtax.cli
+    from vmtax.cli import signals
 
     def broken(args):
         with contextlib.suppress(KeyboardInterrupt):
             signals.interrupt(signal.SIGINT, None)
         raise ImportError("initialization failed")
 
-    monkeypatch.setattr(run_cmd, "exits_alone_is_counts", broken)
+    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", broken)
     monkeypatch.setattr(signals, "INTERRUPTED", [False])
     res = cli("import", "x.jsonl")
     assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res
     # Without a signal, an ImportError is a bug and stays one.
-    monkeypatch.setattr(run_cmd, "exits_alone_is_counts", lambda args: (_ for _ in ()).throw(
+    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", lambda args: (_ for _ in ()).throw(
         ImportError("no module named x")))  # fmt: skip
     monkeypatch.setattr(signals, "INTERRUPTED", [False])
     with pytest.raises(ImportError, match="no module named x"):

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import numpy as np
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+if TYPE_CHECKING:
+    import numpy as np
+
 SCHEMA = "vmtax.probe/1"
+#: The longest boot id accepted (a UUID is 36 characters).
+MAX_BOOT_ID = 128
+_BOOT_ID = re.compile(rf"[!-~]{{1,{MAX_BOOT_ID}}}")
 SCHEMA_MAJOR = 1
 
 Better = Literal["lower", "higher"]
@@ -115,6 +122,20 @@ class Header(_Model):
     boot_id: str | None = None
     env: Fingerprint
 
+    @field_validator("boot_id")
+    @classmethod
+    def _a_sane_boot_id(cls, value: str | None) -> str | None:
+        # A kernel's boot id is a UUID; it is stored with every run and shown in tables and
+        # reports, so a NUL, a control or bidi character, or a 100,000-character one (a
+        # stream that was not the agent's) is refused here, without echoing it.
+        if value is not None and not _BOOT_ID.fullmatch(value):
+            raise ValueError(
+                f"boot_id must be 1 to {MAX_BOOT_ID} printable ASCII characters without "
+                f"spaces (a UUID), got {len(value)} characters"
+                + ("" if value.isascii() and value.isprintable() else ", some not printable ASCII")
+            )
+        return value
+
 
 class Samples(_Model):
     type: Literal["samples"]
@@ -128,6 +149,8 @@ class Samples(_Model):
     def _finite_and_not_negative(cls, values: list[float]) -> list[float]:
         # Every probe measures a time, a count or a size: the agent never writes NaN, an
         # infinity or a negative value, and one that got in would break every mean after it.
+        import numpy as np  # heavy: numpy, only once samples are read (`vmtax doctor` is not)
+
         arr = np.asarray(values, dtype=np.float64)
         bad = np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))
         if bad.size:
@@ -200,6 +223,8 @@ class ProbeStream:
     problem: str | None = None
     #: Runs whose own records were broken, with the first reason (``keep_going`` only).
     broken: dict[int, str] = field(default_factory=dict)
+    #: The first samples record whose unit is not the header's (one stream has one unit).
+    wrong_unit: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -218,8 +243,11 @@ def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> Pr
     run after it is kept. A line that cannot be read names no run; it breaks the run that is
     open (samples, no summary yet), or else the next one to start.
     """
+    import numpy as np  # heavy: numpy, only once a stream is read
+
     out = ProbeStream()
-    pending: dict[int, tuple[list[float], list[float]]] = {}
+    # A run's samples as the arrays its records gave, joined once its summary comes.
+    pending: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
     blame_next: str | None = None  # an unreadable line between runs: the next run's record
     whole: set[int] = set()
 
@@ -228,6 +256,22 @@ def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> Pr
         out.problem = out.problem or reason
 
     for lineno, raw in enumerate(lines, start=1):
+        fast = _samples_record(raw, np) if out.header is not None and out.end is None else None
+        if fast is not None and out.header is not None:  # an agent's samples record, in bulk
+            run, unit, warmup, values = fast
+            if blame_next is not None:
+                broken(run, blame_next)
+                blame_next = None
+            if unit != out.header.unit:
+                other_unit = _wrong_unit(lineno, run, unit, out.header.unit)
+                out.wrong_unit = out.wrong_unit or other_unit
+                if not keep_going:
+                    out.problem = other_unit
+                    break
+                broken(run, other_unit)
+            measured_parts, warm_parts = pending.setdefault(run, ([], []))
+            (warm_parts if warmup else measured_parts).append(values)
+            continue
         line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         line = line.strip()
         if not line:
@@ -263,10 +307,21 @@ def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> Pr
             broken(rec.run, blame_next)
             blame_next = None
         if isinstance(rec, Samples):
-            measured, warm = pending.setdefault(rec.run, ([], []))
-            (warm if rec.warmup else measured).extend(rec.values)
+            if rec.unit != out.header.unit:
+                wrong_unit = _wrong_unit(lineno, rec.run, rec.unit, out.header.unit)
+                out.wrong_unit = out.wrong_unit or wrong_unit
+                if not keep_going:
+                    out.problem = wrong_unit
+                    break
+                broken(rec.run, wrong_unit)
+            measured_parts, warm_parts = pending.setdefault(rec.run, ([], []))
+            (warm_parts if rec.warmup else measured_parts).append(
+                np.asarray(rec.values, dtype=np.float64)
+            )
         elif isinstance(rec, RunSummary):
-            measured, warm = pending.pop(rec.run, ([], []))
+            measured_parts, warm_parts = pending.pop(rec.run, ([], []))
+            measured = _joined(measured_parts, np)
+            warm = _joined(warm_parts, np)
             wrong: str | None = None
             if rec.n != len(measured):
                 wrong = (
@@ -285,13 +340,7 @@ def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> Pr
             if rec.run in out.broken:
                 continue
             whole.add(rec.run)
-            out.runs.append(
-                CompletedRun(
-                    summary=rec,
-                    values=np.asarray(measured, dtype=np.float64),
-                    warmup_values=np.asarray(warm, dtype=np.float64),
-                )
-            )
+            out.runs.append(CompletedRun(summary=rec, values=measured, warmup_values=warm))
         else:
             out.end = rec
     out.lost_runs = sorted(set(pending) - set(out.broken))
@@ -300,6 +349,56 @@ def read_stream(lines: Iterable[str | bytes], *, keep_going: bool = False) -> Pr
         if out.header is None:
             out.problem = "no output from the agent"
     return out
+
+
+#: The samples record exactly as the agent writes it (probe/src/output.rs): its fields in
+#: this order, no spaces. Any other spelling of a samples record, valid or not, is read by
+#: ``parse_record`` instead, which says what is wrong with it.
+_SAMPLES = re.compile(
+    rb'\{"type":"samples","run":(0|[1-9][0-9]{0,17}),"unit":"([A-Za-z0-9_/%.-]{1,64})",'
+    rb'"warmup":(true|false),"values":\['
+)
+#: What a JSON array of numbers holds besides its brackets.
+_NUMBER_BYTES = b"0123456789.eE+-,"
+
+
+def _samples_record(raw: str | bytes, numpy: Any) -> tuple[int, str, bool, np.ndarray] | None:
+    """(run, unit, warm-up, values) of one samples line as the agent writes it, or None
+    for any other line and for samples that are not all finite and not negative (the
+    record's model then says why, as for any record).
+
+    Hand-written: the model reads a list of floats one Python object at a time, a quarter
+    of a million samples a second at best; here the values are one JSON array, parsed by
+    pydantic's own JSON parser (strict JSON) and checked as one numpy array."""
+    if not isinstance(raw, bytes) or not raw.startswith(b'{"type":"samples"'):
+        return None
+    m = _SAMPLES.match(raw)
+    if m is None:
+        return None
+    array = raw[m.end() - 1 :].rstrip()
+    # Numbers alone (no true, null or "1" that numpy would take as 1.0), then strict JSON.
+    if not array.endswith(b"]}") or array[1:-2].translate(None, _NUMBER_BYTES):
+        return None
+    try:
+        values = numpy.asarray(pydantic_core.from_json(array[:-1]), dtype=numpy.float64)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if values.ndim != 1 or not bool((numpy.isfinite(values) & (values >= 0)).all()):
+        return None
+    return int(m.group(1)), m.group(2).decode("ascii"), m.group(3) == b"true", values
+
+
+def _wrong_unit(lineno: int, run: int, unit: str, header_unit: str) -> str:
+    return (
+        f"line {lineno}: run {run}'s samples are in {unit[:40]!r}, the header's unit is "
+        f"{header_unit!r}"
+    )
+
+
+def _joined(parts: list[np.ndarray], numpy: Any) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]
+    return numpy.concatenate(parts) if parts else numpy.empty(0, dtype=numpy.float64)
 
 
 def _major(schema: str) -> int:

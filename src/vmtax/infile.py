@@ -24,6 +24,11 @@ SAY_AFTER_S = 1.0
 _CHUNK = 1 << 20
 
 
+class TooLong(ValueError):
+    """An input past its bound: a line longer than ``max_line`` bytes, or more than
+    ``max_bytes`` in all (``/dev/zero`` never ends and has no newline)."""
+
+
 def say_on_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -73,11 +78,17 @@ class _Watch:
 
 @contextmanager
 def lines(
-    path: str | Path, *, say: Callable[[str], None] = say_on_stderr, after: float = SAY_AFTER_S
+    path: str | Path,
+    *,
+    say: Callable[[str], None] = say_on_stderr,
+    after: float = SAY_AFTER_S,
+    max_line: int | None = None,
+    max_bytes: int | None = None,
 ) -> Iterator[Iterator[bytes]]:
     """The lines of ``path`` (bytes, newline kept), read as they come; a wait longer than
     ``after`` seconds for a writer or for data is said through ``say``. OSError as ``open``
-    and ``read`` raise it."""
+    and ``read`` raise it; TooLong past ``max_line`` bytes in one line or ``max_bytes`` in
+    all (None: no bound)."""
     watch = _Watch(say, after)
     try:
         with watch.waiting(f"vmtax: waiting for a writer to open {path} (Ctrl-C to stop)"):
@@ -85,22 +96,32 @@ def lines(
         try:
             kind = "FIFO" if stat.S_ISFIFO(os.fstat(fd).st_mode) else "file"
             yield _read_lines(fd, watch, f"vmtax: waiting for data on {kind} {path} "
-                              "(it ends when its writer closes it; Ctrl-C to stop)")  # fmt: skip
+                              "(it ends when its writer closes it; Ctrl-C to stop)",
+                              max_line, max_bytes)  # fmt: skip
         finally:
             os.close(fd)
     finally:
         watch.close()
 
 
-def _read_lines(fd: int, watch: _Watch, what: str) -> Iterator[bytes]:
+def _read_lines(
+    fd: int, watch: _Watch, what: str, max_line: int | None, max_bytes: int | None
+) -> Iterator[bytes]:
     rest = b""
+    total = 0
     while True:
         with watch.waiting(what):
             chunk = os.read(fd, _CHUNK)
         if not chunk:
             break
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise TooLong(f"more than {max_bytes:,} bytes")
         parts = (rest + chunk).split(b"\n")
         rest = parts.pop()
+        # Only the unfinished line can grow past a chunk: a line is held to max_line + _CHUNK.
+        if max_line is not None and len(rest) > max_line:
+            raise TooLong(f"a line longer than {max_line:,} bytes")
         for part in parts:
             yield part + b"\n"
     if rest:

@@ -32,6 +32,11 @@ class Checked:
     cleaned: list[str]
 
     @property
+    def missing(self) -> list[str]:
+        """The capabilities marked ✘ (empty only when nothing is missing)."""
+        return [str(r["capability"]) for r in self.rows if not r["ok"]]
+
+    @property
     def agent_ok(self) -> bool:
         """Whether the default `vmtax run` (this machine, L0) can run."""
         return bool(self.rows[0]["ok"])
@@ -58,7 +63,9 @@ def check(*, clean: bool = False) -> Checked:
     rows.append(_driver_row())
     rows.append(_ansible_row())
     apt, dnf = checks.install_line(found, "apt"), checks.install_line(found, "dnf")
-    pip = "pip install 'psycopg[binary]'" if not rows[-1]["ok"] else None
+    # The pip rows (the PostgreSQL driver, Ansible) each name their packages in "pip".
+    wanted = [p for r in rows if not r["ok"] for p in r.get("pip", [])]
+    pip = f"pip install {' '.join(wanted)}" if wanted else None
     left = leftovers.find()
     rows += _leftover_rows(left)
     cleaned = leftovers.remove(left) if clean else []
@@ -111,10 +118,11 @@ def _ansible_row() -> dict[str, Any]:
     detail = "ansible-core, ansible-runner" if not missing else (
         f"no {' or '.join(missing)}: pip install {' '.join(missing)}"
     )  # fmt: skip
-    return {"capability": "fleet", "ok": not missing, "detail": detail, "apt": []}
+    return {"capability": "fleet", "ok": not missing, "detail": detail, "apt": [], "pip": missing}
 
 
 def _driver_row() -> dict[str, Any]:
     ok = importlib.util.find_spec("psycopg") is not None
     detail = "psycopg" if ok else "no psycopg: pip install 'psycopg[binary]'"
-    return {"capability": "postgres-store", "ok": ok, "detail": detail, "apt": []}
+    pip = [] if ok else ["'psycopg[binary]'"]
+    return {"capability": "postgres-store", "ok": ok, "detail": detail, "apt": [], "pip": pip}

@@ -14,20 +14,34 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from vmtax import infile
 from vmtax.contract import Header, ProbeStream, read_stream
-from vmtax.errors import UsageError
+from vmtax.errors import UsageError, VmtaxError
 from vmtax.runner import detected_labels
 from vmtax.store import Store
+from vmtax.targets.agent import list_probes
+from vmtax.targets.local import LocalTarget
 from vmtax.version import __version__
+from vmtax.workloads import infos as workload_infos
 
 LEVELS = ("L0", "L1", "L2", "L3")
+_PROBE_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: Bounds on one stream: the agent writes a run's samples 4,096 to a record (under 100 kB),
+#: and a 200 MB stream holds 50 M samples; past these it is not an agent's stream.
+MAX_LINE_BYTES = 16 << 20
+MAX_STREAM_BYTES = 64 << 30
+#: Runs stored in one transaction (a stream of thousands of short runs commits once per
+#: batch, not once per run), and the samples a batch holds at most (its memory).
+_BATCH_RUNS = 1000
+_BATCH_SAMPLES = 4_000_000
 #: A summary statistic and the samples' own may differ by float rounding (the agent sums in
 #: another order than numpy), never by more than this share.
 _REL_TOL = 1e-7
@@ -91,12 +105,25 @@ def read_sources(
     out: list[Source] = []
     for path in paths:
         try:
-            with infile.lines(path, say=say) as got:
+            with infile.lines(
+                path, say=say, max_line=MAX_LINE_BYTES, max_bytes=MAX_STREAM_BYTES
+            ) as got:
                 stream = read_stream(got, keep_going=True)
         except OSError as exc:
             raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except infile.TooLong as exc:
+            raise UsageError(f"{path} is not a vmtax-probe stream: {exc}") from None
         if stream.header is None:
             raise UsageError(f"{path} is not a vmtax-probe stream: {stream.problem}")
+        _check_probe(path, stream.header.probe)
+        if stream.wrong_unit is not None:
+            raise UsageError(f"{path} is not one stream: {stream.wrong_unit}")
+        if stream.end is not None and stream.end.status == "error":
+            said = (stream.end.error or "no reason given").strip().splitlines()
+            raise UsageError(
+                f"{path}: its end record says the agent failed ({said[0][:200] if said else ''}"
+                f"); not imported"
+            )
         source = Source(path, stream, stream.header, stream_digest(stream.header, stream))
         _check_summaries(source)
         source.lost = _lost_runs(source)
@@ -111,6 +138,20 @@ def read_sources(
             f"({first.path}: {first.stream.problem})"
         )
     return out
+
+
+def _check_probe(path: Path, probe: str) -> None:
+    """The stream's probe is one this machine's agent (or a workload) has: a stream of a
+    probe nobody offers cannot be compared with anything vmtax measures."""
+    try:
+        known = {p.name for p in [*list_probes(LocalTarget()), *workload_infos()]}
+    except VmtaxError:  # no agent here: the name's form is all that can be checked
+        known = set()
+    if (known and probe not in known) or not _PROBE_NAME.fullmatch(probe):
+        raise UsageError(
+            f"{path}: its header's probe {probe[:40]!r} is not one the agent has"
+            + (f" ({', '.join(sorted(known))})" if known else "")
+        )
 
 
 def import_streams(
@@ -203,20 +244,27 @@ def _store_runs(
     configuration (two boots) keep their run indices apart."""
     header = source.header.model_dump(mode="json", by_alias=True)
     probe = source.header.probe
+    batch: list[dict[str, Any]] = []
+    held = 0
     for run in source.stream.runs:
-        store.add_run(
+        batch.append(dict(
             experiment_id=exp_id, configuration_id=cfg, probe=probe, plan_index=position,
             run_index=run.summary.run, header=header,
             summary=run.summary.model_dump(mode="json"), values=run.values,
             warmup_values=run.warmup_values, status="ok",
-        )  # fmt: skip
+        ))  # fmt: skip
+        held += run.values.size + run.warmup_values.size
+        if len(batch) >= _BATCH_RUNS or held >= _BATCH_SAMPLES:
+            store.add_runs(batch)
+            batch, held = [], 0
     empty = np.empty(0, dtype=np.float64)
     for run_index, reason in sorted(source.lost.items()):
-        store.add_run(
+        batch.append(dict(
             experiment_id=exp_id, configuration_id=cfg, probe=probe, plan_index=position,
             run_index=run_index, header=header, summary=None, values=empty,
             warmup_values=empty, status="lost", error=f"{probe}: {reason}",
-        )  # fmt: skip
+        ))  # fmt: skip
+    store.add_runs(batch)
     return len(source.stream.runs), len(source.lost)
 
 
@@ -253,11 +301,15 @@ def _lost_runs(source: Source) -> dict[int, str]:
     lost = dict(stream.broken)
     for run in stream.lost_runs:
         lost.setdefault(run, f"run {run}: samples without a summary")
+    whole = {r.summary.run for r in stream.runs}
     if stream.end is None:
-        whole = {r.summary.run for r in stream.runs}
         for run in range(source.header.runs):
             if run not in whole:
                 lost.setdefault(run, "stream ended without an end record (truncated)")
+    elif stream.end.status != "ok":  # timeout or interrupted: the runs it did not reach
+        for run in range(source.header.runs):
+            if run not in whole:
+                lost.setdefault(run, f"the stream's end record says {stream.end.status}")
     return lost
 
 
@@ -270,6 +322,9 @@ def _why(source: Source) -> str:
                      f"(first: {next(iter(stream.broken.values()))})")  # fmt: skip
     if stream.end is None:
         parts.append("stream ended without an end record (agent killed or truncated output)")
+    elif stream.end.status != "ok":
+        parts.append(f"its end record says {stream.end.status} after "
+                     f"{stream.end.runs_completed} of {source.header.runs} runs")  # fmt: skip
     elif not broken and stream.problem:
         parts.append(stream.problem)
     return "; ".join(parts) or "runs without a summary"

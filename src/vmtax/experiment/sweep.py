@@ -241,9 +241,16 @@ def stored_sweep(which: str, *, db: str | None = None) -> SweepSummary:
     """The summary of a stored sweep (``which``: an id or ``latest``), read-only."""
     store = Store.open(db, read_only=True)
     try:
-        return sweep_summary(store, sweep_id(store, which))
+        summary = sweep_summary(store, sweep_id(store, which))
     finally:
         store.close()
+    if not summary.steps:
+        exp = summary.experiment_id
+        raise VmtaxError(
+            f"sweep {exp} has no step stored ({summary.status} before its first step ended): "
+            f"nothing to show yet; `vmtax sweep --resume {exp}` measures its steps"
+        )
+    return summary
 
 
 def sweep_summary(store: Store, experiment_id: int) -> SweepSummary:

@@ -35,7 +35,7 @@ from vmtax.runner import (
 from vmtax.store.runtimes import RunTimes
 from vmtax.targets.agent import file_sha256
 from vmtax.targets.base import InventoryEntry, Target, find_agent
-from vmtax.targets.fleet import release_inventory
+from vmtax.targets.fleet import ansible_reason, release_inventory
 from vmtax.workloads import is_workload
 
 if TYPE_CHECKING:
@@ -330,7 +330,7 @@ class AnsibleRunner:
             status = "failed"
             err = str(ev.res.get("stderr") or "").strip()
             reason = (stream.end.error if stream.end and stream.end.error else None) or (
-                err.splitlines()[-1] if err else stream.problem or "the agent produced no run"
+                ansible_reason(err) if err else stream.problem or "the agent produced no run"
             )
         reason = one_line(f"{entry['probe']}: {reason}")
         self._storing.add_run(
@@ -380,7 +380,10 @@ def _times(delta: Any) -> RunTimes:
 def _why(ev: Event, addr: str) -> str:
     """One line for a host Ansible could not reach or whose task failed."""
     # The summary line joins hosts with '; ', so a host's own part has none.
-    msg = one_line(str(ev.res.get("msg") or ev.res.get("stderr") or ev.status)).replace(";", ",")
+    raw = str(ev.res.get("msg") or ev.res.get("stderr") or ev.status)
+    if "[WARNING]" in raw or "[ERROR]" in raw:  # Ansible's warnings are not the reason
+        raw = ansible_reason(raw) or str(ev.status)
+    msg = one_line(raw).replace(";", ",")
     if _CHANGED.search(msg):
         return (
             f"host key changed, refused: if the host was reinstalled, remove its old key "

@@ -6,10 +6,12 @@ use Python's shortest round-tripping repr.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -157,12 +159,32 @@ def check_room(directory: Path, need: float) -> None:
         st = os.statvfs(directory)
     except OSError:
         return  # nothing to say about room here; the write itself will say what fails
+    if st.f_flag & os.ST_RDONLY:  # no free blocks to report there: the cause is the mount
+        raise VmtaxError(
+            f"{directory} is on a read-only file system (EROFS): nothing can be written "
+            "there; nothing was written"
+        )
     free = st.f_bavail * st.f_frsize
     if free < need:
+        _can_write_in(directory)  # /proc, a read-only mount: 0 B free, but that is not why
         raise VmtaxError(
             f"not enough room in {directory}: the export needs about {human_bytes(need)}, "
             f"{human_bytes(free)} is free; nothing was written"
         )
+
+
+def _can_write_in(directory: Path) -> None:
+    """VmtaxError naming the real cause when no file can be made in ``directory`` at all
+    (EROFS, EACCES, a pseudo file system such as /proc), which statvfs reports as no room."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0, "")
+        raise VmtaxError(
+            f"cannot write in {directory}: {exc.strerror or exc}{f' ({code})' if code else ''}; "
+            "nothing was written"
+        ) from None
 
 
 def human_bytes(n: float) -> str:

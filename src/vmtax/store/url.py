@@ -40,7 +40,15 @@ def resolve(url: str | None) -> URL:
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError) as exc:
-        raise UsageError(f"malformed database URL {_scrub(raw)!r}: {_first_line(exc)}") from None
+        port = _port_text(raw)
+        why = _first_line(exc)
+        if port is not None and not (port.isascii() and port.isdigit()):
+            why = f"its port {port[:40]!r} is not a number (HOST:PORT, PORT in 1..65535)"
+        raise UsageError(f"malformed database URL {_scrub(raw)!r}: {why}") from None
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise UsageError(
+            f"malformed database URL {redact(parsed)!r}: its port {parsed.port} is not in 1..65535"
+        )
     backend = parsed.drivername.split("+", 1)[0]
     if parsed.drivername in _POSTGRES_SCHEMES:
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -83,6 +91,20 @@ def _scrub(raw: str) -> str:
         user = creds.split(":", 1)[0]
         return f"{scheme}://{user}:***@{host}"
     return raw
+
+
+def _port_text(raw: str) -> str | None:
+    """The port as typed in ``scheme://[user[:password]@]host[:port][/db]``, or None.
+
+    Hand-written: SQLAlchemy's parser says only ``int()``'s message when the port is not a
+    number, and this runs exactly when it could not parse the URL."""
+    _, sep, rest = raw.partition("://")
+    if not sep:
+        return None
+    where = rest.rpartition("@")[2].split("/", 1)[0].split("?", 1)[0]
+    where = where.rpartition("]")[2]  # an IPv6 host is bracketed: [::1]:5432
+    host, colon, port = where.rpartition(":")
+    return port if colon else None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -32,11 +32,13 @@ Example ``hosts.toml``::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import tomllib
@@ -183,19 +185,12 @@ def _ansible_inventory(source: str, limit: str | None) -> dict[str, Any]:
             "brings both; `vmtax doctor` checks"
         )
     argv = [exe, "-i", source, "--list", *(["--limit", limit] if limit else [])]
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=INVENTORY_TIMEOUT_S, env=ansible_env()
-        )
-    except subprocess.TimeoutExpired:
-        raise VmtaxError(
-            f"{source}: Ansible did not read the inventory in {INVENTORY_TIMEOUT_S:g} s"
-        ) from None
+    proc = _bounded_run(argv, source)
     # Ansible warns (not fails) on an inventory it cannot parse: both count as unreadable.
     said = " ".join(proc.stderr.split())
     unreadable = "Unable to parse" in said or "No inventory was parsed" in said
     if proc.returncode != 0 or unreadable:
-        why = re.sub(r"^\[(WARNING|ERROR)\]:\s*", "", said)[:300] or f"exit {proc.returncode}"
+        why = ansible_reason(proc.stderr) or f"exit {proc.returncode}"
         raise UsageError(f"cannot read inventory {source}: {why}")
     try:
         data = json.loads(proc.stdout)
@@ -204,6 +199,43 @@ def _ansible_inventory(source: str, limit: str | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise VmtaxError(f"{source}: ansible-inventory printed no inventory")
     return data
+
+
+def _bounded_run(argv: list[str], source: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run for at most INVENTORY_TIMEOUT_S, in a session of its own so that the
+    whole of it is killed at the limit: an inventory script Ansible starts holds the output
+    pipe open, and killing ansible-inventory alone left the read waiting on it for ever."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(),
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=INVENTORY_TIMEOUT_S)
+    except BaseException as exc:  # the limit, or Ctrl-C: nothing of it outlives the read
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise VmtaxError(
+                f"{source}: Ansible did not read the inventory in {INVENTORY_TIMEOUT_S:g} s "
+                "(an inventory script that hangs?)"
+            ) from None
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def ansible_reason(stderr: str) -> str:
+    """The line of Ansible's stderr that says why, without its [WARNING]/[ERROR] prefix:
+    an [ERROR], else the warning that the inventory could not be parsed, else the last
+    line; the other warnings (a deprecation, a plugin skipped) are left out, so the
+    one-line error is one reason, not all of Ansible's output pasted together."""
+    lines = [" ".join(line.split()) for line in stderr.splitlines() if line.strip()]
+    tagged = re.compile(r"^\[(WARNING|ERROR|DEPRECATION WARNING)\]:?\s*")
+    errors = [ln for ln in lines if ln.startswith("[ERROR]")]
+    parse = [ln for ln in lines if "Unable to parse" in ln or "No inventory was parsed" in ln]
+    plain = [ln for ln in lines if not tagged.match(ln)]
+    chosen = (errors or parse or plain or lines or [""])[0]
+    return tagged.sub("", chosen)[:300]
 
 
 def ansible_env() -> dict[str, str]:

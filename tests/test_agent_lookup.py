@@ -5,7 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from vmtax.targets.base import find_agent
+
+pytestmark = pytest.mark.fast
 
 
 def _exe(path: Path) -> Path:

@@ -26,6 +26,8 @@ from vmtax.stats.artifacts import (
 )
 from vmtax.targets.base import find_agent
 
+pytestmark = pytest.mark.fast
+
 RNG = np.random.default_rng(42)
 
 

@@ -35,6 +35,7 @@ def _raw_p(results: list) -> list[float]:
     ]
 
 
+@pytest.mark.slow
 def test_a_null_report_rarely_finds_anything_once_the_family_is_adjusted():
     adjusted_any = unadjusted_any = 0
     for trial in range(TRIALS):
@@ -51,6 +52,7 @@ def test_a_null_report_rarely_finds_anything_once_the_family_is_adjusted():
     assert unadjusted_any >= 3
 
 
+@pytest.mark.slow
 def test_a_real_period_survives_a_family_of_a_hundred():
     m = np.random.default_rng(3).lognormal(np.log(100), 0.05, (8, 2000))
     m[:, 24::25] *= 2.0
@@ -61,6 +63,7 @@ def test_a_real_period_survives_a_family_of_a_hundred():
     assert planted.periodic.p_adjusted < ALPHA
 
 
+@pytest.mark.fast
 def test_a_slow_start_with_a_rejecting_test_is_never_worded_as_absent():
     # The first few iterations 4% slower in every run: the test over runs rejects, though no
     # single iteration stands above three times the noise (once worded "No leftover warm-up
@@ -76,6 +79,7 @@ def test_a_slow_start_with_a_rejecting_test_is_never_worded_as_absent():
     assert any(line.startswith("Warm-up not over") for line in words.found)
 
 
+@pytest.mark.fast
 def test_non_findings_say_not_detected_with_their_p():
     m = np.random.default_rng(5).lognormal(np.log(100), 0.05, (6, 500))
     words = finding("syscall", "L1", detect(m, m * 1.0))
@@ -85,6 +89,7 @@ def test_non_findings_say_not_detected_with_their_p():
     assert any("not detected (p = " in line for line in words.clear)
 
 
+@pytest.mark.slow
 def test_a_clear_period_stops_at_the_look_with_the_full_tests_verdict():
     from vmtax.stats.artifacts import early_look
 
@@ -104,6 +109,7 @@ def test_a_clear_period_stops_at_the_look_with_the_full_tests_verdict():
         assert planted.periodic.found and planted.periodic.period == 25
 
 
+@pytest.mark.fast
 def test_the_family_is_holms():
     from statsmodels.stats.multitest import multipletests
 
@@ -119,6 +125,7 @@ def test_the_family_is_holms():
     assert np.allclose(adjusted, multipletests(raw, method="holm")[1])
 
 
+@pytest.mark.fast
 def test_a_small_shape_difference_is_worded_as_detected_but_small():
     # A skewed distribution (gamma, shape 3) against a normal one: KS rejects, but the
     # standardised distributions differ by under 0.1 (0.08).
@@ -133,6 +140,7 @@ def test_a_small_shape_difference_is_worded_as_detected_but_small():
     assert "detected but small" in line and "not detected" not in line
 
 
+@pytest.mark.fast
 def test_two_runs_say_the_warm_up_test_cannot_reach_a_small_p():
     m = np.random.default_rng(9).lognormal(np.log(100), 0.05, (2, 400))
     m[:, :10] *= 2.0

@@ -11,6 +11,8 @@ from scipy import stats
 
 from vmtax.stats.artifacts import warmup, warmup_tests
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 2000
 ITERATIONS = 200
 

@@ -12,6 +12,8 @@ import statsmodels.formula.api as smf
 
 from vmtax.stats.boots import MAX_RUNS_PER_BOOT, VarianceComponents, variance_components
 
+pytestmark = pytest.mark.fast
+
 
 def _nested(rng, sizes, between, within):
     ids = np.repeat(np.arange(len(sizes)), sizes)

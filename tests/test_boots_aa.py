@@ -23,6 +23,8 @@ from scipy import stats
 
 from vmtax.stats import boots, intervals, significance
 
+pytestmark = pytest.mark.fast
+
 ALPHA = 0.05
 PROBES = 12
 TRIALS = 4000

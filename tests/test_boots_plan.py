@@ -16,6 +16,8 @@ from vmtax.plan.plan import Plan, boot_parts, build_plan, interleaved_steps
 from vmtax.plan.suite import parse_suite
 from vmtax.sampling.adaptive import between_share_of
 
+pytestmark = pytest.mark.fast
+
 SUITE = """
 name = "three"
 [defaults]

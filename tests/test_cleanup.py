@@ -28,6 +28,8 @@ from vmtax.targets.base import TargetError, find_agent
 from vmtax.targets.images import build_minimal
 from vmtax.targets.qemu import GuestSpec, QemuTarget
 
+pytestmark = pytest.mark.slow
+
 
 def qemu_pids() -> set[int]:
     # By process name: a command line that only names QEMU (`ldd qemu-system-x86_64`, run

@@ -97,6 +97,7 @@ def table_rows(stdout: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.mark.fast
 def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     run = cli("run", "--suite", tiny, "--db", db, "--seed", "5")
@@ -132,6 +133,7 @@ def test_run_prints_the_table_and_results_show_the_same_numbers(tmp_path, tiny, 
     assert "host_hypervisor" in config["labels"]
 
 
+@pytest.mark.fast
 def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'r.db'}"
     run = cli(
@@ -158,6 +160,7 @@ def test_labels_level_and_probe_selection_reach_the_store(tmp_path, tiny, cli):
     assert runs["labels"].iloc[0] == {"note": "unit-test"}  # no host_* labels at a given level
 
 
+@pytest.mark.fast
 def test_param_reaches_the_agent_of_every_probe_that_has_it(tmp_path, cli):
     # --param was in --help and the README but not an option ("No such option: --param").
     db = f"sqlite:///{tmp_path / 'p.db'}"
@@ -174,6 +177,7 @@ def test_param_reaches_the_agent_of_every_probe_that_has_it(tmp_path, cli):
     assert entries["cpuid"]["params"] == {}  # cpuid has no delay_us: left alone
 
 
+@pytest.mark.slow
 def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, agent, cli):
     db = f"sqlite:///{tmp_path / 'k.db'}"
     proc = vmtax_bg(
@@ -223,6 +227,7 @@ def test_sigkill_mid_suite_then_resume_completes_without_duplicates(tmp_path, ag
     assert set(ok_before["run_id"]) <= set(ok["run_id"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_mark_the_experiment_interrupted(tmp_path, agent, sig):
     db = f"sqlite:///{tmp_path / 'i.db'}"
@@ -243,6 +248,7 @@ def test_ctrl_c_and_sigterm_mark_the_experiment_interrupted(tmp_path, agent, sig
     assert f"--resume {exp}" in lines[0]
 
 
+@pytest.mark.slow
 def test_run_on_postgresql(postgres_url, tiny, cli):
     run = cli("run", "--suite", tiny, "--db", postgres_url, "--probe", "cpuid")
     assert run.returncode == 0, run.stderr
@@ -257,6 +263,7 @@ def test_run_on_postgresql(postgres_url, tiny, cli):
     assert "pg-secret" not in " ".join(command)  # the stored command line has no password
 
 
+@pytest.mark.fast
 def test_results_list_and_export(tmp_path, tiny, cli):
     db = f"sqlite:///{tmp_path / 'e.db'}"
     run = cli("run", "--suite", tiny, "--db", db, "--probe", "cpuid")
@@ -269,6 +276,7 @@ def test_results_list_and_export(tmp_path, tiny, cli):
     assert out.stat().st_size > 0
 
 
+@pytest.mark.fast
 def test_env_and_probes_commands(cli):
     env = cli("env", "--format", "json")
     assert env.returncode == 0, env.stderr
@@ -279,6 +287,7 @@ def test_env_and_probes_commands(cli):
         assert name in probes.stdout
 
 
+@pytest.mark.fast
 def test_every_command_help_has_an_example(cli):
     for args in (
         ["run"],
@@ -311,6 +320,7 @@ def _wait_for_ok_runs(db: str, n: int, proc: subprocess.Popen, limit: float = 90
     pytest.fail(f"no {n} runs stored within {limit} s")
 
 
+@pytest.mark.fast
 def test_run_reports_of_two_stores_never_collide(tmp_path, monkeypatch, cli):
     # Both stores' first experiment is 1: with vmtax-report-<id>.html the second run
     # overwrote the first one's report without a word.
@@ -334,6 +344,7 @@ def test_run_reports_of_two_stores_never_collide(tmp_path, monkeypatch, cli):
     assert f"vmtax: replaced the earlier {names[0]}" in r.stderr
 
 
+@pytest.mark.fast
 def test_a_run_that_fails_as_a_whole_prints_only_its_error(tmp_path, monkeypatch, cli):
     # It also printed "report not written: no completed runs match the selectors" before.
     monkeypatch.delenv("VMTAX_RUN_REPORT", raising=False)

@@ -16,6 +16,7 @@ from vmtax.targets.base import find_agent
 CMD = [sys.executable, "-c", "from vmtax.cli import main; main()"]
 
 
+@pytest.mark.fast
 def test_main_leaves_the_callers_sigpipe_handler_alone(cli):
     before = signal.getsignal(signal.SIGPIPE)
     assert before != signal.SIG_DFL  # Python ignores SIGPIPE; pytest runs with that
@@ -25,6 +26,7 @@ def test_main_leaves_the_callers_sigpipe_handler_alone(cli):
     assert signal.getsignal(signal.SIGPIPE) == before
 
 
+@pytest.mark.fast
 def test_a_closed_pipe_ends_the_command_quietly():
     # `vmtax refs show ... | head -c 1`: the reader leaves after one byte; no traceback.
     cmd = [sys.executable, "-c", "from vmtax.cli import main; main()"]
@@ -54,6 +56,7 @@ def store_with_a_run(tmp_path_factory) -> str:
     return db
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

@@ -31,6 +31,7 @@ def _row(comp, level, probe="syscall", metric="mean"):
     return hit.iloc[0]
 
 
+@pytest.mark.fast
 def test_planted_ten_percent_slowdown_is_slower():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"accel": "kvm"}, 1.10)], runs=10, iterations=1000, seed=3
@@ -43,6 +44,7 @@ def test_planted_ten_percent_slowdown_is_slower():
     assert _row(comp, "L0").verdict == "baseline"
 
 
+@pytest.mark.fast
 def test_faster_is_found_and_throughput_is_inverted():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"accel": "kvm"}, 0.8)], runs=10, iterations=500, seed=4
@@ -125,6 +127,7 @@ def _aa_checks(raw: np.ndarray, adj: np.ndarray) -> tuple[bool, bool]:
     return families <= AA_MAX_FAMILIES / AA_TRIALS, AA_HALF_BAND[0] <= below_half <= AA_HALF_BAND[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("design", sorted(AA_DESIGNS))
 def test_aa_experiments_give_verdicts_in_at_most_alpha_of_families(design):
     raw, adj = _aa(design, AA_TRIALS, seed=11)
@@ -134,6 +137,7 @@ def test_aa_experiments_give_verdicts_in_at_most_alpha_of_families(design):
     assert np.mean(raw < ALPHA) <= stats.binom.ppf(0.999, raw.size, ALPHA) / raw.size
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("broken", ["halved", "zero"])
 def test_the_aa_check_fails_on_a_halved_or_zero_p_value(monkeypatch, broken):
     # The checks above must fail on what they name: a p-value path that is too small.
@@ -149,6 +153,7 @@ def test_the_aa_check_fails_on_a_halved_or_zero_p_value(monkeypatch, broken):
             assert not family_ok
 
 
+@pytest.mark.fast
 def test_two_guest_configurations_in_three_boots_each_can_give_a_verdict():
     # Permuting 3 boot means against 3 stopped at p = 0.1 (1.2 after Holm over 12 probes):
     # no verdict was possible. Welch's t on the log ratio of boot means finds a 20% tax.
@@ -167,6 +172,7 @@ def test_two_guest_configurations_in_three_boots_each_can_give_a_verdict():
 WIDE_BOOTS = ([("L1", {"copy": "a"}, 6, 3), ("L1", {"copy": "b"}, 6, 3)], "copy=a")
 
 
+@pytest.mark.fast
 def test_ignoring_the_boots_gives_false_verdicts_in_most_aa_families():
     # Guest configurations with their boots forgotten (runs as the unit, as compare did
     # before boots were stored): boot effects of 2% read as differences.
@@ -180,6 +186,7 @@ def _row_cfg(comp, config):
     return hit.iloc[0]
 
 
+@pytest.mark.fast
 def test_study_a_columns_and_chain_deltas():
     runs, samples = runs_frame(CHAIN, runs=6, iterations=300, seed=5)
     comp = compare(runs, "level=L0", resamples=1000)
@@ -193,6 +200,7 @@ def test_study_a_columns_and_chain_deltas():
     assert l1.stderr == pytest.approx(vals.std(ddof=1) / np.sqrt(vals.size))
 
 
+@pytest.mark.fast
 def test_geomean_row_across_probes():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.1)],
@@ -210,6 +218,7 @@ def test_geomean_row_across_probes():
     assert geo.iloc[0].verdict == "slower"
 
 
+@pytest.mark.fast
 def test_few_runs_warn_and_cannot_reach_significance():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.5)], runs=3, iterations=200, seed=7
@@ -222,6 +231,7 @@ def test_few_runs_warn_and_cannot_reach_significance():
     assert row.p_value == pytest.approx(0.1)
 
 
+@pytest.mark.fast
 def test_a_side_with_one_run_gets_no_p_value_instead_of_an_error():
     # scipy's permutation test refuses a one-run sample; compare and report must not crash.
     runs, samples = runs_frame(
@@ -235,6 +245,7 @@ def test_a_side_with_one_run_gets_no_p_value_instead_of_an_error():
     assert "cannot reach significance" in row.warnings
 
 
+@pytest.mark.fast
 def test_the_best_possible_p_counts_the_family_that_holm_adjusts():
     # 5 vs 5 runs, four probes clearly apart: the exact permutation floor is 2/252, Holm over
     # the four tested rows gives 0.032, and no row may say it cannot reach significance
@@ -251,6 +262,7 @@ def test_the_best_possible_p_counts_the_family_that_holm_adjusts():
     assert not tested.warnings.str.contains("cannot reach significance").any(), tested.warnings
 
 
+@pytest.mark.fast
 def test_holm_counts_the_whole_family():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.02)],
@@ -266,6 +278,7 @@ def test_holm_counts_the_whole_family():
     assert (holm.rows[tested].p_adjusted >= none.rows[tested].p_adjusted).all()
 
 
+@pytest.mark.fast
 def test_baseline_errors():
     runs, samples = runs_frame(CHAIN, runs=3, iterations=50, seed=9)
     with pytest.raises(UsageError, match="matches no completed run"):
@@ -289,6 +302,7 @@ def chain_comparison():
     return compare(runs, "level=L0", resamples=500)
 
 
+@pytest.mark.fast
 def test_json_format_matches_documented_schema(chain_comparison):
     out = json.loads(compare_format.render_comparison(chain_comparison, "json"))
     jsonschema.validate(out, _schema())
@@ -300,6 +314,7 @@ def test_json_format_matches_documented_schema(chain_comparison):
         jsonschema.validate(bad, _schema())
 
 
+@pytest.mark.fast
 def test_csv_format_round_trips(chain_comparison):
     text = compare_format.render_comparison(chain_comparison, "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -311,6 +326,7 @@ def test_csv_format_round_trips(chain_comparison):
     )
 
 
+@pytest.mark.fast
 def test_markdown_and_table_formats(chain_comparison):
     from rich.console import Console
 
@@ -327,6 +343,7 @@ def test_markdown_and_table_formats(chain_comparison):
     assert "L2 accel=tcg" in text and "geomean" in text
 
 
+@pytest.mark.fast
 def test_chain_across_experiments_and_ties():
     l0, s0 = runs_frame([Config("L0")], runs=5, iterations=100, seed=11, experiment_id=1)
     l1, s1 = runs_frame(
@@ -349,6 +366,7 @@ def test_chain_across_experiments_and_ties():
     assert np.isnan(row.delta_prev_pct)
 
 
+@pytest.mark.fast
 def test_single_probe_family_and_types():
     runs, samples = runs_frame(
         [Config("L0"), Config("L1", {"a": "b"}, 1.1)], runs=5, iterations=100, seed=14
@@ -361,6 +379,7 @@ def test_single_probe_family_and_types():
     assert [r["is_baseline"] for r in doc["rows"]] == [True, False]
 
 
+@pytest.mark.fast
 def test_an_imprecise_probe_keeps_a_clear_verdict_and_loses_only_no_difference():
     runs, _ = runs_frame(
         [Config("L0"), Config("L1", {"accel": "tcg"}, 5.0), Config("L2", {"accel": "tcg"}, 5.0)],
@@ -378,6 +397,7 @@ def test_an_imprecise_probe_keeps_a_clear_verdict_and_loses_only_no_difference()
     assert by_level["L2"].verdict == "imprecise"  # would be "~": no difference is no verdict
 
 
+@pytest.mark.fast
 def test_a_small_ratio_and_its_interval_keep_three_significant_digits():
     from vmtax.report.compare_format import fmt_ci, fmt_ratio
 
@@ -388,6 +408,7 @@ def test_a_small_ratio_and_its_interval_keep_three_significant_digits():
     assert fmt_ratio(5.6978) == "5.698" and fmt_ratio(0.5) == "0.500"
 
 
+@pytest.mark.fast
 def test_boot_level_rows_carry_the_variance_components_and_one_boot_says_so():
     rng = np.random.default_rng(14)
     sides = [("L0", {}, 1, 12), ("L1", {"copy": "b"}, 4, 3)]

@@ -14,6 +14,8 @@ import pytest
 
 from vmtax.testing.runs import Config, runs_frame
 
+pytestmark = pytest.mark.fast
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compare-json.md"
 
 

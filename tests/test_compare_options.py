@@ -14,6 +14,8 @@ from vmtax.stats.compare import compare
 from vmtax.stats.compare_options import CompareOptions
 from vmtax.testing.runs import Config, runs_frame
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize(
     ("field", "value", "says"),

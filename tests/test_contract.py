@@ -17,6 +17,8 @@ from vmtax.contract import (
     read_stream,
 )
 
+pytestmark = pytest.mark.fast
+
 VECTORS = Path(__file__).parent / "vectors"
 
 

@@ -18,6 +18,8 @@ from conftest import PG_PASSWORD
 from test_ssh_support import Sshd, needs_sshd
 from vmtax.targets.base import find_agent
 
+pytestmark = pytest.mark.slow
+
 REPORTS = ("r.md", "r.html")
 SUITE = """
 name = "secrets"

@@ -11,6 +11,8 @@ from scipy import stats
 
 from vmtax.stats.describe import COLUMNS, describe
 
+pytestmark = pytest.mark.fast
+
 
 def _frame() -> tuple[pd.DataFrame, dict[tuple[str, str], pd.DataFrame]]:
     """Runs of two configurations x two probes, some failed or lost, in the store's layout.

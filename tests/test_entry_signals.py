@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = "from vmtax.entry import main; main()"
 DELAYS_MS = (0, 50, 100, 200, 400, 800)

@@ -8,6 +8,7 @@ import vmtax
 from vmtax.errors import UsageError
 
 
+@pytest.mark.slow
 def test_a_notebook_starts_the_same_experiment_vmtax_run_starts(sqlite_url):
     exp = vmtax.run(db=sqlite_url, probes=["cpuid", "syscall"], runs=2, seed=7)
     res = vmtax.open(sqlite_url)
@@ -18,6 +19,7 @@ def test_a_notebook_starts_the_same_experiment_vmtax_run_starts(sqlite_url):
     assert res.store.experiment(exp)["seed"] == 7
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("options", "message"),
     [

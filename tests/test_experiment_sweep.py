@@ -18,6 +18,8 @@ from vmtax.store import Store
 from vmtax.sweep.spec import SweepSpec
 from vmtax.targets.levels import host_resources
 
+pytestmark = pytest.mark.fast
+
 
 def test_a_notebook_starts_the_sweep_vmtax_sweep_starts(tmp_path):
     db = f"sqlite:///{tmp_path / 'sweep.db'}"

@@ -112,6 +112,7 @@ def _rows(cli, db: str, *extra: str) -> list[dict]:
     return json.loads(res.stdout)
 
 
+@pytest.mark.fast
 def test_known_costs_and_residuals_are_recovered(cli, store, sqlite_url):
     _populate(store, np.random.default_rng(3))
     rows = _rows(cli, sqlite_url)
@@ -150,6 +151,7 @@ def test_known_costs_and_residuals_are_recovered(cli, store, sqlite_url):
     assert by[("cpuid", "residual")]["cost_ns"] == pytest.approx(0.0, abs=1.0)
 
 
+@pytest.mark.fast
 def test_the_table_names_the_fraction_and_the_top_reasons(cli, store, sqlite_url):
     _populate(store, np.random.default_rng(4), flat=("syscall",))
     res = cli("explain", "--db", sqlite_url)
@@ -172,6 +174,7 @@ def _usage_error(res, *words: str) -> None:
         assert w in lines[0], lines[0]
 
 
+@pytest.mark.fast
 def test_bad_input_is_one_line_and_exit_2(cli, store, sqlite_url):
     _populate(store, np.random.default_rng(5), runs=3)
     db = ("--db", sqlite_url)
@@ -187,6 +190,7 @@ def test_bad_input_is_one_line_and_exit_2(cli, store, sqlite_url):
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "999" in missing.stderr
 
 
+@pytest.mark.slow
 def test_the_report_draws_one_stacked_bar_per_workload(cli, store, sqlite_url, tmp_path):
     _populate(store, np.random.default_rng(6), runs=3, flat=("syscall",))
     md = tmp_path / "r.md"

@@ -12,6 +12,8 @@ import pytest
 from vmtax.explain.decompose import _fraction
 from vmtax.stats.delta import delta_interval
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 2000
 # Binomial(2000, 0.95) puts 99.9% of its mass in about [0.934, 0.965]; a correct interval
 # that is slightly conservative (t quantiles, Satterthwaite's df) stays under 0.985.

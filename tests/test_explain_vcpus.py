@@ -13,6 +13,8 @@ import pytest
 import vmtax.hostprof.store as hp
 from vmtax.experiment.explain import explain_overhead
 
+pytestmark = pytest.mark.fast
+
 ITERATIONS = 1_000
 ROUND_TRIP = 4_000.0  # ns
 CPUID, MSR, HLT = 0x72, 0x7C, 0x78

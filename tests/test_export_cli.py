@@ -16,6 +16,8 @@ from vmtax.store import Store
 from vmtax.store.export import BYTES_PER_SAMPLE
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory) -> str:

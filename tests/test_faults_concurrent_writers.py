@@ -12,7 +12,11 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from test_fleet_netns import vmtax_cmd, vmtax_env
+
+pytestmark = pytest.mark.slow
 
 SUITE = """
 name = "writers"

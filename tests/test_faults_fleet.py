@@ -26,6 +26,8 @@ from test_faults_postgres import PgCtlServer
 from test_fleet_netns import vmtax_cmd, vmtax_env
 from vmtax.store import Store
 
+pytestmark = pytest.mark.slow
+
 SUITE = """
 name = "fleet-faults"
 seed = 9

@@ -16,6 +16,8 @@ import pytest
 from conftest import PG_PASSWORD, PG_USER, _as_postgres, _free_port, _pg_bin
 from test_fleet_netns import vmtax_cmd, vmtax_env
 
+pytestmark = pytest.mark.slow
+
 SUITE = """
 name = "pg-restart"
 seed = 11

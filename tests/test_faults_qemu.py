@@ -12,8 +12,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from test_fleet_netns import vmtax_cmd, vmtax_env
 from vmtax.store import Store
+
+pytestmark = pytest.mark.slow
 
 SUITE = """
 name = "guest-kill"

@@ -14,6 +14,8 @@ import pytest
 from test_fleet_netns import vmtax_cmd, vmtax_env
 from vmtax.store import Store
 
+pytestmark = pytest.mark.slow
+
 SUITE = """
 name = "disk"
 seed = 4

@@ -11,6 +11,8 @@ import yaml
 from vmtax.errors import UsageError
 from vmtax.targets.fleet import load_fleet, parse_fleet, release_inventory, toml_inventory
 
+pytestmark = pytest.mark.fast
+
 HOSTS_TOML = """
 max_concurrency = 3
 

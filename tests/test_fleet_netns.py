@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SSHD = "/usr/sbin/sshd"
 #: The hosts are this machine: Ansible's modules run on its system Python, which has no
 #: version manager's shims in front of it.

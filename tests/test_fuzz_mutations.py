@@ -25,6 +25,8 @@ import pytest
 from vmtax.contract import read_stream
 from vmtax.errors import UsageError
 
+pytestmark = pytest.mark.fast
+
 N = int(os.environ.get("VMTAX_FUZZ_MUTATIONS", "300"))
 VECTORS = Path(__file__).parent / "vectors"
 TOKENS = ['"', "'", "[", "]", "{", "}", "=", ":", ",", "\n", "\x00", "\\", "\ufeff", "-1",

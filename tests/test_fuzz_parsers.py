@@ -27,6 +27,8 @@ from hypothesis import strategies as st
 from vmtax.contract import read_stream
 from vmtax.errors import UsageError
 
+pytestmark = pytest.mark.fast
+
 EXAMPLES = int(os.environ.get("VMTAX_FUZZ_EXAMPLES", "150"))
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -3,7 +3,11 @@ the machine's size explicitly still divides exactly that."""
 
 from __future__ import annotations
 
+import pytest
+
 from vmtax.targets.levels import GUEST_MEMORY_CAP_MB, size_levels
+
+pytestmark = pytest.mark.fast
 
 
 def _available_mb() -> int:

@@ -31,6 +31,7 @@ def _reading(path: str, qemu: int, t: int, **counters: int) -> dict:
             "vcpus": [{"path": path, "stats": counters}]}  # fmt: skip
 
 
+@pytest.mark.fast
 def test_a_window_is_the_difference_by_category_and_the_rest_is_other_exits():
     before = _reading("/cpu0", 7, 1_000, exits=100, halt_exits=10, io_exits=5, signal_exits=3)
     after = _reading("/cpu0", 7, 4_000, exits=1_150, halt_exits=12, io_exits=9, signal_exits=9)
@@ -46,6 +47,7 @@ def test_a_window_is_the_difference_by_category_and_the_rest_is_other_exits():
     assert len(set(codes)) == len(codes) and min(codes) >= kvmstats.CODE_BASE
 
 
+@pytest.mark.fast
 def test_readings_of_two_processes_or_a_counter_that_fell_are_not_a_window():
     before = _reading("/cpu0", 7, 0, exits=100)
     assert not kvmstats.profile(before, _reading("/cpu0", 8, 1, exits=200))["complete"]
@@ -53,6 +55,7 @@ def test_readings_of_two_processes_or_a_counter_that_fell_are_not_a_window():
     assert not fell["complete"] and "went down" in fell["problems"][0]
 
 
+@pytest.mark.fast
 def test_a_real_pair_of_readings_from_the_testbed():
     """Two readings of L2's QEMU inside the testbed's L1 around one cpuid run of 3,000
     iterations, 200 warm-up ones and the agent's start-up, which times 3,000 CPUIDs more
@@ -89,6 +92,7 @@ def _store_with_counts(tmp_path: Path, windows: list[tuple[dict, dict]]) -> tupl
     return db, exp
 
 
+@pytest.mark.fast
 def test_counts_are_stored_with_the_run_and_shown_by_category_without_a_time(cli, tmp_path):
     windows = [
         (_reading("/cpu0", 7, 0, exits=0, halt_exits=0),
@@ -118,6 +122,7 @@ def test_counts_are_stored_with_the_run_and_shown_by_category_without_a_time(cli
     assert all(r["time_ns"] is None for r in rows)
 
 
+@pytest.mark.fast
 def test_exits_alone_means_counts_and_a_value_is_kept():
     assert exits_alone_is_counts(["run", "--exits"]) == ["run", "--exits=counts"]
     assert exits_alone_is_counts(["run", "--exits", "--db", "x"]) == [
@@ -131,6 +136,7 @@ def test_exits_alone_means_counts_and_a_value_is_kept():
         modes.parse_mode("bogus")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("value", ["--exits=bogus", "--exits=Trace2", "--exits="])
 def test_a_mode_that_does_not_exist_is_one_line_and_exit_2(cli, tmp_path, value):
     db = f"sqlite:///{tmp_path / 'x.db'}"
@@ -143,6 +149,7 @@ def test_a_mode_that_does_not_exist_is_one_line_and_exit_2(cli, tmp_path, value)
     assert not (tmp_path / "x.db").exists()  # refused before the store was opened
 
 
+@pytest.mark.fast
 def test_a_mode_this_machine_lacks_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
     """No QEMU on the PATH: no query-stats, so no counts. No guest kernel, and this machine's
     kernel shows no synthetic events: no trace."""
@@ -162,6 +169,7 @@ def test_a_mode_this_machine_lacks_is_one_line_and_exit_2(cli, tmp_path, monkeyp
     assert not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.fast
 def test_an_old_qemu_or_kernel_is_named_in_one_line(monkeypatch):
     monkeypatch.setattr(modes, "qemu_version", lambda: (6, 2))
     assert modes.availability("counts") == (
@@ -178,6 +186,7 @@ def test_an_old_qemu_or_kernel_is_named_in_one_line(monkeypatch):
     assert modes.availability("counts")[0]
 
 
+@pytest.mark.fast
 def test_doctor_has_a_row_for_each_mode(cli):
     data = json.loads(cli("doctor", "--format", "json").stdout)
     rows = {r["capability"]: r for r in data["capabilities"]}
@@ -204,6 +213,7 @@ def _stats(*args: str) -> subprocess.CompletedProcess:
                           timeout=60, check=False)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_agent_asks_qemu_over_qmp_and_says_in_one_line_what_is_missing(tmp_path):
     """A real QEMU under TCG answers query-stats with no KVM statistics (there is no KVM):
     the agent found its QMP socket on its command line, spoke QMP, and says so in one line.
@@ -236,6 +246,7 @@ def test_the_agent_asks_qemu_over_qmp_and_says_in_one_line_what_is_missing(tmp_p
     assert res.returncode == 1 and "--qemu takes auto or a PID" in res.stderr
 
 
+@pytest.mark.fast
 def test_explain_costs_counted_exits_as_whole_round_trips_and_says_so(
     cli, store, sqlite_url, monkeypatch
 ):

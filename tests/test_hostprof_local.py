@@ -15,6 +15,8 @@ import pytest
 
 from vmtax.targets.base import find_agent
 
+pytestmark = pytest.mark.fast
+
 AGENT = str(find_agent())
 TRACEFS = Path("/sys/kernel/tracing")
 

@@ -13,6 +13,8 @@ from vmtax.errors import VmtaxError
 from vmtax.hostprof.parse_perf import parse_report
 from vmtax.hostprof.reasons import reason_name
 
+pytestmark = pytest.mark.fast
+
 FIXTURES = Path(__file__).parent / "fixtures" / "hostprof"
 PROBES = ("cpuid", "timer", "io")
 

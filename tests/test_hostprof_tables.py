@@ -15,6 +15,7 @@ from vmtax.hostprof.store import COLUMNS, exit_profiles, save_profile
 from vmtax.hostprof.table import table2
 
 
+@pytest.mark.fast
 def test_reason_names_follow_the_manuals():
     assert reason_name("svm", 0x72) == "cpuid"
     assert reason_name("svm", 0x7B) == "io"
@@ -31,6 +32,7 @@ def test_reason_names_follow_the_manuals():
     assert reason_code("vmx", "unknown 71") == 71
 
 
+@pytest.mark.fast
 def test_every_known_reason_has_a_group_of_study_e():
     for table in (SVM_EXIT_REASONS, VMX_EXIT_REASONS):
         for name in table.values():
@@ -84,6 +86,7 @@ def _profile(cpuid, io, *, dropped=0, extra=()):
     }  # fmt: skip
 
 
+@pytest.mark.fast
 def test_profiles_are_stored_per_run_and_read_as_one_frame(store):
     exp, cfgs = _experiment(store)
     r1, r2 = _run(store, cfgs["L2"], exp, 0), _run(store, cfgs["L3"], exp, 1)
@@ -105,6 +108,7 @@ def test_profiles_are_stored_per_run_and_read_as_one_frame(store):
     assert exit_profiles(store, exp).empty
 
 
+@pytest.mark.fast
 def test_an_unknown_code_is_kept_and_marks_the_profile_incomplete(store):
     exp, cfgs = _experiment(store)
     run = _run(store, cfgs["L2"], exp, 0)
@@ -116,6 +120,7 @@ def test_an_unknown_code_is_kept_and_marks_the_profile_incomplete(store):
     assert "unknown exit codes 21845" in df["problems"].iloc[0][0]
 
 
+@pytest.mark.fast
 def test_a_failed_recording_is_one_row_with_its_reason(store):
     exp, cfgs = _experiment(store)
     run = _run(store, cfgs["L2"], exp, 0)
@@ -125,6 +130,7 @@ def test_a_failed_recording_is_one_row_with_its_reason(store):
     assert df["problems"].iloc[0] == ["start: no process 7"]
 
 
+@pytest.mark.fast
 def test_table2_normalises_to_the_baseline_and_counts_exits_per_iteration(store):
     exp, cfgs = _experiment(store)
     for i in range(2):
@@ -150,6 +156,7 @@ def test_table2_normalises_to_the_baseline_and_counts_exits_per_iteration(store)
         table2(exit_profiles(store, exp), baseline="L2")
 
 
+@pytest.mark.fast
 def test_a_level_recorded_twice_gets_a_column_per_recording_level(store):
     exp, cfgs = _experiment(store)
     run = _run(store, cfgs["L3"], exp, 0)
@@ -160,6 +167,7 @@ def test_a_level_recorded_twice_gets_a_column_per_recording_level(store):
     assert tot.to_dict() == pytest.approx({"L3 accel=kvm @ L1": 8.0, "L3 accel=kvm @ L2": 1.0})
 
 
+@pytest.mark.fast
 def test_the_migration_goes_down_and_up(sqlite_url):
     from alembic import command
 
@@ -175,6 +183,7 @@ def test_the_migration_goes_down_and_up(sqlite_url):
     assert {"exit_profiles", "exit_counts"} <= set(inspect(engine).get_table_names())
 
 
+@pytest.mark.fast
 def test_exits_cli_prints_the_published_table_and_its_totals(cli):
     res = cli("exits", "--dataset", "virtage_table2")
     assert res.returncode == 0, res.stderr
@@ -187,6 +196,7 @@ def test_exits_cli_prints_the_published_table_and_its_totals(cli):
     assert "| PF_REASON_SPT_UPDATE | Page Fault | 0.482 | 0.000 |" in md.stdout
 
 
+@pytest.mark.fast
 def test_exits_cli_on_stored_profiles_and_its_errors(cli, tmp_path):
     from vmtax.store import Store
 
@@ -218,6 +228,7 @@ def test_exits_cli_on_stored_profiles_and_its_errors(cli, tmp_path):
     assert none.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_reports_get_an_exit_profile_section_when_profiles_exist(cli, tmp_path):
     from vmtax.store import Store
 
@@ -243,6 +254,7 @@ def test_reports_get_an_exit_profile_section_when_profiles_exist(cli, tmp_path):
     assert "exits-cpuid" in text  # the figure's PNG
 
 
+@pytest.mark.fast
 def test_reports_without_profiles_have_no_exit_section(cli, tmp_path):
     from vmtax.store import Store
 
@@ -257,6 +269,7 @@ def test_reports_without_profiles_have_no_exit_section(cli, tmp_path):
     assert "VM exits by reason" not in html.read_text()
 
 
+@pytest.mark.fast
 def test_the_agents_start_up_is_taken_off_exits_per_iteration(store):
     exp, cfgs = _experiment(store)
     for i in range(2):
@@ -272,6 +285,7 @@ def test_the_agents_start_up_is_taken_off_exits_per_iteration(store):
     assert t.loc["cpuid", "startup"] == 3010
 
 
+@pytest.mark.fast
 def test_a_run_whose_recording_was_lost_counts_as_no_data_not_as_zero_exits(store):
     # Seen at L3 in CI: one run's `exits stop` found no recording. Its profile is kept (one
     # row, with the reason); the column's means come from the run that was recorded, and

@@ -14,6 +14,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 slow = pytest.mark.slow  # minutes: L3 or several stacks; runs in CI like every test
 
 

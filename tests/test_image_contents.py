@@ -6,10 +6,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from vmtax.experiment.request import target_specs
 from vmtax.plan.targets import make_targets
 from vmtax.targets.images import AGENT_ONLY
 from vmtax.workloads import image_contents
+
+pytestmark = pytest.mark.fast
 
 
 def test_run_and_image_build_make_the_same_image(cli):

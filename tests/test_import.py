@@ -18,6 +18,8 @@ from test_fleet_netns import vmtax_cmd, vmtax_env
 from vmtax import infile
 from vmtax.store import Store
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> Path:

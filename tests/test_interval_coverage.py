@@ -18,6 +18,8 @@ from scipy import stats
 from vmtax.stats import boots as boots_mod
 from vmtax.stats import intervals
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 4000
 LOW, HIGH = 0.93, 0.985
 TRUE_RATIO = 1.10

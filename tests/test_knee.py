@@ -10,6 +10,8 @@ import pytest
 from vmtax.stats.knee import classify_flat, find_knee, response_rise, slo_check
 from vmtax.testing.sweeps import study_b
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(

@@ -19,6 +19,10 @@ from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "vmtax"
 
 #: The rooms, top to bottom: a room may import the rooms below it, never one above it.
@@ -42,7 +46,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("workloads",),  # application benchmarks against real servers
     ("targets",),  # where the agent runs: local, ssh, qemu levels
     ("doctor",),  # what this machine has installed
+    # compare's CI gate (which rows fail a job); overheads as OpenMetrics text; steps in the
+    # tax across experiments (ruptures, permutation tests) and fingerprint changes
+    ("gate", "openmetrics", "history"),
     ("stats",),  # descriptive statistics, comparisons, knees
+    ("noise",),  # noise profiles: variance components per machine, plans, borrowed strength
     ("store",),  # the results database and the selector language
     ("refs",),  # published reference datasets
     ("testing",),  # fixtures for tests: a store with known contents

@@ -29,6 +29,8 @@ from vmtax.doctor.leftovers import (
     pid_start,
 )
 
+pytestmark = pytest.mark.fast
+
 
 def dead_owner() -> dict:
     """The owner record of a process that has ended."""

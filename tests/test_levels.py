@@ -37,6 +37,7 @@ warmup = 1
 """
 
 
+@pytest.mark.fast
 def test_seed_a_reserved_matches_study_a_on_its_machine():
     # Study A: 4 CPUs / 16 GB; L1 got 3 CPUs / 14 GB and L2 2 CPUs / 12 GB.
     s = size_levels(["L0", "L1", "L2"], "seed-a-reserved", cpus=4, memory_mb=16384)
@@ -45,11 +46,13 @@ def test_seed_a_reserved_matches_study_a_on_its_machine():
     assert "L0" not in s
 
 
+@pytest.mark.fast
 def test_seed_a_overcommitted_gives_every_level_everything():
     s = size_levels(["L1", "L2", "L3"], "seed-a-overcommitted", cpus=4, memory_mb=16384)
     assert {(x.vcpus, x.memory_mb) for x in s.values()} == {(4, 16384)}
 
 
+@pytest.mark.fast
 def test_seed_c_adds_two_cpus_per_hypervisor_and_scales_down():
     big = size_levels(["L1", "L2", "L3"], "seed-c", cpus=10, memory_mb=65536)
     assert [big[lv].vcpus for lv in ("L1", "L2", "L3")] == [8, 6, 4]
@@ -59,6 +62,7 @@ def test_seed_c_adds_two_cpus_per_hypervisor_and_scales_down():
     assert small["L1"].vcpus == 2 and small["L1"].cpu_step == 0
 
 
+@pytest.mark.fast
 def test_bad_levels_and_presets_are_usage_errors():
     with pytest.raises(UsageError, match="unknown sizing preset"):
         size_levels(["L1"], "seed-z")
@@ -70,6 +74,7 @@ def test_bad_levels_and_presets_are_usage_errors():
         level_targets(["L1", "L1"], sets=["a", "a"])
 
 
+@pytest.mark.fast
 def test_a_level_twice_is_two_guests_told_apart_by_their_set(tmp_path, monkeypatch):
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
     a, b = level_targets(["L1", "L1"], accel="tcg", sets=["a", "b"])
@@ -80,6 +85,7 @@ def test_a_level_twice_is_two_guests_told_apart_by_their_set(tmp_path, monkeypat
     }
 
 
+@pytest.mark.fast
 def test_l2_is_a_guest_that_boots_the_inner_guest_sized_by_the_preset(tmp_path, monkeypatch):
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
     l0, l1, l2 = level_targets(["L0", "L1", "L2"], accel="tcg", preset="seed-a-reserved")
@@ -93,6 +99,7 @@ def test_l2_is_a_guest_that_boots_the_inner_guest_sized_by_the_preset(tmp_path, 
     assert l2.boot_timeout > l1.boot_timeout
 
 
+@pytest.mark.fast
 def test_l0_is_local_and_l1_is_a_qemu_guest_with_its_labels(tmp_path, monkeypatch):
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
     l0, l1 = level_targets(["L0", "L1"], accel="tcg", preset="seed-a-overcommitted")
@@ -103,6 +110,7 @@ def test_l0_is_local_and_l1_is_a_qemu_guest_with_its_labels(tmp_path, monkeypatc
     assert l1.provenance()["sizing"]["vcpus"] == int(labels["vcpus"])
 
 
+@pytest.mark.fast
 def test_guest_net_gives_l1_a_nic_on_the_user_network_and_nothing_else_gets_one(
     tmp_path, monkeypatch, cli
 ):
@@ -136,6 +144,7 @@ def test_guest_net_gives_l1_a_nic_on_the_user_network_and_nothing_else_gets_one(
         assert res.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     from vmtax.store import Store
     from vmtax.targets.accel import kvm_verdict
@@ -196,6 +205,7 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     print(json.dumps(over), file=sys.stderr)
 
 
+@pytest.mark.fast
 def test_levels_on_one_machine_take_turns(tmp_path, monkeypatch):
     # A guest booting or measuring must never run beside the level being measured.
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))

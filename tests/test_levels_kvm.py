@@ -19,6 +19,8 @@ from vmtax.targets.base import TargetError
 from vmtax.targets.levels import KVM_TESTBED_SIZES, level_targets
 from vmtax.targets.qemu import GuestSpec, QemuTarget
 
+pytestmark = pytest.mark.slow
+
 
 def slow(test):
     """Marked slow (minutes): it runs in CI like every test."""

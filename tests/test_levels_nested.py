@@ -5,7 +5,11 @@ answers through both virtio-serial hops. Minutes long: the run is `tcg_l2_store`
 
 from __future__ import annotations
 
+import pytest
+
 from vmtax.store import Store
+
+pytestmark = pytest.mark.slow
 
 
 def test_l2_guest_in_an_l1_guest_streams_whole_runs(tcg_l2_store):

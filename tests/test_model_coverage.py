@@ -21,6 +21,8 @@ from vmtax.model.nested import Series, intervals
 from vmtax.model.outofsample import prediction_intervals
 from vmtax.model.outofsample_timed import prediction_intervals as timed_intervals
 
+pytestmark = pytest.mark.fast
+
 RUNS = (3, 5, 7, 10)
 TRIALS = 4000
 CV = 0.05

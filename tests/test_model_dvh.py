@@ -14,6 +14,8 @@ import pytest
 
 from vmtax.model import Series, fit
 
+pytestmark = pytest.mark.fast
+
 NULL = 1000.0  # cycles of one null exit (Hypercall at the VM): the cost of each caused exit
 # benchmark: (a_k, m_k, x_k) in cycles, exits, cycles
 KNOWN = {

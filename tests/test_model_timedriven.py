@@ -10,6 +10,8 @@ import pytest
 
 from vmtax.model.timedriven import calibrate, predict
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 4000
 CV = 0.05
 # The VM level: 250 timer exits per second of guest time, each costing 400 µs (a tenth of the

@@ -13,6 +13,8 @@ from scipy import stats
 
 from vmtax.stats.artifacts import ALPHA, early_look, family_resamples, monte_carlo_p
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 20_000
 LOOK, RESAMPLES = 20, 400  # the look's p is 1/21: large enough to count its rejections
 

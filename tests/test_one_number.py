@@ -10,6 +10,8 @@ import pytest
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory) -> str:

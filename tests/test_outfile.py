@@ -14,6 +14,8 @@ import pytest
 from vmtax import outfile
 from vmtax.errors import UsageError, VmtaxError
 
+pytestmark = pytest.mark.fast
+
 
 def test_symlink_target_is_written_and_the_link_stays(tmp_path):
     target = tmp_path / "target.html"

@@ -10,6 +10,8 @@ from vmtax.errors import UsageError
 from vmtax.plan.plan import Plan, build_plan, kill_after
 from vmtax.plan.suite import builtin_names, load_suite, parse_suite
 
+pytestmark = pytest.mark.fast
+
 LOCAL = [{"kind": "local", "level": "L0"}]
 
 SMALL = """

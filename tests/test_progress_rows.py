@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from vmtax.cli.run_cmd import RichProgress
+
+pytestmark = pytest.mark.fast
 
 
 def _console() -> tuple[Console, io.StringIO]:

@@ -9,6 +9,8 @@ import pytest
 from vmtax.errors import VmtaxError
 from vmtax.targets import accel
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):

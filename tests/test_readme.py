@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 VMTAX = [sys.executable, "-c", "from vmtax.entry import main; main()"]
 
@@ -52,7 +54,8 @@ def skipped(cmd: list[str]) -> str | None:
 
 def as_run(cmd: list[str], attempt: int = 1) -> list[str]:
     """The command as the test runs it: `vmtax run` with --runs 2 (two runs per probe and
-    level are enough to compare; the README's defaults measure for minutes).
+    level are enough to compare; the README's defaults measure for minutes), or 3 for the
+    first `--levels` run, so that each of its three boots has a run.
 
     The second pass is about the store, not the measuring, which the first pass did as
     written: every command meets a store that already holds experiments (a second
@@ -63,7 +66,8 @@ def as_run(cmd: list[str], attempt: int = 1) -> list[str]:
     its report 60% of its time (the second pass took 613 s to the first's 1,628 s on
     2 cores at a load average of about 30)."""
     if cmd[:2] == ["vmtax", "run"] and "--runs" not in cmd:
-        cmd = [*cmd, "--runs", "2"]
+        # Three runs where there are guest boots: one in each of the three boots it makes.
+        cmd = [*cmd, "--runs", "3" if "--levels" in cmd and attempt == 1 else "2"]
     if attempt > 1 and cmd[:2] == ["vmtax", "run"]:
         if "--probe" not in cmd:
             cmd = [*cmd, "--probe", "cpuid"]
@@ -72,6 +76,7 @@ def as_run(cmd: list[str], attempt: int = 1) -> list[str]:
     return [*VMTAX, *cmd[1:]] if cmd[0] == "vmtax" else cmd
 
 
+@pytest.mark.fast
 def test_every_readme_command_is_run_or_listed_and_its_options_exist(cli):
     cmds = commands()
     assert any(c[:3] == ["vmtax", "compare", "exp=latest"] for c in cmds)
@@ -91,6 +96,26 @@ def test_every_readme_command_is_run_or_listed_and_its_options_exist(cli):
                 assert word.split("=")[0] in helps[sub], (shlex.join(cmd), word)
 
 
+@pytest.mark.fast
+def test_the_worked_examples_counts_are_the_tools():
+    """The worked example's counts are what vmtax does, not what it once did: the quick
+    suite's 12 probes and 45 s budget, three boots of a guest level, and the runs a side at
+    which 12 comparisons can reach p < 0.05 after Holm."""
+    from vmtax.experiment.request import DEFAULT_BOOTS
+    from vmtax.plan.suite import load_suite
+    from vmtax.stats.significance import significance_floor
+
+    text = " ".join(README.read_text().split())
+    suite, _ = load_suite("quick")
+    assert len(suite.probes) == 12 and "geomean (12 probes)" in text
+    assert suite.budget == 45.0 and "until the 45 s budget is spent" in text
+    assert DEFAULT_BOOTS == 3 and "measures three boots of L1" in text
+    floor = significance_floor(12)
+    assert floor == 6 and f"at least the {floor} a side at which 12 comparisons" in text
+    assert "3 boots of L1, one of L0, at least 6 runs a side" in text
+
+
+@pytest.mark.slow
 def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
     env = {**os.environ, "VMTAX_DB": str(tmp_path / "readme.db")}
     env.pop("VMTAX_RUN_REPORT", None)  # as a user has it: vmtax run writes its report
@@ -105,4 +130,24 @@ def test_readme_commands_run_in_order_twice_on_one_store(tmp_path):
                 assert re.search(
                     r"^report: vmtax-report-[\w.]+-[0-9a-f]{6}-\d+\.html", res.stdout, re.M
                 ), res.stdout
+            if attempt == 1 and cmd[:3] == ["vmtax", "compare", "exp=latest"]:
+                _holds_the_worked_examples_counts(tmp_path, env)
     assert (tmp_path / "report.html").stat().st_size > 0
+
+
+def _holds_the_worked_examples_counts(cwd: Path, env: dict) -> None:
+    """The worked example's table, as the README states it: 12 probes, L1 in 3 boots and L0
+    in one, and a geomean row."""
+    res = subprocess.run(
+        [*VMTAX, "compare", "exp=latest", "--baseline", "level=L0", "--format", "json"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    rows = json.loads(res.stdout)["rows"]
+    probes = {r["probe"] for r in rows if r["probe"] != "geomean"}
+    assert len(probes) == 12, probes
+    boots = {(r["level"], r["boots"]) for r in rows if r["probe"] != "geomean"}
+    assert boots == {("L0", 1), ("L1", 3)}, boots
+    assert any(r["probe"] == "geomean" for r in rows)

@@ -11,6 +11,8 @@ import pytest
 
 from vmtax.refs import datasets, recompute
 
+pytestmark = pytest.mark.fast
+
 # The cells of fitzgerald2014.csv that no rounding of their inputs explains:
 # (table, test, arch, level, column, published, recomputed from the same row's inputs).
 MISPRINTS = {

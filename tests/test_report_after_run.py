@@ -23,6 +23,7 @@ def _without_time(text: str) -> str:
     return GENERATED.sub("<time>", text)
 
 
+@pytest.mark.slow
 def test_api_run_writes_the_report_vmtax_run_writes(tmp_path, monkeypatch, cli, cli_agent):
     monkeypatch.setenv("VMTAX_PROBE", cli_agent)
     monkeypatch.setenv("VMTAX_RUN_REPORT", str(tmp_path / "r-{id}.html"))
@@ -44,6 +45,7 @@ def test_api_run_writes_the_report_vmtax_run_writes(tmp_path, monkeypatch, cli, 
     assert _without_time(by_cli) == _without_time(by_api)
 
 
+@pytest.mark.fast
 def test_api_run_without_a_report_writes_none(tmp_path, monkeypatch, cli_agent):
     monkeypatch.setenv("VMTAX_PROBE", cli_agent)
     monkeypatch.setenv("VMTAX_RUN_REPORT", "none")

@@ -11,6 +11,8 @@ from vmtax.stats.compare_options import BOOT_COST_S
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory) -> str:

@@ -16,6 +16,8 @@ from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.slow
+
 LABEL = "<script>alert(1)</script>"
 HOST = 'evil" onload="alert(1)'
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"

@@ -10,6 +10,8 @@ import pytest
 
 from vmtax.report.forked import run_forked, workers_for
 
+pytestmark = pytest.mark.fast
+
 
 def test_unpicklable_calls_run_in_other_processes_in_order():
     if workers_for(2) < 2:

@@ -47,6 +47,7 @@ def report(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_sections_in_order(report):
     text = report["text"]
     positions = [
@@ -57,12 +58,14 @@ def test_sections_in_order(report):
     assert text.count('<figure class="fig') == len(report["model"].figures)
 
 
+@pytest.mark.slow
 def test_every_figure_kind_is_present(report):
     sections = {f.section for f in report["model"].figures}
     assert sections >= {"levels", "overhead", "distribution", "mesh", "exits", "scaling"}
     assert {f.key for f in report["model"].figures if f.reference} == {"ref-exits", "ref-scaling"}
 
 
+@pytest.mark.slow
 def test_summary_states_overhead_ci_and_verdict_per_level(report):
     summary = report["model"].summary
     assert len(summary) == 2  # L1 and L2 against the L0 baseline
@@ -74,6 +77,7 @@ def test_summary_states_overhead_ci_and_verdict_per_level(report):
         ), line
 
 
+@pytest.mark.slow
 def test_study_a_tables_and_artifacts_come_from_the_statistics(report):
     model = report["model"]
     assert [t.title for t in model.studya_tables] == ["cpuid", "syscall"]
@@ -83,6 +87,7 @@ def test_study_a_tables_and_artifacts_come_from_the_statistics(report):
     assert len(periodic) == 6
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(report):
     text = report["text"]
     assert "<script" not in text.lower()
@@ -93,6 +98,7 @@ def test_report_is_self_contained(report):
     assert "Content-Security-Policy" in text
 
 
+@pytest.mark.slow
 def test_user_text_is_escaped(report):
     text = report["text"]
     assert LABEL not in text
@@ -102,6 +108,7 @@ def test_user_text_is_escaped(report):
     assert not re.search(r"<[^>]*\sonload=", text)
 
 
+@pytest.mark.slow
 def test_markdown_has_the_same_sections_and_png_figures(report):
     md = report["md"]
     text = md.path.read_text()
@@ -121,6 +128,7 @@ def test_markdown_has_the_same_sections_and_png_figures(report):
     assert LABEL not in text and r"\<script\>alert(1)\</script\>" in text
 
 
+@pytest.mark.slow
 def test_size_stays_bounded_as_samples_grow(tmp_path):
     # Same layout, 10x the iterations: histograms and meshes are fixed-size, so the file
     # must not grow with the samples (the 10^6-sample case is the slow test below).
@@ -138,6 +146,7 @@ def test_size_stays_bounded_as_samples_grow(tmp_path):
     assert sizes[1] < SIZE_LIMIT
 
 
+@pytest.mark.slow
 def test_million_sample_report_is_under_5_mb(tmp_path):
     store = build_store(f"sqlite:///{tmp_path / 'big.db'}", runs=10, iterations=16_667)
     data = gather.load(store, ["exp=latest"], None)
@@ -164,6 +173,7 @@ def _vmtax(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_writes_html_and_markdown(small_url, tmp_path):
     out = tmp_path / "cli.html"
     res = _vmtax("report", "exp=latest", "--db", small_url, "-o", str(out), "--resamples", "500")
@@ -189,6 +199,7 @@ def test_cli_writes_html_and_markdown(small_url, tmp_path):
     assert "Baseline: `level=L1`" in md.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -206,6 +217,7 @@ def test_cli_errors_are_one_line(small_url, tmp_path, args, message):
     assert not (tmp_path / "x.html").exists()
 
 
+@pytest.mark.slow
 def test_two_experiments_side_by_side(tmp_path):
     store = build_store(
         f"sqlite:///{tmp_path / 'two.db'}", runs=5, iterations=150, probes=("cpuid",), seed=1

@@ -10,6 +10,8 @@ from vmtax.report.gather import load
 from vmtax.stats.compare_options import CompareOptions
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.slow
+
 
 def overlapping_tick_labels(fig) -> list[tuple[str, str]]:
     """Pairs of drawn tick labels (inside their axis' limits) of different axes that overlap."""

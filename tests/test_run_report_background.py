@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from vmtax.targets.base import find_agent
 
 
@@ -33,6 +35,7 @@ def _read_all(fd: int, into: list[str]) -> None:
         into.append(chunk.decode("utf-8", "replace"))
 
 
+@pytest.mark.slow
 def test_at_a_terminal_the_run_returns_first_and_its_report_follows(tmp_path):
     report = tmp_path / "r-1.html"
     env = {**os.environ, "VMTAX_PROBE": str(find_agent()),
@@ -66,6 +69,7 @@ def test_at_a_terminal_the_run_returns_first_and_its_report_follows(tmp_path):
     assert not list(tmp_path.glob(".r-1.html.*"))  # no temporary file left beside it
 
 
+@pytest.mark.fast
 def test_the_child_waits_for_the_run_that_started_it_and_only_for_it(monkeypatch):
     from vmtax.cli import background_report
 

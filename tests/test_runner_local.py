@@ -12,6 +12,8 @@ import pytest
 from vmtax.targets.base import AgentTimeout, TargetError
 from vmtax.targets.local import LocalTarget
 
+pytestmark = pytest.mark.fast
+
 SH = "/bin/sh"
 
 

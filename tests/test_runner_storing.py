@@ -9,6 +9,8 @@ from vmtax.execution import Storing
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 
+pytestmark = pytest.mark.fast
+
 
 def _experiment(store: Store) -> int:
     return store.create_experiment(command=["vmtax", "sweep"], suite="sweep", seed=0,

@@ -15,6 +15,8 @@ from vmtax.stats.describe import describe
 from vmtax.targets.base import find_agent
 from vmtax.targets.local import LocalTarget
 
+pytestmark = pytest.mark.fast
+
 SUITE = """
 name = "two"
 [defaults]

@@ -14,6 +14,8 @@ import pytest
 from vmtax.sampling import design
 from vmtax.stats.describe import mean_interval
 
+pytestmark = pytest.mark.fast
+
 TARGET = 0.03
 EXPERIMENTS = 2000
 MAX_RUNS = 200

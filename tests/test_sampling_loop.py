@@ -25,6 +25,8 @@ from vmtax.store.models import SamplingLook
 from vmtax.targets.base import find_agent
 from vmtax.targets.local import LocalTarget
 
+pytestmark = pytest.mark.slow
+
 SUITE = """
 name = "adaptive"
 precision = "{precision}"

@@ -10,6 +10,8 @@ from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import load_suite
 from vmtax.stats.significance import adjust, significance_floor
 
+pytestmark = pytest.mark.fast
+
 
 def _best_adjusted_p(n: int, family: int) -> float:
     # All values of one side above the other's: the most extreme data there is. scipy's

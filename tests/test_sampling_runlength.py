@@ -9,6 +9,8 @@ from vmtax.plan.plan import build_plan
 from vmtax.plan.suite import load_suite
 from vmtax.sampling import runlength
 
+pytestmark = pytest.mark.fast
+
 
 def _entries(n: int, duration: float | None = 0.15) -> dict[str, dict]:
     return {f"p{i}": {"duration": duration, "iterations": 1000} for i in range(n)}

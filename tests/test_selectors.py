@@ -13,6 +13,8 @@ from vmtax.store import Store
 from vmtax.store.select import resolve, scoped_baseline
 from vmtax.testing.report_store import populate
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def two_experiments(tmp_path_factory) -> str:

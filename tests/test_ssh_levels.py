@@ -11,8 +11,11 @@ import re
 import shutil
 
 import platformdirs
+import pytest
 
 from vmtax.store import Store
+
+pytestmark = pytest.mark.slow
 
 
 def test_an_ssh_host_beside_levels_l0_l1_ends_ok(cli, sshd, tmp_path, monkeypatch):

@@ -13,6 +13,8 @@ from vmtax.targets.agent import file_sha256
 from vmtax.targets.base import AgentTimeout, TargetError, find_agent
 from vmtax.targets.ssh import SshTarget, parse_url, redact
 
+pytestmark = pytest.mark.slow
+
 
 def test_a_normal_run_streams_a_whole_stream_and_copies_the_agent_once(sshd):
     target = sshd.target()

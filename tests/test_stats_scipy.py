@@ -12,6 +12,8 @@ from vmtax.stats import intervals, significance
 from vmtax.stats.compare import compare
 from vmtax.testing.runs import Config, runs_frame
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def two_sides():

@@ -15,6 +15,8 @@ import vmtax.api
 from vmtax.errors import VmtaxError
 from vmtax.store import RUN_COLUMNS, Store, config_key
 
+pytestmark = pytest.mark.fast
+
 FINGERPRINT = {
     "agent_version": "0.1.0",
     "hostname": "guest-1",

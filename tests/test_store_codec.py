@@ -12,6 +12,8 @@ from hypothesis.extra.numpy import arrays
 
 from vmtax.store import codec
 
+pytestmark = pytest.mark.fast
+
 
 @settings(max_examples=200, deadline=None)
 @given(arrays(np.float64, st.integers(0, 3000), elements=st.floats(allow_nan=True)))

@@ -61,6 +61,7 @@ def remount_read_only(where: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
 
 
+@pytest.mark.fast
 def test_bad_input_unreachable_database():
     proc = vmtax_cli("db", "info", "--db", "postgresql://nobody@127.0.0.1:1/x")
     line = one_line_error(proc)
@@ -68,6 +69,7 @@ def test_bad_input_unreachable_database():
     assert "connection refused" in line
 
 
+@pytest.mark.fast
 def test_bad_input_unreachable_database_never_shows_the_password(cli):
     proc = cli("db", "upgrade", "--db", "postgresql://nobody:hunter2@127.0.0.1:1/x")
     line = one_line_error(proc)
@@ -75,6 +77,7 @@ def test_bad_input_unreachable_database_never_shows_the_password(cli):
     assert "nobody:***@127.0.0.1" in line
 
 
+@pytest.mark.slow
 def test_bad_input_wrong_password_on_a_real_server(postgres_server, cli):
     s = postgres_server
     url = f"postgresql://{s['user']}:wrong-{s['password']}@{s['host']}:{s['port']}/postgres"
@@ -83,6 +86,7 @@ def test_bad_input_wrong_password_on_a_real_server(postgres_server, cli):
     assert s["password"] not in line and "***" in line
 
 
+@pytest.mark.slow
 def test_db_info_redacts_the_password(postgres_url, cli):
     password = postgres_url.split(":")[2].split("@")[0]
     proc = cli("db", "upgrade", "--db", postgres_url)
@@ -100,6 +104,7 @@ def test_db_info_redacts_the_password(postgres_url, cli):
     assert "no_such_db" in line and password not in line
 
 
+@pytest.mark.fast
 def test_db_info_on_sqlite(sqlite_url, cli):
     assert cli("db", "upgrade", "--db", sqlite_url).returncode == 0
     proc = cli("db", "info", "--db", sqlite_url, "--json")
@@ -108,6 +113,7 @@ def test_db_info_on_sqlite(sqlite_url, cli):
     assert '"experiments": 0' in proc.stdout
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "url",
     [
@@ -129,6 +135,7 @@ def test_bad_input_malformed_database_url(url, cli):
     assert "database URL" in line
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("command", [("db", "upgrade"), ("db", "info"), ("results", "list")])
 def test_an_empty_db_is_refused_and_creates_no_default_store(command, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # where the default store would go
@@ -137,6 +144,7 @@ def test_an_empty_db_is_refused_and_creates_no_default_store(command, tmp_path, 
     assert not any(tmp_path.rglob("*.db"))
 
 
+@pytest.mark.fast
 def test_bad_input_read_only_database_file(tmpfs, cli):
     where = tmpfs(4096)
     url = f"sqlite:///{where / 'vmtax.db'}"
@@ -154,6 +162,7 @@ def test_bad_input_read_only_database_file(tmpfs, cli):
     assert cli("db", "info", "--db", url).returncode == 0
 
 
+@pytest.mark.fast
 def test_bad_input_read_only_directory(tmpfs, cli):
     where = tmpfs(1024)
     remount_read_only(where)
@@ -168,6 +177,7 @@ def test_bad_input_read_only_directory(tmpfs, cli):
     assert "does not exist" in line
 
 
+@pytest.mark.fast
 def test_bad_input_locked_database(sqlite_url, cli):
     with Store.open(sqlite_url, busy_timeout=0.2) as store:
         exp = new_experiment(store)
@@ -191,6 +201,7 @@ def test_bad_input_locked_database(sqlite_url, cli):
         add(store, exp, cfg, 0, 0, np.arange(5.0))
 
 
+@pytest.mark.fast
 def test_bad_input_full_disk(tmpfs):
     where = tmpfs(1024)
     url = f"sqlite:///{where / 'vmtax.db'}"
@@ -213,6 +224,7 @@ def test_bad_input_full_disk(tmpfs):
         assert len(store.runs()) == len(stored)
 
 
+@pytest.mark.fast
 def test_db_commands_have_help_with_an_example(cli):
     for args in (["db", "info"], ["db", "upgrade"], ["db"]):
         proc = cli(*args, "--help")

@@ -14,6 +14,8 @@ from vmtax.errors import UsageError
 from vmtax.store import Store
 from vmtax.store.export import export, export_runs, export_samples
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def exp_store(store: Store) -> tuple[Store, int, dict[int, np.ndarray]]:

@@ -13,6 +13,8 @@ from vmtax.errors import VmtaxError
 from vmtax.store import Store, migrate
 from vmtax.store.models import Base
 
+pytestmark = pytest.mark.fast
+
 
 def alembic_versions(url: str) -> list[str]:
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://"))

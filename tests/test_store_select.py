@@ -10,6 +10,8 @@ from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import Store
 from vmtax.store.select import mask, parse
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def filled(store: Store) -> tuple[Store, dict]:

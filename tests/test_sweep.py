@@ -76,6 +76,7 @@ def _experiment(store: Store, spec: SweepSpec) -> int:
     )
 
 
+@pytest.mark.fast
 def test_sizes_per_axis():
     guests = _spec(ratios=(0.5, 1.0, 1.5, 2.0))
     assert [s.guests for s in guests.steps()] == [1, 2, 3, 4]
@@ -87,6 +88,7 @@ def test_sizes_per_axis():
     assert all(s.cap_mb == 256 for s in memory.steps())
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
@@ -120,6 +122,7 @@ def test_bad_specs_are_usage_errors(kw, message):
         _spec(**kw).check()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("args", [["--replicates", "2"], ["--replicates", "2", "--no-intervals"]])
 def test_two_replicates_are_refused_in_one_line_before_a_store_is_opened(cli, tmp_path, args):
     db = tmp_path / "s.db"
@@ -129,6 +132,7 @@ def test_two_replicates_are_refused_in_one_line_before_a_store_is_opened(cli, tm
     assert res.stderr.startswith("vmtax: error: ") and not db.exists()
 
 
+@pytest.mark.fast
 def test_study_b_preset_scales_the_csv_ratios_to_this_machine():
     ratios, mem = study_b_steps()
     assert ratios == (1.0, 1.5, 2.0, 2.5, 3.0) and mem == 1.4
@@ -141,6 +145,7 @@ def test_study_b_preset_scales_the_csv_ratios_to_this_machine():
     assert study_b_steps("Xen")[0] == (1.0, 1.5, 2.0, 2.5)
 
 
+@pytest.mark.fast
 def test_replicates_run_in_rounds_in_a_random_order_from_the_stored_seed():
     spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0, 2.5), replicates=3, intervals=True, order_seed=5)
     order = spec.order()
@@ -158,6 +163,7 @@ def test_replicates_run_in_rounds_in_a_random_order_from_the_stored_seed():
     assert old.replicates == 1 and not old.intervals and old.unit(0, 3) == 3
 
 
+@pytest.mark.slow
 def test_l0_replicated_sweep_stores_each_unit_and_shows_replicate_intervals(cli, tmp_path):
     db = str(tmp_path / "rep.db")
     spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0), replicates=3, intervals=True, order_seed=9,
@@ -187,6 +193,7 @@ def test_l0_replicated_sweep_stores_each_unit_and_shows_replicate_intervals(cli,
         assert t["ci_low"] <= t["mean"] <= t["ci_high"]
 
 
+@pytest.mark.fast
 def test_migration_0003_upgrades_and_downgrades(sqlite_url):
     Store.open(sqlite_url).close()
     with Store.open(sqlite_url) as store:
@@ -199,6 +206,7 @@ def test_migration_0003_upgrades_and_downgrades(sqlite_url):
         assert store.info()["schema_version"] == migrate.head()
 
 
+@pytest.mark.slow
 def test_l0_sweep_commits_every_step_with_its_samples(store):
     spec = _spec(ratios=(0.5, 1.0, 1.5))
     exp = _experiment(store, spec)
@@ -216,6 +224,7 @@ def test_l0_sweep_commits_every_step_with_its_samples(store):
     assert store.experiment(exp)["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_resumes_at_its_step_without_redoing_committed_ones(store):
     spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0))
     exp = _experiment(store, spec)
@@ -239,6 +248,7 @@ def test_interrupted_sweep_resumes_at_its_step_without_redoing_committed_ones(st
     assert store.experiment(exp)["status"] == "ok"
 
 
+@pytest.mark.fast
 def test_guest_that_fails_to_start_at_step_k_keeps_the_steps_before(store, tmp_path):
     spec = _spec(ratios=(0.5, 1.0, 1.5, 2.0))
     exp = _experiment(store, spec)
@@ -265,6 +275,7 @@ def test_guest_that_fails_to_start_at_step_k_keeps_the_steps_before(store, tmp_p
     assert store.experiment(exp)["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_cli_sweep_and_show_json(cli, tmp_path):
     db = str(tmp_path / "s.db")
     res = cli("sweep", "--level", "L0", "--steps", "0.5,1,1.5,2", "--warmup", "0.5",
@@ -289,6 +300,7 @@ def test_cli_sweep_and_show_json(cli, tmp_path):
         assert res.returncode == 0 and marker in res.stdout, res.stderr
 
 
+@pytest.mark.fast
 def test_cli_usage_errors_are_one_line(cli, tmp_path):
     db = str(tmp_path / "s.db")
     for args in (
@@ -311,6 +323,7 @@ def test_cli_usage_errors_are_one_line(cli, tmp_path):
     assert res.returncode == 1 and "no sweep" in res.stderr
 
 
+@pytest.mark.fast
 def test_cli_help_states_the_bounds(cli):
     res = cli("sweep", "--help")
     text = " ".join(res.stdout.replace("│", " ").split())
@@ -319,6 +332,7 @@ def test_cli_help_states_the_bounds(cli):
         assert bound in text, bound
 
 
+@pytest.mark.slow
 def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
     db = str(tmp_path / "r.db")
     spec = _spec(ratios=(0.5, 1.0, 1.5))
@@ -349,6 +363,7 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
     assert res.returncode == 1 and "no sweep in the store yet" in res.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_sweep_and_resume_finishes_it(tmp_path):
     import os
     import shutil

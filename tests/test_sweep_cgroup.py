@@ -14,6 +14,8 @@ import pytest
 from vmtax.errors import VmtaxError
 from vmtax.sweep.cgroup import MemoryCap
 
+pytestmark = pytest.mark.fast
+
 WRITER = textwrap.dedent(
     """
     import mmap, os, sys

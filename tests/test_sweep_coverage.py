@@ -25,6 +25,8 @@ from vmtax.stats.knee import fit_knees, replicate_interval, rise_tests
 from vmtax.sweep.spec import DEFAULT_REPLICATES, DEFAULT_STEPS, TIMINGS
 from vmtax.testing.sweeps import replicated
 
+pytestmark = pytest.mark.fast
+
 TRIALS = 4000
 BOUND = 0.93
 STEPS = np.asarray(DEFAULT_STEPS)

@@ -27,6 +27,8 @@ from vmtax.sweep.run import Client, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing
 from vmtax.targets.base import find_agent
 
+pytestmark = pytest.mark.slow
+
 ARGS = ["sweep", "--level", "L0", "--steps", "0.5,1,1.5", "--warmup", "0.5", "--window",
         "1.5", "--interval", "0.5", "--events", "10", "--max-prime", "5000", "--replicates",
         "1", "--no-intervals", "--order-seed", "0"]  # fmt: skip

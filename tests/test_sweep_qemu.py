@@ -18,6 +18,8 @@ from vmtax.sweep.guests import qemu_factory
 from vmtax.sweep.run import SweepError, SweepRunner
 from vmtax.sweep.spec import SweepSpec, Timing
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def cache(tmp_path_factory, monkeypatch):

@@ -14,6 +14,8 @@ from vmtax.sweep.run import SAMPLE_FIELDS
 from vmtax.sweep.spec import SweepSpec, Timing
 from vmtax.testing.sweeps import study_b
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def zvm_db(tmp_path):

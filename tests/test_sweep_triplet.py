@@ -43,6 +43,7 @@ def _triplet(**kw) -> SweepSpec:
 
 
 # -- sizes and presets --------------------------------------------------------------------
+@pytest.mark.fast
 def test_a_step_of_k_triplets_has_3k_guests_and_their_vcpus_over_the_cpus():
     spec = apply_presets(_triplet(), steps="default", timing="small")
     spec.check()
@@ -59,6 +60,7 @@ def test_a_step_of_k_triplets_has_3k_guests_and_their_vcpus_over_the_cpus():
     assert _triplet().size(0, 2.0).ratio == 1.5
 
 
+@pytest.mark.fast
 def test_study_b_tiers_and_steps_on_8_cpus_are_study_b_s_2_to_6_triplets():
     spec = apply_presets(_triplet(host_cpus=8, tiers="study-b"), steps="study-b", timing="small")
     spec.check()
@@ -71,6 +73,7 @@ def test_study_b_tiers_and_steps_on_8_cpus_are_study_b_s_2_to_6_triplets():
     assert small.ratios == (1.5, 3.0)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
@@ -86,6 +89,7 @@ def test_bad_triplet_specs_are_usage_errors(kw, message):
         _triplet(**kw).check()
 
 
+@pytest.mark.fast
 def test_cli_refuses_other_axes_level_l0_and_guest_sizes_in_one_line(cli, sqlite_url):
     for args in (
         ["--axis", "vcpus"],
@@ -98,6 +102,7 @@ def test_cli_refuses_other_axes_level_l0_and_guest_sizes_in_one_line(cli, sqlite
         assert got.stderr.startswith("vmtax: error:") and got.stderr.count("\n") == 1
 
 
+@pytest.mark.fast
 def test_cli_without_php_fails_in_one_line_naming_the_packages(cli, sqlite_url, monkeypatch):
     real = webapp.shutil.which
     monkeypatch.setattr(webapp.shutil, "which", lambda n: None if n == "php-cgi" else real(n))
@@ -127,6 +132,7 @@ def _stop(pid_file: Path, sig: int = signal.SIGTERM) -> None:
             time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_the_three_tiers_chain_on_this_machine(tmp_path):
     """The guests' start scripts run here too (busybox sh, the same servers): a page through
     the web tier comes from the app's PHP and the db's rows; the agent's client reads it."""
@@ -164,6 +170,7 @@ def test_the_three_tiers_chain_on_this_machine(tmp_path):
         _stop(tmp_path / "db" / "data" / "mysqld.pid", signal.SIGKILL)  # a throwaway database
 
 
+@pytest.mark.fast
 def test_steal_script_reads_proc_stat_at_the_interval(tmp_path):
     script = tmp_path / "steal.sh"
     script.write_text(webapp.STEAL_SCRIPT)
@@ -183,6 +190,7 @@ def cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
+@pytest.mark.slow
 def test_a_triplet_of_tcg_guests_serves_pages_from_its_db_and_a_failed_boot_keeps_step_1(
     store: Store, cache
 ):

@@ -8,6 +8,8 @@ from vmtax.errors import VmtaxError
 from vmtax.plan.plan import Plan, boots_of
 from vmtax.targets.spec import FleetHostSpec, LevelSpec, LocalSpec, SshSpec, parse_spec
 
+pytestmark = pytest.mark.fast
+
 RECORDS = [
     {"kind": "local", "level": "L0"},
     {"kind": "level", "level": "L0", "preset": "seed-c", "accel": "tcg"},

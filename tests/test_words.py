@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from vmtax.report import compare_format
 from vmtax.report.terminal import fmt
 from vmtax.stats.compare import compare
 from vmtax.testing.runs import Config, runs_frame
+
+pytestmark = pytest.mark.fast
 
 
 def _imprecise_comparison():

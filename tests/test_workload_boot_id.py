@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from vmtax.targets.base import find_agent
 from vmtax.targets.local import LocalTarget
 from vmtax.workloads import run_lines
+
+pytestmark = pytest.mark.fast
 
 
 def test_a_header_built_by_the_controller_names_the_targets_boot():

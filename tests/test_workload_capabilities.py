@@ -20,6 +20,8 @@ from vmtax.targets.qemu import GuestSpec, QemuTarget
 from vmtax.targets.servers import ServerError, ServerSpec, Spot
 from vmtax.workloads.reach import host_end, target_listeners
 
+pytestmark = pytest.mark.fast
+
 WORKLOADS = Path(vmtax.workloads.__file__).parent
 SRC = Path(vmtax.__file__).parent
 CONCRETE = {"LocalTarget", "QemuTarget", "SshTarget", "OneAtATime", "Target"}

@@ -16,6 +16,8 @@ from vmtax.workloads import REGISTRY, image_contents, package_capabilities, run_
 from vmtax.workloads.recipe import Needs, Recipe
 from vmtax.workloads.static import SERVER, Static, page
 
+pytestmark = pytest.mark.fast
+
 
 def _run(*extra: str) -> list[dict]:
     args = ["run", "static", "--runs", "1", "--iterations", "300", "--duration", "1"]

@@ -19,6 +19,7 @@ from vmtax.workloads.base import Invocation, WorkloadError
 EXPECTED = {"hackbench", "oltp", "http", "memcached", "net", "relay", "crypto", "static"}
 
 
+@pytest.mark.fast
 def test_every_workload_declares_the_contract():
     assert set(REGISTRY) == EXPECTED
     for name, w in REGISTRY.items():
@@ -34,6 +35,7 @@ def test_every_workload_declares_the_contract():
             assert w.resolve({"preset": preset})["preset"] == preset
 
 
+@pytest.mark.fast
 def test_presets_are_the_studies_sizes_and_explicit_params_win():
     oltp = REGISTRY["oltp"]
     assert oltp.resolve({})["table_size"] == 10000  # small default
@@ -51,6 +53,7 @@ def test_presets_are_the_studies_sizes_and_explicit_params_win():
         oltp.resolve({"db": "oracle"})
 
 
+@pytest.mark.fast
 def test_invocation_reads_the_plans_agent_arguments():
     suite = parse_suite(
         'name = "t"\n[[probes]]\nprobe = "oltp"\nduration = 2.5\niterations = 7\n'
@@ -65,6 +68,7 @@ def test_invocation_reads_the_plans_agent_arguments():
         assert parsed.params == {"db": "pgsql"}
 
 
+@pytest.mark.fast
 def test_the_plan_check_knows_workload_parameters():
     suite, _ = load_suite("apps-quick")
     assert {e.probe for e in suite.probes} == EXPECTED
@@ -78,6 +82,7 @@ def test_the_plan_check_knows_workload_parameters():
         check_probes(build_plan(bad, source="t", seed=1, targets=[{"kind": "local"}]), infos())
 
 
+@pytest.mark.fast
 def test_vmtax_workloads_lists_them(cli):
     res = cli("workloads", "--format", "json")
     assert res.returncode == 0, res.stderr
@@ -94,6 +99,7 @@ def test_vmtax_workloads_lists_them(cli):
 SCHEMA = json.loads((Path(__file__).parent / "vectors" / "schema.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "params"),
     [
@@ -130,6 +136,7 @@ def test_workload_streams_follow_the_agents_schema(name, params):
         assert all(json.loads(x)["unit"] == "MB/s" for x in lines if '"samples"' in x[:20])
 
 
+@pytest.mark.fast
 def test_server_workloads_start_their_servers_on_the_targets_vmtax_knows():
     from vmtax.targets.base import Target
     from vmtax.targets.qemu import GuestSpec, QemuTarget

@@ -12,9 +12,13 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from test_workloads_servers import run_suite
 from vmtax.targets.base import find_agent
 from vmtax.workloads.crypto import MASK_AESNI
+
+pytestmark = pytest.mark.slow
 
 SUITE = """
 name = "guest-apps"

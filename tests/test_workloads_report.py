@@ -10,6 +10,8 @@ import pytest
 from vmtax.report.apps import study_c_table
 from vmtax.stats.studyc import normalized, reference
 
+pytestmark = pytest.mark.fast
+
 
 def runs() -> pd.DataFrame:
     rows = []

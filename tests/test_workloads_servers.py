@@ -24,6 +24,8 @@ from vmtax.targets.local import LocalTarget
 from vmtax.workloads import run_lines
 from vmtax.workloads.oltp import remove_templates
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def agent() -> str:

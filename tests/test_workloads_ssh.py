@@ -14,6 +14,8 @@ import pytest
 from vmtax.contract import read_stream
 from vmtax.workloads import run_lines
 
+pytestmark = pytest.mark.slow
+
 
 def leftovers() -> set[str]:
     """Scratch directories of servers on the host, and processes running from one."""

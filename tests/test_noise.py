@@ -538,3 +538,25 @@ def test_a_failing_profile_lookup_is_one_line_and_the_run_goes_on(monkeypatch):
     local = RunRequest().target_specs(None)
     assert run_module._profile_design(RunRequest(), local, {}, fp, plan, lines.append) is None
     assert len(lines) == 1
+
+
+def test_a_calibration_writes_no_report(monkeypatch):
+    """The calibration's experiment is read through its profile: `measure` asks the run for
+    no report (one took half of a 20-minute calibration here). The run itself is replaced by
+    a stand-in that records what it was asked: booting guests is not what this tests."""
+    import vmtax.experiment.run as run_module
+
+    asked = {}
+
+    class Done:
+        problem = None
+        experiment_id = 7
+        store = None
+
+    def run(request, **kwargs):
+        asked.update(kwargs)
+        return Done()
+
+    monkeypatch.setattr(run_module, "run", run)
+    assert cal.measure(RunRequest(levels="L1", accel="tcg"))[0] == 7
+    assert asked["reporting"].write is False

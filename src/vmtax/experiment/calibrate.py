@@ -141,10 +141,14 @@ Measure = Callable[[RunRequest], tuple[int, Store]]
 def measure(request: RunRequest, progress: Any = None) -> tuple[int, Store]:  # noqa: ANN401
     """Run the calibration's experiment as `vmtax run` does (boots, runs, store)."""
     # The run use case, and with it the targets and the runner, only when one is measured.
+    from vmtax.experiment.report import Reporting
     from vmtax.experiment.run import run
 
-    # The run's own word on profiles ("not used: --runs given") is not the calibration's.
-    done = run(request, progress=progress, notice=_not_about_profiles)
+    # The run's own word on profiles ("not used: --runs given") is not the calibration's, and
+    # nor is its report: on this machine writing it took half a calibration's 20 minutes.
+    done = run(
+        request, progress=progress, notice=_not_about_profiles, reporting=Reporting(write=False)
+    )
     if done.problem:
         raise VmtaxError(f"calibration experiment {done.experiment_id}: {done.problem}")
     return done.experiment_id, done.store

@@ -132,6 +132,8 @@ class Reporting:
     background: Callable[[Store, int, Path, CompareOptions], int | None] | None = None
     steps: Callable[[], AbstractContextManager[Steps]] = _quiet
     options: CompareOptions = CompareOptions()
+    #: False: no report at all (a calibration's experiment is read through its profile).
+    write: bool = True
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,8 @@ def run_report_path(store: Store, exp_id: int) -> Path | None:
 def after_run(store: Store, exp_id: int, how: Reporting) -> RunReport | None:
     """The report of a finished run, written beside its runs (which are stored either way);
     None when there is none to write."""
+    if not how.write:
+        return None
     out = run_report_path(store, exp_id)
     if out is None:
         return None

@@ -356,7 +356,8 @@ def test_cli_resume_runs_only_the_missing_steps(cli, tmp_path):
     assert res.returncode == 1 and "no experiment 999" in res.stderr
     res = cli("sweep", "--resume", "newest", "--db", db)
     assert res.returncode == 2 and res.stderr.count("\n") == 1
-    assert "EXP must be an experiment id or latest, got 'newest'" in res.stderr
+    assert "--resume must be an experiment id (1..9223372036854775807) or latest" in res.stderr
+    assert "got 'newest'" in res.stderr
     empty = str(tmp_path / "empty.db")
     Store.open(empty).close()
     res = cli("sweep", "--resume", "latest", "--db", empty)

@@ -70,6 +70,18 @@ METRICS: dict[str, tuple[str, str | None, str | None]] = {
     "wall_s": ("wall_s", "s", "lower"),
 }
 
+#: The variance components' columns beside the between-boot share, with their intervals.
+_COMPONENT_COLUMNS = (
+    "share_low",
+    "share_high",
+    "between_var",
+    "between_low",
+    "between_high",
+    "within_var",
+    "within_low",
+    "within_high",
+)
+
 COLUMNS = [
     "probe",
     "metric",
@@ -81,14 +93,7 @@ COLUMNS = [
     "n_runs",
     "boots",
     "between_share",
-    "share_low",
-    "share_high",
-    "between_var",
-    "between_low",
-    "between_high",
-    "within_var",
-    "within_low",
-    "within_high",
+    *_COMPONENT_COLUMNS,
     "runs_per_boot",
     "mean",
     "stderr",
@@ -645,18 +650,6 @@ def components(group: pd.DataFrame, column: str) -> boots.VarianceComponents:
         logs = np.log(values)
     ids = _boot_ids(group) or ["one"] * len(values)
     return boots.variance_components(logs, ids)
-
-
-_COMPONENT_COLUMNS = (
-    "share_low",
-    "share_high",
-    "between_var",
-    "between_low",
-    "between_high",
-    "within_var",
-    "within_low",
-    "within_high",
-)
 
 
 def component_intervals(group: pd.DataFrame, column: str) -> boots.ComponentIntervals:

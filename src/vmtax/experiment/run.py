@@ -366,7 +366,7 @@ def _profile_design(
 ) -> Any:  # noqa: ANN401 - calibrate.RunDesign with boots, or None
     """The design a noise profile gives this run (vmtax.noise), after saying which profile
     was used or why none was; None keeps today's design. A profile never breaks a run."""
-    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+    if not _has_guest(specs):
         return None
     try:
         # heavy: scipy (vmtax.noise), only for a run with a guest level
@@ -395,7 +395,7 @@ def _noise_keys(
 ) -> dict[str, Any] | None:
     """The noise-profile keys of this experiment's guest configurations (stored with it, so
     that `vmtax compare` finds their profile); None without a guest level."""
-    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+    if not _has_guest(specs):
         return None
     # heavy: scipy (vmtax.noise), only for a run with a guest level (loaded already by then)
     from vmtax.experiment.calibrate import noise_keys
@@ -404,8 +404,17 @@ def _noise_keys(
     return noise_keys(specs, labels, fp, duration=request.duration, suite=request.suite)
 
 
+def _is_guest_level(spec: TargetSpec) -> bool:
+    return isinstance(spec, LevelSpec) and spec.is_guest
+
+
+def _has_guest(specs: list[TargetSpec]) -> bool:
+    """A guest level vmtax boots among ``specs``: what a noise profile is about."""
+    return any(_is_guest_level(s) for s in specs)
+
+
 def _with_boots(spec: TargetSpec, boots: int) -> TargetSpec:
-    if isinstance(spec, LevelSpec) and spec.is_guest:
+    if _is_guest_level(spec):
         return spec.model_copy(update={"boots": boots})
     return spec
 
@@ -419,7 +428,7 @@ def _grow_profiles(
     notice: Notice,
 ) -> None:
     """Fold the experiment's boots into the matching noise profiles of this machine."""
-    if not any(isinstance(s, LevelSpec) and s.is_guest for s in specs):
+    if not _has_guest(specs):
         return
     try:
         # heavy: scipy (vmtax.noise), only after a run with a guest level

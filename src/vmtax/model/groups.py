@@ -43,7 +43,7 @@ from vmtax.errors import UsageError
 from vmtax.hostprof.perop import per_reason
 from vmtax.model.intervals import interval, linearise
 from vmtax.model.nested import EXTRAPOLATED, HELD_OUT, abs_log_ratio, error_pct
-from vmtax.model.sources import level_number, ns_per_op
+from vmtax.model.sources import boot_count, boot_means, level_number, ns_per_op
 
 #: Study E's group (vmtax.hostprof.groups) -> the group κ is fitted for.
 KAPPA_GROUP = {
@@ -327,25 +327,15 @@ def group_probes(
         exits = by_run.loc[at_vm["run_id"]].to_numpy(np.float64)
         nested = ns_per_op(deeper, tsc_hz, statistic) if len(deeper) else np.zeros(0)
         vm = ns_per_op(at_vm, tsc_hz, statistic)
-        if _boots(at_vm) >= 2 and _boots(deeper) >= 2:
+        if boot_count(at_vm) >= 2 and boot_count(deeper) >= 2:
             # Several boots at both levels: the boot is the unit (its runs' mean).
-            both, vm_ids = _boot_means(np.column_stack([vm, exits]), at_vm)
-            deep, nested_ids = _boot_means(nested[:, None], deeper)
+            both, vm_ids = boot_means(np.column_stack([vm, exits]), at_vm["boot"].to_numpy())
+            deep, nested_ids = boot_means(nested[:, None], deeper["boot"].to_numpy())
             out.append(GroupProbe(str(probe), both[:, 0], both[:, 1:], deep[:, 0],
                                   vm_ids, nested_ids))  # fmt: skip
             continue
         out.append(GroupProbe(str(probe), vm, exits, nested))
     return out
-
-
-def _boots(runs: pd.DataFrame) -> int:
-    return int(runs["boot"].nunique()) if "boot" in runs and len(runs) else 0
-
-
-def _boot_means(values: np.ndarray, runs: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...]]:
-    boots = runs["boot"].astype(str).to_numpy()
-    order = tuple(sorted(set(boots)))
-    return np.array([values[boots == b].mean(axis=0) for b in order]), order
 
 
 def predict(

@@ -39,7 +39,7 @@ from vmtax.errors import UsageError
 from vmtax.hostprof.perop import per_reason
 from vmtax.model.intervals import future_run, interval, linearise
 from vmtax.model.nested import EXTRAPOLATED, HELD_OUT, abs_log_ratio, error_pct
-from vmtax.model.sources import level_number, ns_per_op
+from vmtax.model.sources import boot_count, boot_means, level_number, ns_per_op
 
 WEIGHTS = ("exits", "exit time")
 CALIBRATIONS = ("cpuid", "others")
@@ -326,11 +326,11 @@ def loads_from(
         load = per_run.loc[at_vm["run_id"]].to_numpy(np.float64)
         rows_vm = np.column_stack([t, load[:, 0], load[:, 1]])
         deep = ns_per_op(deeper, tsc_hz, statistic) if len(deeper) else np.zeros(0)
-        if _boots(at_vm) >= 2 and _boots(deeper) >= 2:
+        if boot_count(at_vm) >= 2 and boot_count(deeper) >= 2:
             # Several boots at both levels: the boot is the unit (its runs' mean), so runs
             # inside one boot are not counted as independent.
-            rows_vm, vm_ids = _boot_means(rows_vm, at_vm)
-            deep_means, nested_ids = _boot_means(deep[:, None], deeper)
+            rows_vm, vm_ids = boot_means(rows_vm, at_vm["boot"].to_numpy())
+            deep_means, nested_ids = boot_means(deep[:, None], deeper["boot"].to_numpy())
             deep = deep_means[:, 0]
             boots_of[str(probe)] = (vm_ids, nested_ids)
         vm_rows[str(probe)] = rows_vm
@@ -353,14 +353,3 @@ def loads_from(
         else:
             loads.append(ProbeLoad(probe, rows, nested[probe]))
     return loads, e
-
-
-def _boots(runs: pd.DataFrame) -> int:
-    return int(runs["boot"].nunique()) if "boot" in runs and len(runs) else 0
-
-
-def _boot_means(values: np.ndarray, runs: pd.DataFrame) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Each boot's mean of ``values`` (rows in ``runs``' order), and the boots, sorted."""
-    boots = runs["boot"].astype(str).to_numpy()
-    order = tuple(sorted(set(boots)))
-    return np.array([values[boots == b].mean(axis=0) for b in order]), order

@@ -274,11 +274,11 @@ def from_runs(
                 # inside one boot are not counted as independent, and a prediction interval
                 # is for the next boot's mean (docs/model.md, Uncertainty).
                 boot_of = dict(zip(g["run_id"].astype(int), g["boot"].astype(str), strict=True))
-                values[n] = _boot_means(values[n], g["boot"].astype(str).to_numpy())
+                values[n] = boot_means(values[n], g["boot"].astype(str).to_numpy())[0]
                 own = prof[n]
                 if own is not None:
                     boots = mine["run_id"].map(boot_of).to_numpy()
-                    own = _boot_means(own, boots)
+                    own = boot_means(own, boots)[0]
                     # A boot without a complete profile: the levels are not paired by boot.
                     prof[n] = own if len(own) == len(values[n]) else None
         series.append(
@@ -297,9 +297,17 @@ def from_runs(
     return Measured(series, vm, notes)
 
 
-def _boot_means(values: np.ndarray, boots: np.ndarray) -> np.ndarray:
-    """Each boot's mean of ``values`` (one row per run; ``boots`` its boot), boots sorted."""
-    return np.array([values[boots == b].mean(axis=0) for b in sorted(set(boots))])
+def boot_count(runs: pd.DataFrame) -> int:
+    """How many boots ``runs`` (``Store.runs`` rows) were measured in; 0 without boots."""
+    return int(runs["boot"].nunique()) if "boot" in runs and len(runs) else 0
+
+
+def boot_means(values: np.ndarray, boots: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each boot's mean of ``values`` (one row per run; ``boots`` its boot), and the boots,
+    sorted: the boot is the unit that varies, so its runs enter through their mean."""
+    order = tuple(sorted({str(b) for b in boots}))
+    keys = np.asarray(boots).astype(str)
+    return np.array([values[keys == b].mean(axis=0) for b in order]), order
 
 
 def ns_scale(unit: str, runs: pd.DataFrame, tsc_hz: dict[int, float]) -> float:

@@ -247,7 +247,8 @@ def _reads_a_background_run(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by the tiers settled here
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test's tier is settled, or the collection refused (tests/tiers.py). The tests
+    """Every test's tier is settled, or the collection refused (tests/tiers.py), and a slow
+    test is given its pytest-xdist group (``_worker_group``). The tests
     that read a background run go last, in their own order: the boots then run beside the
     rest of the suite instead of holding a test up while one core idles (in CI the
     L2-under-TCG-in-TCG test waited 179 s for its run in the middle of the suite)."""
@@ -255,6 +256,52 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     tiers.settle(items)
     items.sort(key=_reads_a_background_run)
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """The group a slow test goes to one pytest-xdist worker with (``--dist loadgroup``): its
+    module, so that a module's shared guest, image or server is made once; the tests that read
+    a background run in a group of their own, which comes last with them, so that no worker
+    waits for a boot while the rest of its module could run."""
+    module = item.nodeid.split("::", 1)[0]
+    return f"{module}::background" if _reads_a_background_run(item) else module
+
+
+_SHARED_MADE_HERE: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's shared directory (tests/background.py): made by the first process, before
+    pytest-xdist starts its workers, which inherit it. A worker also gets its own temporary
+    directory there (TMPDIR): the session-wide checks of what vmtax leaves in the temporary
+    directory (test_cleanup) then see only their own worker's files, not a neighbour's guest
+    that is still running."""
+    import background
+
+    if background.SHARED_ENV not in os.environ:
+        shared = Path(tempfile.mkdtemp(prefix="pytest-vmtax-shared-"))
+        shared.chmod(0o755)  # a worker's TMPDIR below it is entered by the postgres user
+        os.environ[background.SHARED_ENV] = str(shared)
+        _SHARED_MADE_HERE.append(shared)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        own = Path(os.environ[background.SHARED_ENV]) / f"tmp-{worker}"
+        own.mkdir(exist_ok=True)
+        own.chmod(0o1777)  # as /tmp: the PostgreSQL fixture makes its directory here
+        os.environ["TMPDIR"] = str(own)
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import background
+
+    for shared in _SHARED_MADE_HERE:
+        shutil.rmtree(shared, ignore_errors=True)
+        os.environ.pop(background.SHARED_ENV, None)
+    _SHARED_MADE_HERE.clear()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -38,19 +38,36 @@ def qemu_pids() -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
+def own_qemu_pids() -> set[int]:
+    """The guests whose files are in this process's temporary directory, as every guest's
+    scratch directory is: under pytest-xdist each worker has its own (conftest.py), and
+    another worker's guests are not this session's leftovers. By command line, not by parent:
+    a guest whose vmtax was killed belongs to init."""
+    mine = os.path.join(tempfile.gettempdir(), "")
+    own = set()
+    for pid in qemu_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if mine in cmdline:
+            own.add(pid)
+    return own
+
+
 def vmtax_temp() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob("vmtax-*")}
 
 
 @pytest.fixture(scope="session", autouse=True)
 def leak_check():
-    before_pids, before_tmp = qemu_pids(), vmtax_temp()
+    before_pids, before_tmp = own_qemu_pids(), vmtax_temp()
     yield
     background.drain()  # the long boots that ran beside the tests (tests/background.py)
     deadline = time.monotonic() + 10
-    while qemu_pids() - before_pids and time.monotonic() < deadline:
+    while own_qemu_pids() - before_pids and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not qemu_pids() - before_pids, "QEMU processes left after the test session"
+    assert not own_qemu_pids() - before_pids, "QEMU processes left after the test session"
     assert not vmtax_temp() - before_tmp, "temporary files left after the test session"
 
 

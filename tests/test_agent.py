@@ -351,6 +351,12 @@ def test_env_describes_this_machine(agent: Path) -> None:
         assert fp.nesting.depth == 0
     if fp.arch == "x86_64":
         assert fp.cpu.tsc_hz and fp.cpu.tsc_hz > 1e8
+    # The microcode revision is the first one /proc/cpuinfo shows; where it shows none (many
+    # guests) the field is left out, not written as null.
+    pairs = [ln.partition(":") for ln in Path("/proc/cpuinfo").read_text().splitlines()]
+    shown = [v.strip() for k, _, v in pairs if k.strip() == "microcode" and v.strip()]
+    assert fp.cpu.microcode == (shown[0] if shown else None)
+    assert ("microcode" in json.loads(proc.stdout)["cpu"]) == bool(shown)
 
 
 def test_env_text_is_human(agent: Path) -> None:

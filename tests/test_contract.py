@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -120,3 +121,26 @@ def test_env_and_probe_list_vectors():
     probes = [ProbeInfo.model_validate(p) for p in listed]
     assert {p.name for p in probes} == {"cpuid", "cpu"}
     assert all(p.better in ("lower", "higher") for p in probes)
+
+
+def test_microcode_and_qemu_are_optional_and_written_back_as_read():
+    # A fingerprint from before the fields (the shared vector) loads, and dumps as it was:
+    # no new nulls in a stored fingerprint or a re-serialised header.
+    old_json = json.loads((VECTORS / "env.json").read_text())
+    old = Fingerprint.model_validate(old_json)
+    assert old.cpu.microcode is None and old.qemu is None
+    assert old.model_dump(by_alias=True, mode="json") == old_json
+    # The agent's microcode and the controller's QEMU version, when given, are kept.
+    new_json = json.loads(json.dumps(old_json))
+    new_json["cpu"]["microcode"] = "0xf0"
+    new_json["qemu"] = {"version": "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"}
+    new = Fingerprint.model_validate(new_json)
+    assert new.cpu.microcode == "0xf0"
+    assert new.qemu is not None and new.qemu.version.startswith("7.2.22 ")
+    assert new.model_dump(by_alias=True, mode="json") == new_json
+    # A header carrying them validates against the shared schema the Rust side uses.
+    header = json.loads(lines("stream_ok.jsonl")[0])
+    header["env"] = new_json
+    jsonschema.validate(header, json_schema())
+    with pytest.raises(ValueError):
+        Fingerprint.model_validate({**new_json, "qemu": {"release": "7.2"}})  # no version

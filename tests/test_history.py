@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,26 @@ def test_a_selector_matching_two_configurations_is_refused(cli, db):
     r = cli("history", "exp=1", "--baseline", "level=L0,probe=cpuid", "--db", db)
     assert r.returncode == 2, r.stderr
     assert "the selectors match 2 configurations for probe syscall in experiment 1" in r.stderr
+
+
+def test_qemu_and_microcode_changes_are_named_once_both_sides_record_them():
+    from vmtax.contract import Fingerprint
+    from vmtax.history.changes import changed
+
+    env = json.loads((Path(__file__).parent / "vectors" / "env.json").read_text())
+    old = Fingerprint.model_validate(env).model_dump(mode="json", by_alias=True)
+    new = json.loads(json.dumps(old))
+    new["cpu"]["microcode"] = "0xf0"
+    new["qemu"] = {"version": "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"}
+    # A fingerprint from before the fields, then one with them: nothing changed that anyone
+    # knows of (the agent's version and kernel are the same).
+    assert changed(old, new, "L1") == []
+    newer = json.loads(json.dumps(new))
+    newer["cpu"]["microcode"] = "0xf1"
+    newer["qemu"]["version"] = "8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)"
+    assert changed(new, newer, "L1") == [
+        "L1 QEMU 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3) → 8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)",
+        "L1 microcode 0xf0 → 0xf1",
+    ]
+    newer["clocksource"] = None  # the older fields: a missing side is still a change
+    assert changed(new, newer, "L1")[-1] == "L1 clocksource kvm-clock → (none)"

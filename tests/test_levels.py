@@ -7,6 +7,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +178,17 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     expected = "kvm" if kvm_verdict().kvm_ok else "tcg"
     assert {lab["accel"] for lab in l1["labels"]} == {expected}
     assert all(expected in h for h in l1["hypervisor"])  # the guest's own fingerprint agrees
+    # The guest's fingerprint names the QEMU that ran it, which only the controller knows;
+    # this machine's has none. Microcode: the agent's, where each kernel shows one.
+    from vmtax.targets.qemu import qemu_version
+
+    configs = store.configurations()
+    fps = {lv: list(configs.loc[configs["level"] == lv, "fingerprint"]) for lv in ("L0", "L1")}
+    assert [fp["qemu"] for fp in fps["L1"]] == [{"version": qemu_version()}]
+    assert all("qemu" not in fp for fp in fps["L0"])
+    pairs = [ln.partition(":") for ln in Path("/proc/cpuinfo").read_text().splitlines()]
+    shown = [v.strip() for k, _, v in pairs if k.strip() == "microcode" and v.strip()]
+    assert [fp["cpu"].get("microcode") for fp in fps["L0"]] == [shown[0] if shown else None]
 
     # Each boot has its own id, run 0 of every probe in one and run 1 in the other; this
     # machine's runs all carry its own boot id; the executed order goes boot by boot.
@@ -203,6 +216,60 @@ def test_run_levels_l0_l1_boots_a_tcg_guest_and_stores_both_levels(tmp_path):
     assert set(over) == {"cpu", "cpuid", "syscall"}
     assert all(v is not None and v > 0 for v in over.values())
     print(json.dumps(over), file=sys.stderr)
+
+
+@pytest.mark.fast
+def test_a_guest_levels_fingerprint_names_its_qemu(tmp_path, monkeypatch):
+    # The agent in a guest cannot see the QEMU that runs it: the controller adds its version
+    # to the fingerprint the agent gives, through the levels' one-at-a-time wrapper too.
+    from vmtax.contract import Fingerprint
+    from vmtax.targets import qemu
+    from vmtax.targets.agent import fingerprint
+
+    monkeypatch.setenv("VMTAX_CACHE_DIR", str(tmp_path))
+    said = "8.2.2 (Debian 1:8.2.2+ds-0ubuntu1.4)"
+    monkeypatch.setattr(qemu, "qemu_version", lambda: said)
+    l0, l1 = level_targets(["L0", "L1"], accel="tcg")
+    assert l0.environment() == {} and l1.environment() == {"qemu": {"version": said}}
+    env = (Path(__file__).parent / "vectors" / "env.json").read_text()
+    monkeypatch.setattr(l1.target, "run_agent", lambda args, timeout: iter([env]))
+    fp = fingerprint(l1)
+    assert fp.qemu is not None and fp.qemu.version == said
+    assert fp.model_dump(mode="json", by_alias=True) == {
+        **Fingerprint.model_validate_json(env).model_dump(mode="json", by_alias=True),
+        "qemu": {"version": said},
+    }
+    assert fingerprint(l0).qemu is None  # this machine: the agent's fingerprint as it is
+
+
+@pytest.mark.fast
+def test_qemu_version_is_the_first_line_after_version_read_with_bounds(tmp_path, monkeypatch):
+    from vmtax.targets import qemu
+
+    path = os.environ["PATH"]
+
+    def fake(script: str) -> str | None:
+        where = tmp_path / str(len(list(tmp_path.iterdir())))
+        where.mkdir()
+        exe = where / qemu.QEMU
+        exe.write_text("#!/bin/sh\n" + script)
+        exe.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{where}{os.pathsep}{path}")
+        return qemu.qemu_version()
+
+    said = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"
+    assert fake(f"echo '{said}'; echo 'Copyright (c) 2003-2022 Fabrice Bellard'\n") == (
+        "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"
+    )
+    assert fake("echo 'no such option'; exit 1\n") is None
+    # One that never ends, or prints without end: cut at the bounds, killed, and None.
+    monkeypatch.setattr(qemu, "VERSION_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    assert fake("sleep 30\n") is None
+    assert fake("yes 'QEMU emulator version 9' | tr -d '\\n'\n") is None
+    assert time.monotonic() - started < 10
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no QEMU at all
+    assert qemu.qemu_version() is None
 
 
 @pytest.mark.fast

@@ -136,6 +136,12 @@ fn cpuinfo_field(text: &str, key: &str) -> Option<String> {
     })
 }
 
+/// The microcode revision of the first CPU in /proc/cpuinfo text (`microcode : 0xf0`); None
+/// when the kernel shows none, as in many guests (the hypervisor loads the microcode).
+pub fn microcode(cpuinfo: &str) -> Option<String> {
+    cpuinfo_field(cpuinfo, "microcode")
+}
+
 fn cpu() -> Cpu {
     let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     #[cfg(target_arch = "x86_64")]
@@ -162,6 +168,7 @@ fn cpu() -> Cpu {
             tsc_source: crate::clock::tsc_freq().map(|f| f.source),
             tsc_invariant: invariant,
             virt_flags: flags,
+            microcode: microcode(&info),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -184,6 +191,7 @@ fn cpu() -> Cpu {
             tsc_invariant: None,
             tsc_source: None,
             virt_flags: flags,
+            microcode: microcode(&info),
         }
     }
 }
@@ -452,6 +460,9 @@ pub fn to_text(f: &Fingerprint) -> String {
         f.nesting.basis
     ));
     s.push_str(&format!("cpu         {} ({}), {} logical CPUs\n", f.cpu.model, f.cpu.vendor, f.cpu.logical_cpus));
+    if let Some(rev) = &f.cpu.microcode {
+        s.push_str(&format!("microcode   {rev}\n"));
+    }
     if let Some(hz) = f.cpu.tsc_hz {
         s.push_str(&format!(
             "tsc         {:.3} MHz, invariant: {}\n",
@@ -487,6 +498,18 @@ mod tests {
         assert_eq!(id.len(), 36, "{id}");
         assert_eq!(id.matches('-').count(), 4, "{id}");
         assert_eq!(boot_id(), Some(id), "one boot, one id");
+    }
+
+    #[test]
+    fn microcode_revision_or_none() {
+        let host = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Gold 6248\n\
+                    microcode\t: 0x5003604\ncpu MHz\t\t: 2500.000\n\nprocessor\t: 1\nmicrocode\t: 0x5003604\n";
+        assert_eq!(microcode(host).as_deref(), Some("0x5003604"));
+        // A guest kernel that shows no revision, and one that shows an empty field.
+        assert_eq!(microcode("processor\t: 0\nmodel name\t: QEMU Virtual CPU version 2.5+\n"), None);
+        assert_eq!(microcode("processor\t: 0\nmicrocode\t:\n"), None);
+        // The key must be the whole key: "microcode_x" is not it.
+        assert_eq!(microcode("microcode_x\t: 0x1\n"), None);
     }
 
     #[test]

@@ -58,6 +58,10 @@ pub struct Cpu {
     pub tsc_source: Option<String>,
     #[serde(default)]
     pub virt_flags: Vec<String>,
+    /// The microcode revision (/proc/cpuinfo `microcode`, e.g. `0xf0`); left out where the
+    /// kernel shows none (many guests) or the agent predates the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microcode: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

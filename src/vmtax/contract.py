@@ -57,6 +57,10 @@ class Nesting(_Model):
     cpuid_cycles: float | None = None
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class Cpu(_Model):
     model: str
     vendor: str
@@ -65,6 +69,18 @@ class Cpu(_Model):
     tsc_source: str | None = None
     tsc_invariant: bool | None = None
     virt_flags: list[str] = Field(default_factory=list)
+    #: The microcode revision (/proc/cpuinfo ``microcode``, e.g. ``0xf0``). None where the
+    #: kernel shows none (many guests) or the agent predates the field; then it is left out
+    #: of the JSON, as the agent leaves it out, so an older fingerprint writes back as read.
+    microcode: str | None = Field(default=None, exclude_if=_absent)
+
+
+class Qemu(_Model):
+    """The QEMU that runs a guest level, as the controller that booted it knows it (the
+    agent inside cannot see it): ``version`` is what ``qemu-system-x86_64 --version`` says
+    after "version", e.g. ``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``."""
+
+    version: str
 
 
 class Fingerprint(_Model):
@@ -79,6 +95,10 @@ class Fingerprint(_Model):
     clocksource: str | None = None
     thp: str | None = None
     steal_ticks: int | None = None
+    #: Written by the controller, never by the agent: the QEMU of a guest level it booted
+    #: (``targets.agent.fingerprint``). Left out of the JSON elsewhere (this machine, an SSH
+    #: host, a stored fingerprint from before the field).
+    qemu: Qemu | None = Field(default=None, exclude_if=_absent)
 
 
 class ParamInfo(_Model):

@@ -1,5 +1,5 @@
 """What changed in the environment between two experiments, from their configurations'
-fingerprints: the fields a tax depends on, compared when both fingerprints have them."""
+fingerprints: the fields a tax depends on."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 #: (dotted path in the fingerprint, the name a change is shown with). The agent records the
-#: kernel, the CPU model, the hypervisor it sees, the clock source and THP; a fingerprint that
-#: carries QEMU's version or the CPU's microcode (an imported or future one) is compared too.
+#: kernel, the CPU model and its microcode (where the kernel shows one), the hypervisor it
+#: sees, the clock source and THP; vmtax adds the version of the QEMU that runs a guest level
+#: (``targets.agent.fingerprint``).
 FIELDS: tuple[tuple[str, str], ...] = (
     ("kernel", "kernel"),
     ("qemu.version", "QEMU"),
@@ -20,6 +21,11 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("cpu.logical_cpus", "CPUs"),
     ("agent_version", "agent"),
 )
+
+#: Fields that fingerprints stored before they were recorded lack, and that some machines
+#: never show (a guest kernel without a microcode line): compared only when both
+#: fingerprints carry them, so the first experiment that records one is not a change.
+WHEN_BOTH = frozenset({"qemu.version", "cpu.microcode"})
 
 
 def value_at(fingerprint: Mapping[str, Any] | None, path: str) -> str | None:
@@ -36,10 +42,13 @@ def changed(
     before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, where: str = ""
 ) -> list[str]:
     """``kernel 6.1 → 6.6`` for every field that differs; ``where`` names the side (``L0``).
-    A field missing on one side is a change only when the other side has it."""
+    A field missing on one side is a change when the other side has it, except the fields
+    of ``WHEN_BOTH``."""
     out = []
     for path, name in FIELDS:
         a, b = value_at(before, path), value_at(after, path)
+        if path in WHEN_BOTH and (a is None or b is None):
+            continue
         if a != b:
             label = f"{where} {name}".strip()
             out.append(f"{label} {a or '(none)'} → {b or '(none)'}")

@@ -18,16 +18,21 @@ ENV_TIMEOUT_S = 120.0
 
 
 def fingerprint(target: Target, timeout: float = ENV_TIMEOUT_S) -> Fingerprint:
-    """Ask the agent on ``target`` for its environment fingerprint."""
+    """Ask the agent on ``target`` for its environment fingerprint, with what only this
+    controller knows of the target added (``Target.environment``: a guest's QEMU)."""
     text = "".join(target.run_agent(["env", "--format", "json"], timeout)).strip()
     try:
-        return Fingerprint.model_validate_json(text)
+        found = Fingerprint.model_validate_json(text)
     except ValidationError as exc:
         tail = f": {target.last_stderr.splitlines()[-1]}" if target.last_stderr else ""
         reason = "no output" if not text else exc.errors()[0]["msg"]
         raise TargetError(
             f"{target.name}: bad fingerprint from the agent ({reason}){tail}"
         ) from None
+    known = target.environment()
+    if not known:
+        return found
+    return Fingerprint.model_validate(found.model_dump(by_alias=True) | known)
 
 
 def list_probes(target: Target, timeout: float = 60.0) -> list[ProbeInfo]:

@@ -197,6 +197,12 @@ class Target(ABC):
         """How the target was built (QEMU command line, image hash, ssh host key ...)."""
         return {}
 
+    def environment(self) -> dict[str, Any]:
+        """Fingerprint fields only this controller knows, which the agent's own fingerprint
+        of the target gets (``targets.agent.fingerprint``): a guest's ``qemu``. Nothing for
+        a target that is a whole machine (this one, an SSH host)."""
+        return {}
+
     last_stderr: str = ""
 
     def reboot(self) -> None:  # noqa: B027 - optional hook, only guests vmtax boots have one

@@ -319,6 +319,9 @@ class OneAtATime(Target):
     def provenance(self) -> dict[str, Any]:
         return {**self.target.provenance(), "levels_run": "one at a time"}
 
+    def environment(self) -> dict[str, Any]:
+        return self.target.environment()
+
     def close(self) -> None:
         self.target.close()
 

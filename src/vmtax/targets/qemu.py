@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -120,6 +121,70 @@ def qemu_binary() -> str:
     if not path:
         raise TargetError(f"{QEMU} not found: install qemu-system-x86")
     return path
+
+
+#: How long ``qemu-system-x86_64 --version`` may take, and how much of what it prints is read.
+VERSION_TIMEOUT_S = 10.0
+VERSION_MAX_BYTES = 4096
+
+
+def qemu_version() -> str | None:
+    """The version of this machine's QEMU as its ``--version`` says it after "version"
+    (``7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)``: the distribution's build, which a
+    security update changes, included); None when there is no QEMU or it does not say.
+    Every guest level runs on this binary: a nested image ships it (``build_nested``).
+    Asked once per binary (its path, size and modification time)."""
+    path = shutil.which(QEMU)
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _version_of(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _version_of(path: str, _size: int, _mtime_ns: int) -> str | None:
+    first = _first_line([path, "--version"], VERSION_MAX_BYTES, VERSION_TIMEOUT_S)
+    _, found, rest = first.partition(" version ")
+    version = " ".join(rest.split())
+    return version if found and version else None
+
+
+def _first_line(argv: list[str], limit: int, timeout: float) -> str:
+    """The first line of what ``argv`` prints, reading at most ``limit`` bytes for at most
+    ``timeout`` seconds; the program is killed if it is still running then. "" when it
+    cannot be started, or its first line does not end within those bounds."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except OSError:
+        return ""
+    assert proc.stdout is not None
+    out = b""
+    ended = False
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < limit and b"\n" not in out:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([proc.stdout], [], [], left)[0]:
+                break
+            chunk = os.read(proc.stdout.fileno(), limit - len(out))
+            ended = not chunk
+            if ended:
+                break
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
+        proc.wait()
+    line, newline, _ = out.partition(b"\n")
+    return line.decode("utf-8", "replace").strip() if newline or ended else ""
 
 
 def qemu_argv(
@@ -899,6 +964,12 @@ class QemuTarget(Target):
             out["guest_agent_version"] = self.agent_version
         return out
 
+    def environment(self) -> dict[str, Any]:
+        """The QEMU that runs this guest: this machine's, at every level (a nested image
+        carries the same binary)."""
+        version = qemu_version()
+        return {"qemu": {"version": version}} if version else {}
+
     def close(self) -> None:
         if self.guest is not None:
             guest, self.guest = self.guest, None
@@ -938,6 +1009,9 @@ class HostSide(Target):
 
     def provenance(self) -> dict[str, Any]:
         return {"target": self.name, "port": self.port, "guest_of": self.owner.name}
+
+    def environment(self) -> dict[str, Any]:
+        return self.owner.environment()
 
 
 def run_oneshot(

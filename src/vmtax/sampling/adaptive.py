@@ -196,7 +196,7 @@ class AdaptiveSampler:
         wanted: dict[str, int] = {}
         counts: dict[str, int] = {}
         probes = runs["probe"].to_numpy(dtype=object)
-        good = (runs["status"] == "ok").to_numpy()
+        good = runs["status"].to_numpy(dtype=object) == "ok"
         means = pd.to_numeric(runs["mean"], errors="coerce").to_numpy(dtype=np.float64)
         boots = runs["boot_id"].to_numpy(dtype=object)
         for name in self.plan.entries:
@@ -308,9 +308,12 @@ class AdaptiveSampler:
         if boot_cost is None:
             boot_cost = float((self.plan.sampling or {}).get("boot_cost_s", BOOT_COST_S))
         lengths = (self.plan.sampling or {}).get("run_length") or {}
+        probes = runs["probe"].to_numpy(dtype=object)
+        good = runs["status"].to_numpy(dtype=object) == "ok"
         for name, entry in self.plan.entries.items():
-            mine = runs[runs["probe"] == name] if len(runs) else runs
-            ok_rows = mine[mine["status"] == "ok"] if len(mine) else mine
+            here = probes == name
+            mine = runs[here] if len(runs) else runs
+            ok_rows = runs[here & good] if len(mine) else mine
             ok = ok_rows["mean"].astype(float).to_numpy() if len(ok_rows) else np.zeros(0)
             share = between_share_of(ok, ok_rows["boot_id"]) if len(ok_rows) else None
             planned = (lengths.get(name) or {}).get("duration_s", entry.get("duration"))
@@ -453,11 +456,13 @@ def _current_boot(runs: pd.DataFrame, last_index: int | None) -> object:
     stored), else that of the run with the highest plan index."""
     if not len(runs):
         return None
+    index = runs["plan_index"].to_numpy()
+    boots = runs["boot_id"].to_numpy(dtype=object)
     if last_index is not None:
-        hit = runs.loc[runs["plan_index"] == last_index, "boot_id"]
-        if len(hit):
-            return hit.iloc[0]
-    return runs["boot_id"].iloc[int(np.argmax(runs["plan_index"]))]
+        hit = np.flatnonzero(index == last_index)
+        if hit.size:
+            return boots[hit[0]]
+    return boots[int(np.argmax(index))]
 
 
 def between_share_of(means: np.ndarray, boot_ids: pd.Series) -> float | None:

@@ -8,7 +8,11 @@ with the load of other work than wall seconds; both are printed.
 
 Without --db the store is made first: a two-level experiment of 12 probes x 6 runs a side
 and about 370,000 samples, the shape of the README's worked example (`vmtax run --levels
-L0,L1`: 144 runs, 39 figures), from vmtax.testing.report_store's synthetic runs.
+L0,L1`: 144 runs, 39 figures), from vmtax.testing.report_store's synthetic runs. Every one
+of its probes carries a planted period (every 97th iteration twice as slow), and a period
+that is real costs the period test all of its 20,000 shuffles (a report's family of 96
+tests): that store is the worst case, about 145 CPU-s of artifact detection on a 2-core VM,
+where the worked example itself, with one real period, spent about 19. Give --db for it.
 
 Run: python bench/report_cpu.py [--db URL] [--selector exp=latest] [--baseline level=L0]
      [--rounds 3]

@@ -13,6 +13,7 @@ Commands that read a store (compare, report) run when --db names one with an exp
 Example:
     git worktree add ../before HEAD~3
     python bench/startup.py --rounds 7 --peer ../before --db sqlite:///worked.db
+    python bench/startup.py --rounds 5 --db sqlite:///worked.db --only 'vmtax compare'
 """
 
 from __future__ import annotations
@@ -71,12 +72,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--peer", type=Path, help="another checkout to measure beside this one")
     parser.add_argument("--db", help="a store with the worked example, for compare and report")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="LINE",
+        help="measure only this command line, as the table names it (e.g. 'vmtax compare'); "
+        "repeat for several (the interpreter's own start is always measured)",
+    )
     args = parser.parse_args()
     trees = {"this": HERE}
     if args.peer:
         trees["peer"] = args.peer.resolve()
     with tempfile.TemporaryDirectory() as tmp:
         lines = commands(args.db, str(Path(tmp) / "report.html"))
+        if args.only:
+            unknown = set(args.only) - set(lines)
+            if unknown:
+                parser.error(f"--only: no command line {sorted(unknown)} (known: {list(lines)})")
+            lines = {k: v for k, v in lines.items() if v is None or k in args.only}
         cpu: dict[tuple[str, str], list[float]] = {}
         wall: dict[tuple[str, str], list[float]] = {}
         for round_no in range(args.rounds):

@@ -2,7 +2,10 @@
 their pooling against scipy and statsmodels, the coverage of their intervals and of borrowed
 strength, the plan against a brute-force search, the store round trip, a calibration on
 simulated runs (no guest is booted: a QEMU guest cannot run in the test tier), `calibrate
-show`, and the runs that must not use a profile."""
+show`, the runs that must not use a profile, and what `vmtax compare` borrows from a profile
+(one boot's between-boot variance; the pooled variance of a boot mean of a side of two boots
+or more, or the profile rejected by the F-test). The coverage of the pooled interval is
+simulated in tests/test_borrow_coverage.py."""
 
 from __future__ import annotations
 
@@ -20,9 +23,10 @@ from vmtax.experiment import calibrate as cal
 from vmtax.experiment.request import RunRequest
 from vmtax.noise import borrow as nb
 from vmtax.noise import plan as npl
-from vmtax.noise.components import Components, source
+from vmtax.noise.components import Components, Source, source
 from vmtax.noise.profile import ProbeProfile, ProfileError, machine_fields, machine_key
-from vmtax.stats.boots import variance_components
+from vmtax.stats.boots import ExternalBetween, units, variance_components
+from vmtax.stats.intervals import _boot_sides, borrowed, log_variance, side_log_variance
 from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 
@@ -487,9 +491,6 @@ def _one_boot_coverage(factor, sb, sw, trials, seed):
     """A configuration in one boot of 6 runs, its boot effect's variance from a profile of
     8 × 3 whose between-boot variance was ``factor`` × the truth, as compare's one-boot side
     takes it (``stats.intervals.side_log_variance``)."""
-    from vmtax.stats.boots import ExternalBetween, units
-    from vmtax.stats.intervals import side_log_variance
-
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(trials):
@@ -560,3 +561,171 @@ def test_a_calibration_writes_no_report(monkeypatch):
     monkeypatch.setattr(run_module, "run", run)
     assert cal.measure(RunRequest(levels="L1", accel="tcg"))[0] == 7
     assert asked["reporting"].write is False
+
+
+# -- borrowed strength in compare: a side of two boots or more -----------------------------
+
+
+def _boot_side(rng, boots=3, runs=5, sb=0.02, sw=0.01):
+    y = rng.normal(0, sb, (boots, 1)) + rng.normal(0, sw, (boots, runs))
+    return units(100.0 * np.exp(y.ravel()), np.repeat([f"b{i}" for i in range(boots)], runs))
+
+
+def test_the_hooks_boot_mean_is_the_profiles():
+    rng = np.random.default_rng(21)
+    for sizes in (((8, 3),), ((8, 3), (3, 5)), ((4, 2), (6, 7), (3, 4))):
+        comps = Components(tuple(source(*nested(rng, k, n, 0.02, 0.01), experiment_id=i)
+                                 for i, (k, n) in enumerate(sizes)))  # fmt: skip
+        ext = cal.profile_external(comps, "p")
+        assert ext.within == comps.within and ext.within_dof == comps.df_within
+        assert (ext.variance, ext.dof) == (comps.between, comps.between_dof())
+        for m in (1, 2.5, 5, 20):
+            assert ext.boot_mean(m) == pytest.approx(comps.boot_mean(m), rel=1e-12)
+    # No boot effect detected (boot means closer than the runs say): nothing for one boot,
+    # the variance of a boot mean still (the runs' alone).
+    flat = Components((Source(1, 8, 24, 3.0, ss_between=1e-4, ss_within=2e-2),))
+    ext = cal.profile_external(flat, "p")
+    assert not ext.between_known and math.isnan(ext.dof) and ext.has_boot_mean
+    assert ext.boot_mean(5) == pytest.approx(flat.boot_mean(5)) == (flat.within / 5, 16.0)
+
+
+def test_the_hooks_value_is_checked():
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        ExternalBetween(0.0, math.nan)  # NaN only when the boot mean is known
+    with pytest.raises(ValueError, match="boot mean"):
+        ExternalBetween(1e-4, 5.0, within=1e-4)  # the boot mean's parts come together
+    one = ExternalBetween(4e-4, 6.0)
+    assert one.between_known and not one.has_boot_mean and math.isnan(one.boot_mean(5)[0])
+
+
+def test_a_boot_level_side_pools_its_variance_with_the_profiles():
+    rng = np.random.default_rng(22)
+    comps = Components((source(*nested(rng, 8, 3, 0.02, 0.01)),))
+    ext = cal.profile_external(comps, "p")
+    side = _boot_side(rng)
+    own = log_variance(side.values)
+    v_p, df_p = comps.boot_mean(5)
+    got = side_log_variance(side, ext)
+    b = borrowed(side, ext)
+    assert b.used_profile and b.p >= nb.ALPHA_TEST
+    assert b.f == pytest.approx(3 * own.var / v_p)  # the relative variance of a boot mean
+    assert got.dof == pytest.approx(2 + df_p)
+    assert got.var == pytest.approx((2 * 3 * own.var + df_p * v_p) / (2 + df_p) / 3)
+    # Without a profile, or with one that knows only the between-boot variance: its own.
+    one_boots = ExternalBetween(4e-4, 6.0)  # what a one-boot side takes
+    assert side_log_variance(side) == side_log_variance(side, one_boots) == own
+
+
+def test_a_profile_the_boots_exceed_is_not_pooled_and_unequal_boots_use_their_harmonic_runs():
+    quiet = ExternalBetween(1e-8, 9.0, "p", within=1e-8, within_dof=16.0, boot_variance=2e-8,
+                            boot_dof=7.0, boot_runs=3.0)  # fmt: skip
+    side = _boot_side(np.random.default_rng(23))
+    b = borrowed(side, quiet)
+    assert not b.used_profile and b.p < nb.ALPHA_TEST and "no longer applies" in b.reason
+    assert side_log_variance(side, quiet) == side_log_variance(side)
+    # Boots of 2, 4 and 8 runs: the profile's boot mean for 1/m = mean(1/n_b), the own
+    # estimate with Satterthwaite's degrees of freedom (boots.boot_mean_dof).
+    rng = np.random.default_rng(24)
+    ids = np.repeat(["x", "y", "z"], [2, 4, 8])
+    uneq = units(100 * np.exp(rng.normal(0, 0.02, 14)), ids)
+    assert uneq.runs_per_boot == pytest.approx(3 / (1 / 2 + 1 / 4 + 1 / 8))
+    ext = cal.profile_external(Components((source(*nested(rng, 8, 3, 0.02, 0.01)),)), "p")
+    v_p, df_p = ext.boot_mean(uneq.runs_per_boot)
+    b = borrowed(uneq, ext)
+    assert b.used_profile and b.df == pytest.approx(uneq.dof + df_p) and uneq.dof < 2
+    # Two pooled sides with different degrees of freedom: the Behrens–Fisher quantile.
+    other = cal.profile_external(Components((source(*nested(rng, 5, 3, 0.02, 0.01)),)), "q")
+    vc, vb, bf = _boot_sides(side, _boot_side(rng), ext, other)
+    assert vc.dof != vb.dof and bf
+
+
+def _three_boot_experiment(url):
+    req = RunRequest(levels="L1,L1", db=url, accel="tcg", boots=3)
+    specs = req.target_specs(req.validate().levels)
+    keys = cal.noise_keys(specs, {}, FP, duration=None, suite="quick")
+    exp, store = simulated(url, 3, 5, seed=4, sets=("a", "b"), plan={"options": {"noise": keys}})(
+        req
+    )
+    store.close()
+    return exp
+
+
+def test_compare_pools_a_three_boot_sides_variance_with_the_profile(cli, sqlite_url):
+    from vmtax.experiment.compare import measured
+    from vmtax.stats.compare_options import CompareOptions
+
+    exp = _three_boot_experiment(sqlite_url)
+    bare = measured([f"exp={exp}"], "set=a", CompareOptions(), db=sqlite_url).rows
+    cal.calibrate(cal.CalibrateRequest(db=sqlite_url, accel="tcg"), fingerprint=FP,
+                  measure_with=simulated(sqlite_url, 8, 3))  # fmt: skip
+    used = measured([f"exp={exp}"], "set=a", CompareOptions(), db=sqlite_url).rows
+    for probe in TRUTH:
+        row = used[(used["probe"] == probe) & ~used["is_baseline"]].iloc[0]
+        before = bare[(bare["probe"] == probe) & ~bare["is_baseline"]].iloc[0]
+        assert row["boots"] == 3 and row["overhead"] == before["overhead"]
+        said = [w for w in row["warnings"].split("; ") if "noise profile" in w]
+        assert len(said) == 2, row["warnings"]  # both sides, each its own words
+        assert all("pooled with noise profile L1 accel=tcg" in w and "F-test p = " in w
+                   and "not detected" in w for w in said), said  # fmt: skip
+        assert "noise profile" not in before["warnings"]
+        # Borrowed degrees of freedom: the interval narrows.
+        assert row["ci_high"] / row["ci_low"] < before["ci_high"] / before["ci_low"]
+    got = cli("compare", f"exp={exp}", "--baseline", "set=a", "--format", "json",
+              "--db", sqlite_url)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    rows = [
+        r for r in json.loads(got.stdout)["rows"] if r["probe"] == "cpu" and not r["is_baseline"]
+    ]
+    assert any("pooled with noise profile" in w for w in rows[0]["warnings"])
+
+
+def test_compare_says_when_the_f_test_rejects_the_profile(sqlite_url, monkeypatch):
+    from vmtax.experiment.compare import measured
+    from vmtax.stats.compare_options import CompareOptions
+
+    exp = _three_boot_experiment(sqlite_url)
+    bare = measured([f"exp={exp}"], "set=a", CompareOptions(), db=sqlite_url).rows
+    # A profile of a machine far quieter than the one the experiment met.
+    monkeypatch.setitem(TRUTH, "cpu", (0.0005, 0.0002))
+    cal.calibrate(cal.CalibrateRequest(db=sqlite_url, accel="tcg"), fingerprint=FP,
+                  measure_with=simulated(sqlite_url, 8, 3))  # fmt: skip
+    used = measured([f"exp={exp}"], "set=a", CompareOptions(), db=sqlite_url).rows
+    row = used[(used["probe"] == "cpu") & ~used["is_baseline"]].iloc[0]
+    before = bare[(bare["probe"] == "cpu") & ~bare["is_baseline"]].iloc[0]
+    assert "noise profile L1 accel=tcg" in row["warnings"] and "rejected" in row["warnings"]
+    assert "F = " in row["warnings"] and "own boots' variance used" in row["warnings"]
+    assert (row["ci_low"], row["ci_high"]) == (before["ci_low"], before["ci_high"])
+
+
+def test_one_boot_takes_only_a_between_boot_variance_and_other_metrics_take_nothing(sqlite_url):
+    from vmtax.stats.compare import compare
+
+    req = RunRequest(levels="L1,L1", db=sqlite_url, accel="tcg", boots=1)
+    exp, store = simulated(sqlite_url, 1, 6, seed=3, sets=("a", "b"))(req)
+    with store:
+        runs = store.runs([f"exp={exp}"])
+    flat = Components((Source(1, 8, 24, 3.0, ss_between=1e-4, ss_within=2e-2),))
+    nothing = cal.profile_external(flat, "a flat profile")  # no between-boot variance
+    rows = compare(runs, "set=a", between_boot=lambda probe, group: nothing).rows
+    assert set(rows.loc[~rows["is_baseline"], "verdict"]) == {"one boot"}
+    exp3 = _three_boot_experiment(sqlite_url)
+    with Store.open(sqlite_url) as store:
+        runs3 = store.runs([f"exp={exp3}"])
+    calibration = nested(np.random.default_rng(5), 8, 3, 0.02, 0.01)
+    ext = cal.profile_external(Components((source(*calibration),)), "a profile")
+    rows = compare(runs3, "set=a", metric=["mean", "wall_s"],
+                   between_boot=lambda probe, group: ext).rows  # fmt: skip
+    tested = rows[~rows["is_baseline"] & (rows["probe"] != "geomean")]
+    assert tested.loc[tested["metric"] == "mean", "warnings"].str.contains("a profile").all()
+    assert not tested.loc[tested["metric"] == "wall_s", "warnings"].str.contains("profile").any()
+
+
+def test_a_design_whose_optimum_runs_exceed_a_boots_most_is_still_made():
+    """Kalibera and Jones' r* above MAX_RUNS_PER_BOOT (a small boot effect, a costly boot):
+    the candidates around r* were all out of range, and the design failed on an empty argmin."""
+    from vmtax.noise.plan import MAX_RUNS_PER_BOOT, design, optimum_runs
+
+    assert optimum_runs(0.02**2, 0.3**2, 25, 0.2) > MAX_RUNS_PER_BOOT
+    made = design(0.02**2, 0.3**2, 25, 0.2, 0.10)
+    assert made.reached and made.half_width <= 0.10
+    assert 1 <= made.runs_per_boot <= MAX_RUNS_PER_BOOT

@@ -560,10 +560,11 @@ def noise_keys(
 
 def between_boot(store: Store, runs: pd.DataFrame) -> Any:  # noqa: ANN401 - stats.compare.BetweenBoot
     """The hook `vmtax compare` hands ``stats.compare.compare`` (``between_boot``): for a
-    configuration measured in one boot, the between-boot variance of its probe from the
-    noise profile of the machine and configuration its experiment recorded, learnt from the
-    other experiments of the profile (never from this one), or None. None in place of the
-    hook when no profile is stored."""
+    configuration's probe, what the noise profile of the machine and configuration its
+    experiment recorded knows of its boots (:func:`profile_external`), learnt from the other
+    experiments of the profile (never from this one), or None. A side measured in one boot
+    takes its between-boot variance; a side of two boots or more pools its own variance of a
+    boot mean with the profile's. None in place of the hook when no profile is stored."""
     rows = store.noise.rows()
     if not rows:
         return None
@@ -584,12 +585,32 @@ def between_boot(store: Store, runs: pd.DataFrame) -> Any:  # noqa: ANN401 - sta
         if found is None:
             return None
         comps = found.components.without(int(first["experiment_id"]))
-        if comps is None or not comps.between_dof() > 0:
+        if comps is None:
             return None
-        return ExternalBetween(
-            comps.between,
-            comps.between_dof(),
-            f"noise profile {config} ({comps.boots} boots)",
-        )
+        return profile_external(comps, f"noise profile {config} ({comps.boots} boots)")
 
     return lookup
+
+
+def profile_external(comps: Components, where: str) -> ExternalBetween | None:
+    """A profile's components as ``stats.boots.ExternalBetween``: the between-boot variance
+    with the Satterthwaite degrees of freedom of that estimate (NaN when no boot effect is
+    detected: one boot then has nothing to take), and the within-boot variance and the mean
+    square of boot means, ``Σ a_i MSB_i`` with ``a_i = w_i / n0_i``, which estimates the
+    variance of one boot mean of ``1 / Σ a_i`` runs, with their degrees of freedom: from them
+    ``ExternalBetween.boot_mean(m)`` is ``Components.boot_mean(m)``. None when the profile
+    has no within-boot degrees of freedom."""
+    if not comps.df_within > 0:
+        return None
+    total = sum(s.df_between for s in comps.sources)
+    inverse_runs = sum(s.df_between / total / s.n0 for s in comps.sources)  # Σ a_i
+    return ExternalBetween(
+        comps.between,
+        comps.between_dof(),
+        where,
+        within=comps.within,
+        within_dof=float(comps.df_within),
+        boot_variance=comps.between_raw + inverse_runs * comps.within,
+        boot_dof=comps.df_between,
+        boot_runs=1.0 / inverse_runs,
+    )

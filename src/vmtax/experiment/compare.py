@@ -49,7 +49,9 @@ def measured(
         # heavy: scipy (vmtax.noise), already loaded by the comparison above
         from vmtax.experiment.calibrate import between_boot
 
-        profiled = between_boot(store, runs)  # one boot a side: a stored profile's variance
+        # a stored profile's between-boot variance: all of it for a side in one boot, pooled
+        # with the side's own boots for two or more (docs/statistics.md)
+        profiled = between_boot(store, runs)
     # No mask only for an empty --baseline: compare() then reports the selector itself.
     base = resolved.baseline_mask if resolved.baseline_mask is not None else baseline
     return compare(

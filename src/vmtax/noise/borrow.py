@@ -24,9 +24,12 @@ Coverage with the profile right and off by 2× either way is simulated in
 With one boot (``k = 1``) there is nothing to test: the profile's variance is the only one,
 with its own degrees of freedom, and the result says that it was not tested.
 
-`stats.compare` may call :func:`borrow` for a side measured in boots, with the profile's
-``(variance, df)`` from ``Components.boot_mean(m)``: the result's ``variance`` replaces the
-side's sample variance of log boot means, and ``df`` its ``k − 1``.
+`stats.intervals.side_log_variance` calls :func:`pool` for a side measured in boots, with
+the profile's ``(variance, df)`` for boots of that side's runs
+(``stats.boots.ExternalBetween.boot_mean``, the arithmetic of ``Components.boot_mean``): the
+result's ``variance`` replaces the side's own variance of one boot mean, and ``df`` its
+degrees of freedom (``k − 1``, or Satterthwaite's for unequal boots). Its coverage through
+``stats.intervals.boot_ratio_interval`` is simulated in ``tests/test_borrow_coverage.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 #: The level of the F-test that decides whether the profile still applies.
 ALPHA_TEST = 0.10
@@ -51,15 +53,47 @@ class Borrowed:
     f: float  # s² / v_p; NaN with one boot
     p: float  # the F-test's one-sided p-value; NaN with one boot
     reason: str
+    alpha: float = ALPHA_TEST  # the F-test's level
 
 
 def f_test(own: float, df_own: float, profile: float, df_profile: float) -> tuple[float, float]:
     """``(F, p)`` of the experiment's variance ``own`` against the profile's: the one-sided
     p-value of the experiment's boots varying more than the profile says."""
+    from scipy import stats  # heavy: scipy, only where a profile is borrowed from
+
     if not (df_own > 0 and df_profile > 0 and profile > 0 and own >= 0):
         return math.nan, math.nan
     f = own / profile
     return f, float(stats.f.sf(f, df_own, df_profile))
+
+
+def pool(
+    own: float,
+    df_own: float,
+    profile_variance: float,
+    profile_df: float,
+    *,
+    alpha: float = ALPHA_TEST,
+) -> Borrowed:
+    """The experiment's own variance of one boot mean, ``own`` with ``df_own`` degrees of
+    freedom, pooled with the profile's ``(profile_variance, profile_df)`` for boots of the
+    same runs after the one-sided F-test (see the module's docstring); the own estimate when
+    the test says the profile no longer applies, or when either is not usable."""
+    usable = math.isfinite(profile_variance) and profile_variance > 0 and profile_df > 0
+    if not (usable and df_own > 0 and math.isfinite(own) and own >= 0):
+        return Borrowed(own, df_own, False, math.nan, math.nan, "no usable profile")
+    f, p = f_test(own, df_own, profile_variance, profile_df)
+    if p < alpha:
+        return Borrowed(
+            own, df_own, False, f, p,
+            f"this experiment's boots vary {f:.2g}× the profile's (F = {f:.3g}, p = {p:.2g} "
+            f"< {alpha:g}): the profile no longer applies, its own estimate is used", alpha,
+        )  # fmt: skip
+    pooled = (df_own * own + profile_df * profile_variance) / (df_own + profile_df)
+    return Borrowed(
+        pooled, df_own + profile_df, True, f, p,
+        f"pooled with the profile (F-test p = {p:.2g}: a larger variance not detected)", alpha,
+    )  # fmt: skip
 
 
 def borrow(
@@ -85,19 +119,7 @@ def borrow(
             profile_variance, profile_df, True, math.nan, math.nan,
             "one boot: the profile's between-boot variance, not tested",
         )  # fmt: skip
-    df_own = float(k - 1)
-    f, p = f_test(own, df_own, profile_variance, profile_df)
-    if p < alpha:
-        return Borrowed(
-            own, df_own, False, f, p,
-            f"this experiment's boots vary {f:.2g}× the profile's (F-test p = {p:.2g} < "
-            f"{alpha:g}): the profile no longer applies, its own estimate is used",
-        )  # fmt: skip
-    pooled = (df_own * own + profile_df * profile_variance) / (df_own + profile_df)
-    return Borrowed(
-        pooled, df_own + profile_df, True, f, p,
-        f"pooled with the profile (F-test p = {p:.2g}: a larger variance not detected)",
-    )  # fmt: skip
+    return pool(own, float(k - 1), profile_variance, profile_df, alpha=alpha)
 
 
 def log_mean_interval(
@@ -110,6 +132,8 @@ def log_mean_interval(
     centre = float(y.mean())
     if not (borrowed.df > 0 and math.isfinite(borrowed.variance)):
         return centre, math.nan, math.nan
+    from scipy import stats  # heavy: scipy, only where a profile is borrowed from
+
     half = float(stats.t.ppf(0.5 + confidence / 2, borrowed.df)) * math.sqrt(
         borrowed.variance / y.size
     )

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 CONFIDENCE = 0.95
 
@@ -206,6 +205,8 @@ class Components:
 
     def within_interval(self, confidence: float = CONFIDENCE) -> Interval:
         """The chi-square interval of ``within`` (exact for normal run noise)."""
+        from scipy import stats  # heavy: scipy.stats, only where a profile's numbers are asked for
+
         df, alpha = self.df_within, 1.0 - confidence
         ss = self.within * df
         return Interval(
@@ -215,6 +216,8 @@ class Components:
     def between_interval(self, confidence: float = CONFIDENCE) -> Interval:
         """Graybill and Wang's modified large-sample interval of ``between`` (ends at 0 at
         least)."""
+        from scipy import stats  # heavy: scipy.stats, only where a profile's numbers are asked for
+
         s1, n1, n0 = self._msb_pooled()
         s2, n2 = self.within, float(self.df_within)
         a = (1.0 - confidence) / 2  # each tail

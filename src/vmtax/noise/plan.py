@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 #: The most runs per boot a design uses (no boot effect: the formula's infinity).
 MAX_RUNS_PER_BOOT = 100
@@ -61,6 +60,8 @@ def half_width(
     between: float, within: float, boots: int, runs: int, confidence: float = CONFIDENCE
 ) -> float:
     """The expected relative half-width of the boot-level interval of ``boots`` × ``runs``."""
+    from scipy import stats  # heavy: scipy.stats, only where a profile's numbers are asked for
+
     t = float(stats.t.ppf(0.5 + confidence / 2, boots - 1))
     return math.expm1(t * math.sqrt((between + within / runs) / boots))
 
@@ -70,6 +71,8 @@ def _boots_needed(
 ) -> np.ndarray:
     """For each boot-mean variance, the fewest boots (>= 2) whose interval reaches the target,
     or ``max_boots + 1`` when none within ``max_boots`` does."""
+    from scipy import stats  # heavy: scipy.stats, only where a profile's numbers are asked for
+
     k = np.arange(MIN_BOOTS, max_boots + 1)
     t = stats.t.ppf(0.5 + confidence / 2, k - 1)
     goal = math.log1p(target)
@@ -131,7 +134,8 @@ def joint(
     if candidates == "optimum":
         b, w, c = probes[0]
         best = optimum_runs(b, w, boot_cost_s, c)
-        base = MAX_RUNS_PER_BOOT if not math.isfinite(best) else best
+        # r* beyond the most runs a boot may hold: the most it may hold is the best left
+        base = MAX_RUNS_PER_BOOT if not math.isfinite(best) else min(best, MAX_RUNS_PER_BOOT)
         around = {math.floor(base) + d for d in (-1, 0, 1, 2)}
         rs = np.array(sorted(r for r in around if 1 <= r <= MAX_RUNS_PER_BOOT))
     else:

@@ -284,7 +284,9 @@ def _acf(
     np.square(parts, out=parts)
     # The weighted sum over runs is one matrix product (one pass, no weighted copy).
     power = np.matmul(weights.astype(dtype), parts)
-    power = power.reshape(*power.shape[:-1], -1, 2).sum(axis=-1)
+    # re² + im²: each pair added by slices, the same additions as a sum over an axis of two,
+    # which numpy does as a slow reduction
+    power = power[..., 0::2] + power[..., 1::2]
     ac = sfft.irfft(power, n=size, axis=-1)[..., : max_lag + 1]
     return ac * (n / (n - np.arange(max_lag + 1)))
 
@@ -373,7 +375,8 @@ def _shuffles(ind: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
         bi, ri = np.nonzero(need)
         reps = need[bi, ri]
         hits[np.repeat(bi, reps), np.repeat(ri, reps), rng.integers(0, n, reps.sum())] = True
-        need = target - hits.sum(axis=-1)
+        # Only the rows just drawn into can have changed (the others hold their count).
+        need[bi, ri] = target[ri] - np.count_nonzero(hits[bi, ri], axis=-1)
     return hits ^ flip[None, :, None]
 
 
@@ -476,12 +479,16 @@ def cross_run(
     # pairs x lags elements through a modulo (that took most of a report's detection time).
     wrapped = cc[:, np.arange(-max_lag, n + max_lag) % n]
     windows = np.lib.stride_tricks.sliding_window_view(wrapped, lags.size, axis=-1)
-    rows = np.arange(pairs.size)
 
     def nulls(b: int) -> np.ndarray:
         shifts = rng.integers(0, n, size=(b, runs))
         moved = (shifts[:, pairs + 1] - shifts[:, pairs]) % n  # (b, pairs)
-        return windows[rows, moved].mean(axis=1).max(axis=-1)
+        # The mean over pairs as numpy takes it (added pair by pair, then divided), without
+        # a (b, pairs, lags) copy: a third less time, the same numbers.
+        total = windows[0, moved[:, 0]]
+        for p in range(1, pairs.size):
+            total += windows[p, moved[:, p]]
+        return (total / pairs.size).max(axis=-1)
 
     # Small batches: each resample gathers pairs x lags values at random places in cc, and the
     # sequential stop (as in periodic()) ends most tests after a batch or two.

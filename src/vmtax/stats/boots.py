@@ -134,22 +134,76 @@ def boot_mean_dof(sizes: Sequence[int], between: float, within: float) -> float:
 
 @dataclass(frozen=True)
 class ExternalBetween:
-    """A between-boot variance of log run means known from outside the experiment (a stored
-    noise profile of this machine and configuration), with its degrees of freedom and where it
-    came from. It is what lets one boot a side give a verdict about the configuration: without
-    it, a side measured in one boot shows only the difference within that boot
-    (docs/statistics.md, "One boot a side"). ``vmtax.stats.compare.compare`` takes one per
-    (probe, configuration) in ``between_boot``."""
+    """What a stored noise profile of this machine and configuration knows about the boots
+    of one probe, learnt outside the experiment, and where it came from.
+
+    ``variance`` and ``dof``: the between-boot variance of log run means and the
+    Satterthwaite degrees of freedom of that estimate. It is what lets one boot a side give a
+    verdict about the configuration: without it, a side measured in one boot shows only the
+    difference within that boot (docs/statistics.md, "One boot a side"). ``dof`` is NaN when
+    the profile detected no boot effect (its estimate is 0 and has no degrees of freedom):
+    then it says nothing a one-boot side could use.
+
+    ``within``, ``within_dof``, ``boot_variance``, ``boot_dof`` and ``boot_runs`` (all NaN
+    when not known): the profile's within-boot variance, and its mean square of boot means,
+    an estimate of the variance of one boot mean of ``boot_runs`` runs (``between + within /
+    boot_runs``), each with its degrees of freedom. From them :meth:`boot_mean` forms the
+    variance of one boot mean for boots of any run count, which a side measured in two boots
+    or more pools with its own (:func:`vmtax.stats.intervals.side_log_variance`).
+    ``vmtax.stats.compare.compare`` takes one per (probe, configuration) in ``between_boot``."""
 
     variance: float
     dof: float
     source: str = "profile"
+    within: float = math.nan
+    within_dof: float = math.nan
+    boot_variance: float = math.nan
+    boot_dof: float = math.nan
+    boot_runs: float = math.nan
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.variance) and self.variance >= 0):
             raise ValueError(f"a between-boot variance must be >= 0, got {self.variance}")
+        parts = (self.within, self.within_dof, self.boot_variance, self.boot_dof, self.boot_runs)
+        given = [math.isfinite(x) for x in parts]
+        positive = min(self.within_dof, self.boot_dof, self.boot_runs) > 0
+        if any(given) and not (all(given) and min(parts) >= 0 and positive):
+            raise ValueError(
+                "a boot mean's variance needs within >= 0, boot_variance >= 0 and positive "
+                f"degrees of freedom and runs, got {parts}"
+            )
+        if math.isnan(self.dof) and self.has_boot_mean:
+            return  # no boot effect detected: only the boot mean's variance is known
         if not (math.isfinite(self.dof) and self.dof > 0):
             raise ValueError(f"its degrees of freedom must be > 0, got {self.dof}")
+
+    @property
+    def between_known(self) -> bool:
+        """Whether the between-boot variance has degrees of freedom (what one boot needs)."""
+        return math.isfinite(self.dof) and self.dof > 0
+
+    @property
+    def has_boot_mean(self) -> bool:
+        """Whether :meth:`boot_mean` can be formed (what two boots or more need)."""
+        return math.isfinite(self.boot_variance)
+
+    def boot_mean(self, runs_per_boot: float) -> tuple[float, float]:
+        """The variance of one boot mean of ``runs_per_boot`` runs (log scale), ``between +
+        within / m``, and its Satterthwaite degrees of freedom: the arithmetic of
+        ``vmtax.noise.components.Components.boot_mean`` from the numbers carried here
+        (``boot_variance + (1/m − 1/boot_runs)·within``; at least ``within / m``, with the
+        within-boot degrees of freedom, when no boot effect shows). ``(NaN, NaN)`` when the
+        parts are not known."""
+        m = float(runs_per_boot)
+        if not (self.has_boot_mean and m > 0):
+            return math.nan, math.nan
+        c = 1.0 / m - 1.0 / self.boot_runs
+        value = self.boot_variance + c * self.within
+        floor = self.within / m
+        if value <= floor:
+            return floor, float(self.within_dof)
+        denom = self.boot_variance**2 / self.boot_dof + (c * self.within) ** 2 / self.within_dof
+        return value, value * value / denom
 
 
 @dataclass(frozen=True)
@@ -165,6 +219,9 @@ class Units:
     #: Degrees of freedom of the units' variance: n − 1, or for boot means with unequal runs
     #: per boot :func:`boot_mean_dof` (NaN: not given, n − 1 is meant).
     dof: float = math.nan
+    #: Boot means: the harmonic mean of the runs per boot (``1/m`` is the mean of ``1/n_b``, so
+    #: ``between + within / m`` is the mean variance of a boot mean); NaN for runs.
+    runs_per_boot: float = math.nan
 
 
 def units(
@@ -189,7 +246,8 @@ def units(
     if np.any(sizes != sizes[0]) and np.all(v > 0):
         comp = variance_components(np.log(v), list(ids))
         dof = boot_mean_dof(sizes.tolist(), comp.between, comp.within)
-    return Units(means, np.asarray(labels, dtype=object), True, int(labels.size), dof)
+    harmonic = float(sizes.size / np.sum(1.0 / sizes))
+    return Units(means, np.asarray(labels, dtype=object), True, int(labels.size), dof, harmonic)
 
 
 @dataclass(frozen=True)
@@ -257,18 +315,18 @@ def _mls_constants(df1: int, df2: int, confidence: float) -> tuple[float, ...]:
     """The chi-square and F quantiles of :func:`component_intervals` for its degrees of
     freedom: (χ² lower, χ² upper of df2, G1, G2, H1, H2, G12, H12, F upper, F lower), where
     ``F_{a: p, q}`` is the upper-a quantile and ``F_{a: p, ∞} = χ²_a(p) / p``."""
-    from scipy import stats  # heavy: scipy, only where intervals are asked for
+    from vmtax.stats import dist  # scipy.special, only where intervals are asked for
 
     a = (1 - confidence) / 2
-    f1u, f1l = stats.chi2.ppf(1 - a, df1) / df1, stats.chi2.ppf(a, df1) / df1
-    f2u, f2l = stats.chi2.ppf(1 - a, df2) / df2, stats.chi2.ppf(a, df2) / df2
-    fu, fl = float(stats.f.ppf(1 - a, df1, df2)), float(stats.f.ppf(a, df1, df2))
+    f1u, f1l = dist.chi2_ppf(1 - a, df1) / df1, dist.chi2_ppf(a, df1) / df1
+    f2u, f2l = dist.chi2_ppf(1 - a, df2) / df2, dist.chi2_ppf(a, df2) / df2
+    fu, fl = float(dist.f_ppf(1 - a, df1, df2)), float(dist.f_ppf(a, df1, df2))
     g1, g2 = 1 - 1 / f1u, 1 - 1 / f2u
     h1, h2 = 1 / f1l - 1, 1 / f2l - 1
     g12 = ((fu - 1) ** 2 - g1 * g1 * fu * fu - h2 * h2) / fu
     h12 = ((1 - fl) ** 2 - h1 * h1 * fl * fl - g2 * g2) / fl
     return (
-        float(stats.chi2.ppf(a, df2)),
-        float(stats.chi2.ppf(1 - a, df2)),
+        float(dist.chi2_ppf(a, df2)),
+        float(dist.chi2_ppf(1 - a, df2)),
         float(g1), float(g2), float(h1), float(h2), float(g12), float(h12), fu, fl,
     )  # fmt: skip

@@ -43,10 +43,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from vmtax.errors import UsageError
-from vmtax.stats import boots, intervals, significance
+from vmtax.stats import boots, dist, intervals, significance
 from vmtax.stats.compare_options import BOOT_COST_S as BOOT_COST_S
 from vmtax.stats.compare_options import CompareOptions as CompareOptions
 from vmtax.store.select import label_value, mask
@@ -240,9 +239,12 @@ def compare(
     ``runs`` has the ``Store.runs()`` columns (runs are the unit: raw iterations are not
     needed). ``options`` says how (the defaults when None); a caller without one may give
     its fields as keywords instead (``resamples=2000``), checked the same way.
-    ``between_boot(probe, runs)``: a between-boot variance from outside the experiment (a
-    stored noise profile) for a configuration measured in one boot, or None; with it such a
-    side can give a verdict, without it it cannot (docs/statistics.md, "One boot a side"). Raises
+    ``between_boot(probe, runs)``: what a stored noise profile knows of a configuration's
+    boots (``boots.ExternalBetween``), or None: a guest measured in one boot takes its
+    between-boot variance and can give a verdict, without it it cannot (docs/statistics.md,
+    "One boot a side"); a guest measured in two boots or more pools its variance of a boot
+    mean with the profile's unless an F-test rejects the profile, and the row says which
+    (docs/statistics.md, "Noise profiles", borrowed strength). Raises
     UsageError when the baseline matches no run or, for one probe, more than one
     configuration.
     """
@@ -461,7 +463,7 @@ def _compare_metric(
             continue
         is_base = key == base_key
         mean = float(vals.mean())
-        sem = float(stats.sem(vals)) if vals.size > 1 else math.nan
+        sem = dist.sem(vals) if vals.size > 1 else math.nan
         warnings = []
         if vals.size < MIN_RUNS or base_vals.size < MIN_RUNS:
             warnings.append(
@@ -474,9 +476,12 @@ def _compare_metric(
         no_verdict = ""
         # A guest measured in one boot (its boots known): its runs say nothing about the next
         # boot, so no verdict about the configuration, unless a between-boot variance from
-        # outside (a stored profile) stands in for the boots it lacks.
-        ext_c = _external(between_boot, probe, g, cfg_units, word) if not is_base else None
-        ext_b = _external(between_boot, probe, base, base_units, word) if not is_base else None
+        # outside (a stored profile) stands in for the boots it lacks. A guest measured in
+        # two boots or more may pool its variance of a boot mean with the profile's.
+        ext_c = _external(between_boot, probe, g, cfg_units, word, name) if not is_base else None
+        ext_b = (
+            _external(between_boot, probe, base, base_units, word, name) if not is_base else None
+        )
         lone = [
             who
             for units_, at, ext, who in (
@@ -508,12 +513,9 @@ def _compare_metric(
                 cfg_units, base_units, cfg_external=ext_c, base_external=ext_b
             )
             floor_test = "welch"  # no floor: a continuous test
-            for ext, who in ((ext_c, key), (ext_b, "the baseline")):
+            for side, ext, who in ((cfg_units, ext_c, key), (base_units, ext_b, "the baseline")):
                 if ext is not None:
-                    warnings.append(
-                        f"{who}: one {word}, its between-{word} variance from {ext.source} "
-                        f"({ext.dof:.3g} degrees of freedom)"
-                    )
+                    warnings.extend(_external_text(side, ext, who, word))
             if lone:
                 p = math.nan
                 no_verdict = f"one {word}"
@@ -615,10 +617,48 @@ def _external(
     group: pd.DataFrame,
     units: boots.Units,
     word: str,
+    metric: str = "mean",
 ) -> boots.ExternalBetween | None:
-    if between_boot is None or word != "boot" or not _one_boot_guest(units, group):
+    """What the hook knows of this side's boots, where it may be used: a guest measured in
+    one boot takes the between-boot variance (when the profile has one); a guest measured in
+    two boots or more, the variance of a boot mean, for the run mean only (the metric a
+    profile describes)."""
+    if between_boot is None or word != "boot":
         return None
-    return between_boot(probe, group)
+    if _one_boot_guest(units, group):
+        ext = between_boot(probe, group)
+        return ext if ext is not None and ext.between_known else None
+    if units.boot_level and metric == "mean" and level_number(group["level"].iloc[0]) != 0:
+        ext = between_boot(probe, group)
+        return ext if ext is not None and ext.has_boot_mean else None
+    return None
+
+
+def _external_text(
+    units: boots.Units, ext: boots.ExternalBetween, who: str, word: str
+) -> list[str]:
+    """The row's words on what a side took from outside: the between-boot variance (one
+    boot), or its boot-mean variance pooled with the profile's, or the profile rejected by
+    the F-test and the side's own boots used (:func:`vmtax.stats.intervals.borrowed`)."""
+    if not units.boot_level:
+        return [
+            f"{who}: one {word}, its between-{word} variance from {ext.source} "
+            f"({ext.dof:.3g} degrees of freedom)"
+        ]
+    got = intervals.borrowed(units, ext)
+    if got is None or not math.isfinite(got.p):
+        return []
+    if got.used_profile:
+        return [
+            f"{who}: its variance of a {word} mean pooled with {ext.source} (F-test p = "
+            f"{got.p:.2g}: a larger variance than the profile's not detected; "
+            f"{got.df:.3g} degrees of freedom)"
+        ]
+    return [
+        f"{who}: {ext.source} rejected (F-test: its {word}s vary F = {got.f:.3g}× the "
+        f"profile's, p = {got.p:.2g} < {got.alpha:g}); its own {word}s' variance used "
+        f"({got.df:.3g} degrees of freedom)"
+    ]
 
 
 def _one_boot_text(word: str, who: list[str]) -> str:

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+from vmtax.stats import dist
 
 CONFIDENCE = 0.95
 
@@ -64,7 +65,7 @@ def delta_interval(
     if variance <= 0:
         return DeltaInterval(estimate, estimate, estimate, np.inf)
     df = variance**2 / sum(v**2 / dof for v, dof in parts if v > 0)
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * variance**0.5
+    half = float(dist.t_ppf(0.5 + confidence / 2, df)) * variance**0.5
     return DeltaInterval(estimate, estimate - half, estimate + half, float(df))
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from vmtax.stats import dist
 from vmtax.stats.compare import level_number
 
 CONFIDENCE = 0.95
@@ -86,10 +86,10 @@ def mean_interval(values: pd.Series) -> tuple[float, float, float, float, float]
     mean = float(x.mean())
     if x.size < 2:
         return (mean, np.nan, np.nan, np.nan, np.nan)
-    sem = float(stats.sem(x))
+    sem = dist.sem(x)
     pct = 100.0 * sem / abs(mean) if mean != 0 else np.nan
     if sem > 0:
-        low, high = stats.t.interval(CONFIDENCE, x.size - 1, loc=mean, scale=sem)
+        low, high = dist.t_interval(CONFIDENCE, x.size - 1, loc=mean, scale=sem)
     else:  # identical runs: scipy would return NaN for a zero scale
         low = high = mean
     return (mean, sem, pct, float(low), float(high))

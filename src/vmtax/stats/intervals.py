@@ -51,8 +51,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import integrate, optimize, stats
 
+from vmtax.noise.borrow import Borrowed, pool
+from vmtax.stats import dist
 from vmtax.stats.boots import ExternalBetween, Units
 
 CONFIDENCE = 0.95
@@ -107,7 +108,7 @@ def t_interval(
     if total == 0:
         return math.exp(log_estimate), math.exp(log_estimate)
     df = total * total / float(np.sum(v * v / dof))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total)
+    half = float(dist.t_ppf(0.5 + confidence / 2, df)) * math.sqrt(total)
     return math.exp(log_estimate - half), math.exp(log_estimate + half)
 
 
@@ -137,17 +138,17 @@ _BF_WEIGHTS = np.linspace(0.0, 1.0, 41)
 
 @functools.lru_cache(maxsize=64)
 def _t_nodes(df: int) -> np.ndarray:
-    return stats.t.ppf(_BF_NODES, df)
+    return dist.t_ppf(_BF_NODES, df)
 
 
 def behrens_fisher_cdf(x: float, w: float, df1: int, df2: int) -> float:
     """P(sqrt(w)·T1 + sqrt(1 − w)·T2 <= x), T1 ~ t(df1) and T2 ~ t(df2) independent."""
     if w >= 1:
-        return float(stats.t.cdf(x, df1))
+        return float(dist.t_cdf(x, df1))
     if w <= 0:
-        return float(stats.t.cdf(x, df2))
+        return float(dist.t_cdf(x, df2))
     t1 = _t_nodes(int(df1))
-    return float(np.mean(stats.t.cdf((x - math.sqrt(w) * t1) / math.sqrt(1 - w), df2)))
+    return float(np.mean(dist.t_cdf((x - math.sqrt(w) * t1) / math.sqrt(1 - w), df2)))
 
 
 def behrens_fisher_sf(x: float, w: float, df1: int, df2: int) -> float:
@@ -155,13 +156,16 @@ def behrens_fisher_sf(x: float, w: float, df1: int, df2: int) -> float:
     :func:`behrens_fisher_cdf` leaves out T1's far tails, and one minus it reached exactly 0
     from x ≈ 10, where the probability is about 1e-5: a p-value printed as 0."""
     if w >= 1:
-        return float(stats.t.sf(x, df1))
+        return float(dist.t_sf(x, df1))
     if w <= 0:
-        return float(stats.t.sf(x, df2))
+        return float(dist.t_sf(x, df2))
+    # heavy: scipy.integrate (and scipy.optimize with it), only for a p-value in the far tail
+    from scipy import integrate
+
     a, b = math.sqrt(w), math.sqrt(1 - w)
-    t1, t2 = stats.t(df1), stats.t(df2)
-    value, _ = integrate.quad(lambda t: t1.pdf(t) * t2.sf((x - a * t) / b), -np.inf, np.inf,
-                              limit=200)  # fmt: skip
+    value, _ = integrate.quad(
+        lambda t: dist.t_pdf(t, df1) * dist.t_sf((x - a * t) / b, df2), -np.inf, np.inf, limit=200
+    )
     return float(min(max(value, 0.0), 1.0))
 
 
@@ -180,14 +184,17 @@ def _bf_gap(x: float, w: float, df1: int, df2: int, q: float) -> float:
 
 @functools.lru_cache(maxsize=512)
 def _bf_table(df1: int, df2: int, confidence: float) -> np.ndarray:
+    # heavy: scipy.optimize, only when a Behrens–Fisher quantile is first needed
+    from scipy import optimize
+
     q = 0.5 + confidence / 2
     out = np.empty(_BF_WEIGHTS.size)
     for i, w in enumerate(_BF_WEIGHTS):
         if w in (0.0, 1.0):
-            out[i] = stats.t.ppf(q, df1 if w else df2)
+            out[i] = dist.t_ppf(q, df1 if w else df2)
         else:
             # sqrt(w)·a + sqrt(1 − w)·b <= sqrt(2)·max(a, b): the root lies below this
-            hi = 1.5 * float(stats.t.ppf(q, min(df1, df2))) + 1.0
+            hi = 1.5 * float(dist.t_ppf(q, min(df1, df2))) + 1.0
             out[i] = optimize.brentq(_bf_gap, 0.0, hi, args=(w, df1, df2, q))
     return out
 
@@ -200,11 +207,39 @@ def behrens_fisher_quantile(
     return np.interp(w, _BF_WEIGHTS, _bf_table(int(df1), int(df2), float(confidence)))
 
 
+def borrowed(units: Units, external: ExternalBetween | None) -> Borrowed | None:
+    """For a side of boot means (two boots or more) with a profile that knows the variance of
+    a boot mean: that side's variance of one boot mean pooled with the profile's for boots of
+    its runs, or its own when the F-test says the profile no longer applies
+    (:func:`vmtax.noise.borrow.pool`); None when there is nothing to borrow.
+
+    The interval works on boot means of run values by the delta method, so the side's own
+    estimate is its relative variance of boot means, ``s²/x̄²`` (``B`` times
+    :func:`log_variance`'s), with its degrees of freedom (``B − 1``, or Satterthwaite's for
+    unequal boots): to first order the variance of a log boot mean, which is what the
+    profile's ``between + within / m`` estimates (``m``: the harmonic mean of the side's runs
+    per boot)."""
+    if not (units.boot_level and external is not None and external.has_boot_mean):
+        return None
+    lv = log_variance(units.values)
+    if lv is None:
+        return None
+    profile, profile_df = external.boot_mean(units.runs_per_boot)
+    if not (profile > 0 and profile_df > 0):
+        return None
+    dof = units.dof if math.isfinite(units.dof) else lv.dof
+    return pool(lv.var * units.values.size, dof, profile, profile_df)
+
+
 def side_log_variance(units: Units, external: ExternalBetween | None = None) -> LogVariance | None:
     """One side's ``(variance of log mean, degrees of freedom)`` at the level that varies:
 
     - boot means (two boots or more): ``s²/(B m²)`` with B − 1 degrees of freedom, fewer when
       the boots hold unequal runs (:func:`vmtax.stats.boots.boot_mean_dof`);
+    - boot means with an ``external`` profile that knows a boot mean's variance: the pooled
+      variance of one boot mean over B, with the pooled degrees of freedom (B − 1 and the
+      profile's), unless the F-test says the profile no longer applies: then as above
+      (:func:`borrowed`);
     - one boot's runs with an ``external`` between-boot variance (a stored noise profile):
       the boot's own run spread plus the boot effect it cannot show, ``σ_b² + s²/(n m²)``,
       with Satterthwaite's degrees of freedom from the profile's and the runs';
@@ -215,9 +250,12 @@ def side_log_variance(units: Units, external: ExternalBetween | None = None) -> 
     if lv is None:
         return None
     if units.boot_level:
+        got = borrowed(units, external)
+        if got is not None and got.used_profile:
+            return LogVariance(got.variance / units.values.size, got.df)
         dof = units.dof if math.isfinite(units.dof) else lv.dof
         return LogVariance(lv.var, dof)
-    if external is None:
+    if external is None or not external.between_known:
         return lv
     ext = max(float(external.variance), 0.0)
     total = ext + lv.var
@@ -234,13 +272,15 @@ def _boot_sides(
     base_external: ExternalBetween | None,
 ) -> tuple[LogVariance, LogVariance, bool] | None:
     """Both sides' parts and whether the quantile is Behrens–Fisher's: when the sides' units
-    differ in kind, or their degrees of freedom differ (unequal boots a side)."""
+    differ in kind, or their degrees of freedom differ (unequal boots a side, or a side whose
+    variance is pooled with a profile's: its degrees of freedom are then B − 1 and the
+    profile's, and the other side's differ unless it pooled the same)."""
     vc = side_log_variance(cfg, cfg_external)
     vb = side_log_variance(base, base_external)
     if vc is None or vb is None:
         return None
-    kind_c = cfg.boot_level or cfg_external is not None
-    kind_b = base.boot_level or base_external is not None
+    kind_c = cfg.boot_level or (cfg_external is not None and cfg_external.between_known)
+    kind_b = base.boot_level or (base_external is not None and base_external.between_known)
     return vc, vb, kind_c != kind_b or vc.dof != vb.dof
 
 
@@ -303,7 +343,7 @@ def boot_ratio_pvalue(
     t = abs(log_est) / math.sqrt(total)
     if not bf:
         df = total * total / (vc.var * vc.var / vc.dof + vb.var * vb.var / vb.dof)
-        return float(2.0 * stats.t.sf(t, df))
+        return float(2.0 * dist.t_sf(t, df))
     w = vc.var / total
     return behrens_fisher_p(t, w, _idof(vc.dof), _idof(vb.dof))
 
@@ -326,7 +366,7 @@ def behrens_fisher_pvalues(
     for start in range(0, flat_t.size, 4096):
         tt = flat_t[start : start + 4096, None]
         ww = flat_w[start : start + 4096, None]
-        cdf = stats.t.cdf((tt - np.sqrt(ww) * nodes) / np.sqrt(1 - ww), df2).mean(-1)
+        cdf = dist.t_cdf((tt - np.sqrt(ww) * nodes) / np.sqrt(1 - ww), df2).mean(-1)
         out[start : start + 4096] = np.minimum(1.0, 2.0 * (1.0 - cdf))
     # The far tail as behrens_fisher_p has it (by quadrature), so both paths agree.
     for i in np.flatnonzero(out < 0.01):
@@ -399,7 +439,7 @@ def ratio_pvalues(cfg: np.ndarray, base: np.ndarray) -> np.ndarray:
     log_est = np.log(mc / mb)
     with np.errstate(divide="ignore", invalid="ignore"):
         df = total * total / (vc * vc / (nc - 1) + vb * vb / (nb - 1))
-        p = 2.0 * stats.t.sf(np.abs(log_est) / np.sqrt(total), df)
+        p = 2.0 * dist.t_sf(np.abs(log_est) / np.sqrt(total), df)
     return np.where(total > 0, p, np.where(log_est == 0, 1.0, 0.0))
 
 
@@ -412,7 +452,7 @@ def ratio_intervals(
     mc, mb, vc, vb, nc, nb = _log_parts(cfg_runs, base_runs)
     total = vc + vb
     df = total * total / (vc * vc / (nc - 1) + vb * vb / (nb - 1))
-    half = stats.t.ppf(0.5 + confidence / 2, df) * np.sqrt(total)
+    half = dist.t_ppf(0.5 + confidence / 2, df) * np.sqrt(total)
     log_est = np.log(mc / mb)
     return np.exp(log_est), np.exp(log_est - half), np.exp(log_est + half)
 
@@ -492,7 +532,7 @@ def geomean_intervals_by_round(
     if behrens_fisher:
         q = behrens_fisher_quantile(vc / total, dc, db, confidence)
     else:
-        q = stats.t.ppf(0.5 + confidence / 2, total * total / (vc * vc / dc + vb * vb / db))
+        q = dist.t_ppf(0.5 + confidence / 2, total * total / (vc * vc / dc + vb * vb / db))
     half = q * np.sqrt(total)
     return np.exp(log_est), np.exp(log_est - half), np.exp(log_est + half)
 

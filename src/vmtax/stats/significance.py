@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 from vmtax.stats import intervals
 from vmtax.stats.boots import ExternalBetween, Units
@@ -55,6 +54,9 @@ def pvalue(
     b = np.asarray(b, dtype=np.float64)
     if a.size < 1 or b.size < 1 or a.size + b.size < 3:
         return math.nan
+    # heavy: scipy.stats (most of a second of CPU to import), only for a test on runs
+    from scipy import stats
+
     if test == "permutation":
         if a.size < 2 or b.size < 2:
             # scipy refuses a one-run side; the test could not reach 0.05 below 39 runs on
@@ -89,7 +91,9 @@ def boot_pvalue(
     """Two-sided p-value of "equal means" for two sides at least one of which was measured in
     two boots or more (or has a between-boot variance from outside): the test
     :func:`intervals.boot_ratio_interval` inverts (Welch's t on the log ratio of boot means
-    against as many boot means, Behrens–Fisher against one boot's runs or unequal boots)."""
+    against as many boot means, Behrens–Fisher against one boot's runs, unequal boots, or a
+    side whose variance of a boot mean is pooled with a profile's: ``cfg_external`` and
+    ``base_external`` as there, through :func:`intervals.side_log_variance`)."""
     return intervals.boot_ratio_pvalue(
         cfg, base, cfg_external=cfg_external, base_external=base_external
     )

@@ -161,7 +161,7 @@ class Store:
             elif check_schema:
                 with self._engine.connect() as connection:
                     rev = migrate.check(connection, self.url_display)
-                if rev != migrate.head():
+                if rev != migrate.HEAD:
                     raise VmtaxError(
                         f"database {self.url_display} has schema version {rev or 'none'}; "
                         f"this vmtax needs {migrate.head()}: run 'vmtax db upgrade'"

@@ -179,11 +179,16 @@ def test_a_sqlite_controller_waits_for_a_short_lock_and_reports_a_long_one(tmp_p
     Store.open(db).close()  # the schema exists
     suite = _suite(tmp_path, 1)
 
-    def hold(seconds: float, started: threading.Event) -> None:
+    def hold(seconds: float, started: threading.Event, done: threading.Event | None = None):
+        """Hold the write lock for ``seconds``, or until ``done`` is set: the long hold
+        lasts as long as the controller does, however slowly a busy machine starts it."""
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")  # the write lock, as a writing process holds it
         started.set()
-        time.sleep(seconds)
+        if done is None:
+            time.sleep(seconds)
+        else:
+            done.wait(seconds)
         conn.execute("ROLLBACK")
         conn.close()
 
@@ -197,11 +202,14 @@ def test_a_sqlite_controller_waits_for_a_short_lock_and_reports_a_long_one(tmp_p
     holder.join()
     assert short.returncode == 0, short.stderr
     assert time.monotonic() - t0 >= 1.0  # it waited
-    started = threading.Event()
-    holder = threading.Thread(target=hold, args=(30.0, started))
+    started, done = threading.Event(), threading.Event()
+    holder = threading.Thread(target=hold, args=(150.0, started, done))
     holder.start()
     started.wait()
-    long = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=vmtax_env())
+    try:
+        long = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=vmtax_env())
+    finally:
+        done.set()
     lines = long.stderr.strip().splitlines()
     assert long.returncode == 1 and len(lines) == 1, long.stderr
     assert lines[0].startswith("vmtax: error: ") and "locked by another process" in lines[0]

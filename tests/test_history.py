@@ -64,6 +64,23 @@ def test_the_step_is_found_where_the_kernel_changed(cli, db):
         assert s["p_adjusted"] < 0.05 and "L1 kernel 6.1.0 → 6.6.0" in s["changes"]
 
 
+def test_the_runs_medians_give_the_same_step(cli, db):
+    """--statistic median lays out each run's median: the step is where the kernel changed,
+    and the overheads are the planted taxes (the iterations are lognormal about them)."""
+    r = cli("history", "level=L1", "--db", db, "--format", "json", "--statistic", "median")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    cpuid = [p for p in doc["points"] if p["probe"] == "cpuid"]
+    before = [p["overhead"] for p in cpuid if p["experiment"] < STEP_AFTER]
+    after = [p["overhead"] for p in cpuid if p["experiment"] >= STEP_AFTER]
+    # boots of 2% sd, three a side: an experiment's overhead within 8% of the planted tax
+    assert len(before) == len(after) == 5
+    assert max(abs(x / 1.10 - 1) for x in before) < 0.08, before
+    assert max(abs(x / 1.25 - 1) for x in after) < 0.08, after
+    found = {(s["probe"], s["before"], s["after"]) for s in doc["steps"] if s["found"]}
+    assert ("cpuid", STEP_AFTER - 1, STEP_AFTER) in found, doc["steps"]
+
+
 def test_table_and_csv(cli, db):
     r = cli("history", "level=L1", "probe=cpuid", "--db", db)
     assert r.returncode == 0, r.stderr
@@ -103,6 +120,7 @@ def test_html_escapes_labels(cli, db, tmp_path):
         (["--format", "html"], "--format html needs -o FILE"),
         (["--format", "yaml"], "--format must be one of table, json, csv, html"),
         (["--min-size", "1"], "--min-size must be in 2..1000"),
+        (["--statistic", "mode"], "--statistic must be mean or median, got 'mode'"),
         (["--baseline", "level"], "level"),
     ],
 )

@@ -94,8 +94,10 @@ def test_history_finds_the_clock_source_step_where_it_happened(cli, sqlite_url, 
     argv = [" ".join(p["qemu_argv"]) for p in guests["provenance"]]
     assert [ARGUMENT in a for a in argv] == [i >= CHANGED_AT for i in range(1, EXPERIMENTS + 1)]
 
+    # Each run's median: a run stalled by a busy machine (its mean hundreds of times its
+    # median has been seen) moves the history's means, not the clock source's step.
     res = cli("history", "level=L1", "--baseline", "level=L0", "--db", sqlite_url,
-              "--format", "json")  # fmt: skip
+              "--format", "json", "--statistic", "median")  # fmt: skip
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     points = doc["points"]

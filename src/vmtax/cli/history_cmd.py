@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from vmtax.experiment.history import History
 
 FORMATS = ("table", "json", "csv", "html")
+#: Which value of each run a history lays out (vmtax.experiment.history.Statistic).
+STATISTICS = ("mean", "median")
 
 
 def register(app: typer.Typer) -> None:
@@ -66,6 +68,13 @@ def history_cmd(
         ),
     ] = 999,
     seed: Annotated[int, typer.Option(callback=options.seed, help="Seed of the permutations.")] = 0,
+    statistic: Annotated[
+        str,
+        typer.Option(
+            help="mean | median: each run's iteration mean (compare's default), or its median, "
+            "which a run stalled by a busy machine moves far less."
+        ),
+    ] = "mean",
     db: Annotated[
         str | None, typer.Option(help="Store URL; default $VMTAX_DB or the user data dir.")
     ] = None,
@@ -82,18 +91,20 @@ def history_cmd(
 
     Example: vmtax history level=L1,accel=kvm --baseline level=L0
 
-    Example: vmtax history level=L1 probe=cpuid --format json
+    Example: vmtax history level=L1 probe=cpuid --format json --statistic median
 
     Example: vmtax history level=L1 --format html -o history.html
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if statistic not in STATISTICS:
+        raise UsageError(f"--statistic must be mean or median, got {statistic!r}")
     if fmt == "html" and (output is None or str(output) == "-"):
         raise UsageError("--format html needs -o FILE")
     if output is not None and str(output) != "-":
         outfile.destination(output)  # refused before any work
     # heavy: the use case (pandas, scipy, ruptures), only when the command runs
-    from vmtax.experiment.history import history
+    from vmtax.experiment.history import Statistic, history
 
     found = history(
         list(selectors or []),
@@ -101,6 +112,7 @@ def history_cmd(
         min_size=min_size,
         permutations=permutations,
         seed=seed,
+        statistic=Statistic(statistic),
         db=db,
     )
     if fmt == "html":

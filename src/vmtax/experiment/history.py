@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,15 @@ from vmtax.stats.compare_options import CompareOptions
 from vmtax.store import Store
 
 SCHEMA = "vmtax.history/1"
+
+
+class Statistic(StrEnum):
+    """Which value of each run a history lays out: its iteration mean (what `vmtax compare`
+    compares by default), or its median, which a run stalled for a moment by a busy machine
+    moves far less."""
+
+    MEAN = "mean"
+    MEDIAN = "median"
 
 
 @dataclass(frozen=True)
@@ -110,21 +120,24 @@ class History:
         }
 
 
-def _log_values(group: pd.DataFrame) -> pd.Series:
-    values = pd.to_numeric(group["mean"], errors="coerce")
+def _log_values(group: pd.DataFrame, statistic: Statistic) -> pd.Series:
+    values = pd.to_numeric(group[statistic.value], errors="coerce")
     return values[np.isfinite(values) & (values > 0)]
 
 
-def _boot_values(cfg: pd.DataFrame, base: pd.DataFrame, better: str) -> tuple[float, ...]:
+def _boot_values(
+    cfg: pd.DataFrame, base: pd.DataFrame, better: str, statistic: Statistic = Statistic.MEAN
+) -> tuple[float, ...]:
     """One log overhead per boot of the configuration: the log of its boot's mean run value
-    over the baseline's mean run value, direction-aware (above 0: slower)."""
-    base_vals = _log_values(base)
+    over the baseline's mean run value, direction-aware (above 0: slower); a run's value is
+    its ``statistic``."""
+    base_vals = _log_values(base, statistic)
     if base_vals.empty:
         return ()
     sign = -1.0 if better == "higher" else 1.0
     out = []
     for _, boot in cfg.groupby("boot", sort=True):
-        vals = _log_values(boot)
+        vals = _log_values(boot, statistic)
         if not vals.empty:
             out.append(sign * (math.log(vals.mean()) - math.log(base_vals.mean())))
     return tuple(out)
@@ -137,10 +150,12 @@ def history(
     min_size: int = steps.MIN_SIZE,
     permutations: int = steps.PERMUTATIONS,
     seed: int = 0,
+    statistic: Statistic = Statistic.MEAN,
     db: str | None = None,
 ) -> History:
     """The history of the configuration ``selectors`` choose (OR; e.g. ``level=L1,accel=kvm``
-    and ``probe=cpuid``) against ``baseline`` in each experiment that has both."""
+    and ``probe=cpuid``) against ``baseline`` in each experiment that has both, on each run's
+    ``statistic``."""
     with Store.open(db, read_only=True) as store:
         chosen = store.runs(list(selectors))
         base_all = store.runs([baseline])
@@ -198,7 +213,7 @@ def history(
         )
         is_base = both["run_id"].isin(set(base["run_id"]))
         try:
-            comp = compare(both, is_base, options=options, label=baseline)
+            comp = compare(both, is_base, metric=[statistic.value], options=options, label=baseline)
         except UsageError as exc:  # e.g. no run of a probe on both sides: that experiment only
             notes.append(f"experiment {exp_id}: {exc.message}; left out")
             continue
@@ -233,7 +248,7 @@ def history(
                     runs=len(cfg),
                     verdict=str(row["verdict"]),
                     changes=tuple(dict.fromkeys(what_changed)),
-                    boot_values=_boot_values(cfg, b, better),
+                    boot_values=_boot_values(cfg, b, better, statistic),
                 )
             )
     histories: dict[str, list[steps.Point]] = {}

@@ -18,13 +18,12 @@ from rich.table import Table
 from vmtax import outfile
 from vmtax.cli import options
 from vmtax.errors import UsageError
+from vmtax.stats.compare_options import RunStatistic
 
 if TYPE_CHECKING:
     from vmtax.experiment.history import History
 
 FORMATS = ("table", "json", "csv", "html")
-#: Which value of each run a history lays out (vmtax.experiment.history.Statistic).
-STATISTICS = ("mean", "median")
 
 
 def register(app: typer.Typer) -> None:
@@ -97,14 +96,14 @@ def history_cmd(
     """
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    if statistic not in STATISTICS:
+    if statistic not in set(RunStatistic):
         raise UsageError(f"--statistic must be mean or median, got {statistic!r}")
     if fmt == "html" and (output is None or str(output) == "-"):
         raise UsageError("--format html needs -o FILE")
     if output is not None and str(output) != "-":
         outfile.destination(output)  # refused before any work
     # heavy: the use case (pandas, scipy, ruptures), only when the command runs
-    from vmtax.experiment.history import Statistic, history
+    from vmtax.experiment.history import history
 
     found = history(
         list(selectors or []),
@@ -112,7 +111,7 @@ def history_cmd(
         min_size=min_size,
         permutations=permutations,
         seed=seed,
-        statistic=Statistic(statistic),
+        statistic=RunStatistic(statistic),
         db=db,
     )
     if fmt == "html":

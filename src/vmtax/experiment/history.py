@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -17,19 +16,10 @@ import pandas as pd
 from vmtax.errors import UsageError
 from vmtax.history import changes, steps
 from vmtax.stats.compare import compare
-from vmtax.stats.compare_options import CompareOptions
+from vmtax.stats.compare_options import CompareOptions, RunStatistic
 from vmtax.store import Store
 
 SCHEMA = "vmtax.history/1"
-
-
-class Statistic(StrEnum):
-    """Which value of each run a history lays out: its iteration mean (what `vmtax compare`
-    compares by default), or its median, which a run stalled for a moment by a busy machine
-    moves far less."""
-
-    MEAN = "mean"
-    MEDIAN = "median"
 
 
 @dataclass(frozen=True)
@@ -120,13 +110,13 @@ class History:
         }
 
 
-def _log_values(group: pd.DataFrame, statistic: Statistic) -> pd.Series:
+def _log_values(group: pd.DataFrame, statistic: RunStatistic) -> pd.Series:
     values = pd.to_numeric(group[statistic.value], errors="coerce")
     return values[np.isfinite(values) & (values > 0)]
 
 
 def _boot_values(
-    cfg: pd.DataFrame, base: pd.DataFrame, better: str, statistic: Statistic = Statistic.MEAN
+    cfg: pd.DataFrame, base: pd.DataFrame, better: str, statistic: RunStatistic = RunStatistic.MEAN
 ) -> tuple[float, ...]:
     """One log overhead per boot of the configuration: the log of its boot's mean run value
     over the baseline's mean run value, direction-aware (above 0: slower); a run's value is
@@ -150,7 +140,7 @@ def history(
     min_size: int = steps.MIN_SIZE,
     permutations: int = steps.PERMUTATIONS,
     seed: int = 0,
-    statistic: Statistic = Statistic.MEAN,
+    statistic: RunStatistic = RunStatistic.MEAN,
     db: str | None = None,
 ) -> History:
     """The history of the configuration ``selectors`` choose (OR; e.g. ``level=L1,accel=kvm``

@@ -15,11 +15,12 @@ import pandas as pd
 
 from vmtax.errors import UsageError
 from vmtax.hostprof.store import exit_profiles
+from vmtax.stats.compare_options import RunStatistic
 from vmtax.store import Store
 
 #: The per-run statistics (columns of the runs table) an out-of-sample prediction can take a
 #: run's time per operation from.
-STATISTICS = ("mean", "median")
+STATISTICS = tuple(s.value for s in RunStatistic)
 
 if TYPE_CHECKING:
     from vmtax.model import Fit

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 from vmtax import limits
 from vmtax.errors import UsageError
@@ -52,3 +53,12 @@ class CompareOptions:
         limits.check_seconds(self.boot_cost_s, "boot cost", limits.MAX_TIMEOUT_S)
         if self.by is not None and not _LABEL_KEY.fullmatch(self.by):
             raise UsageError(f"--by takes a label's name (letters, digits, _ - .), got {self.by!r}")
+
+
+class RunStatistic(StrEnum):
+    """Which value of each run a history or a model lays out: its iteration mean (what
+    `vmtax compare` compares by default), or its median, which a run stalled for a moment by
+    a busy machine moves far less."""
+
+    MEAN = "mean"
+    MEDIAN = "median"

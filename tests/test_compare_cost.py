@@ -1,9 +1,13 @@
 """What `vmtax compare` of boot-level runs loads, and what opening a current store reads.
 
 scipy.stats (most of a second of CPU to import) stays out of a comparison whose sides are
-boots (``vmtax.stats.dist`` has its t, chi-square and F numbers); Alembic stays out of
-opening a store already at the newest revision (``store.migrate.HEAD``); pydantic, which
-typer loads to coerce an option's value, stays out of ``vmtax run --help``.
+boots (``vmtax.stats.dist`` has its t, chi-square and F numbers); so do scipy.optimize and
+scipy.integrate (the Behrens–Fisher table's roots come from ``vmtax.stats.brent``, scipy's
+roots without it, and its far tail from a Gauss–Legendre rule on numpy's nodes), and
+SQLAlchemy with the store's models and the contract's pydantic models (a SQLite store at the
+newest revision is read through ``store.reader``). Alembic stays out of opening a store
+already at the newest revision (``store.migrate.HEAD``); pydantic, which typer loads to
+coerce an option's value, stays out of ``vmtax run --help``.
 """
 
 from __future__ import annotations
@@ -21,20 +25,37 @@ from vmtax.testing.stored import store_experiment
 pytestmark = pytest.mark.fast
 
 HEAVY = ("scipy.stats", "alembic", "statsmodels", "matplotlib", "pydantic")
+#: What a comparison of boots in a SQLite store leaves out, beside scipy.stats: each costs
+#: a tenth of a second of CPU or more to import, and none of them is needed there.
+LEFT_OUT = (
+    "scipy.stats",
+    "scipy.optimize",  # the Behrens–Fisher table's roots: vmtax.stats.brent
+    "scipy.integrate",  # its far tail: Gauss–Legendre in stats.intervals
+    "sqlalchemy",  # a SQLite store at the newest revision: vmtax.store.reader
+    "vmtax.store.store",
+    "vmtax.store.models",
+    "vmtax.contract",  # its pydantic models
+    "vmtax.experiment.calibrate",  # only where noise profiles are stored
+    "alembic",
+    "statsmodels",
+    "matplotlib",
+)
 
 
-def loaded(argv: list[str]) -> dict[str, object]:
-    """Run ``vmtax ARGV`` in a process of its own; its exit code and the HEAVY modules it
-    loaded."""
+def loaded(argv: list[str], watch: tuple[str, ...] = HEAVY, before: str = "") -> dict[str, object]:
+    """Run ``vmtax ARGV`` in a process of its own (after the code ``before``); its exit code
+    and which of the ``watch`` modules it loaded."""
     code = (
         "import json, sys\n"
+        f"{before}\n"
         "from vmtax.cli import main\n"
         f"sys.argv = ['vmtax', *{argv!r}]\n"
+        "code = 0\n"
         "try:\n"
         "    main()\n"
         "except SystemExit as exc:\n"
         "    code = exc.code\n"
-        f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        f"heavy = sorted(m for m in {watch!r} if m in sys.modules)\n"
         "sys.stderr.write(json.dumps({'code': code, 'heavy': heavy}) + '\\n')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -72,13 +93,71 @@ def test_a_current_store_opens_without_alembic(boots_db: str):
     assert done.stdout.strip() == "False", done.stderr
 
 
-def test_comparing_boots_loads_no_scipy_stats(boots_db: str):
-    found = loaded(["compare", "exp=latest", "--baseline", "level=L0", "--db", boots_db])
-    assert found["code"] == 0
-    assert not {"scipy.stats", "alembic", "statsmodels", "matplotlib"} & set(found["heavy"])
-
-
 def test_help_loads_no_pydantic():
     for argv in (["run", "--help"], ["--help"], ["compare", "--help"]):
         found = loaded(argv)
         assert found["code"] == 0 and found["heavy"] == [], (argv, found)
+
+
+def _boots_argv(db: str, *extra: str) -> list[str]:
+    return ["compare", "exp=latest", "--baseline", "level=L0", "--db", db, *extra]
+
+
+def test_comparing_boots_reaches_the_table_and_the_far_tail(boots_db: str):
+    """The fixture exercises what the next test holds: boot means against one boot's runs
+    (the Behrens–Fisher quantile) with p-values below 0.01 (its far tail, by quadrature)."""
+    from vmtax.experiment.compare import measured
+    from vmtax.stats.compare_options import CompareOptions
+
+    rows = measured(["exp=latest"], "level=L0", CompareOptions(), db=boots_db).rows
+    tested = rows[(rows["probe"] != "geomean") & ~rows["is_baseline"]]
+    assert (tested["boots"] == 3).all() and (tested["p_value"] < 0.01).all()
+    assert rows["ci_low"].notna().sum() == len(tested) + 1  # and a geomean interval
+
+
+def test_comparing_boots_leaves_the_heavy_modules_out(boots_db: str):
+    found = loaded(_boots_argv(boots_db), LEFT_OUT)
+    assert found == {"code": 0, "heavy": []}
+
+
+#: What the comparison once loaded, each put back beside it, and what the check then sees.
+PUT_BACK = {
+    "import scipy.optimize": "scipy.optimize",
+    "import scipy.integrate": "scipy.integrate",
+    "import vmtax.store.store": "sqlalchemy",
+    "import vmtax.contract": "vmtax.contract",
+}
+
+
+def test_the_check_sees_a_heavy_import_put_back(boots_db: str):
+    found = loaded(_boots_argv(boots_db), LEFT_OUT, before="\n".join(PUT_BACK))
+    assert found["code"] == 0 and set(PUT_BACK.values()) <= set(found["heavy"])
+
+
+def test_noise_profiles_are_looked_up_only_where_stored(boots_db: str, tmp_path):
+    """Without a stored profile there is nothing to borrow, and the profiles' use case
+    (vmtax.experiment.calibrate, with SQLAlchemy) is not loaded; with one it is
+    (tests/test_noise.py checks what compare then takes from it)."""
+    from datetime import UTC, datetime
+
+    from vmtax.store.reader import StoreReader
+
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    with Store.open(url) as store:
+        store_experiment(store, [Config("L0"), Config("L1", {}, 1.2)], runs=5, boots=2)
+        now = datetime.now(UTC)
+        store.noise.save(
+            [
+                {
+                    "machine": "m" * 64, "machine_fields": {}, "configuration": "L1",
+                    "labels": {}, "probe": "syscall", "metric": "mean", "between": 1e-4,
+                    "between_low": 0.0, "between_high": 1e-3, "df_between": 5.0,
+                    "within": 1e-4, "within_low": 0.0, "within_high": 1e-3, "df_within": 20.0,
+                    "boots": 6, "runs": 24, "boot_cost_s": None, "run_cost_s": None,
+                    "sources": [], "made_at": now, "updated_at": now,
+                }
+            ]
+        )  # fmt: skip
+    with StoreReader.open(url) as with_one, StoreReader.open(boots_db) as without:
+        assert with_one.direct and without.direct
+        assert with_one.has_noise_profiles() and not without.has_noise_profiles()

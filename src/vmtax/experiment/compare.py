@@ -5,7 +5,7 @@ dataset recomputed, or set beside the measured configurations."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
@@ -14,12 +14,13 @@ from vmtax.gate.judge import Outcome, judge
 from vmtax.gate.rule import Rule
 from vmtax.refs import beside, datasets, recompute
 from vmtax.sampling.outcome import imprecise as imprecise_of
-from vmtax.store import Store
+from vmtax.store.reader import StoreReader
 from vmtax.store.select import resolve
 
 if TYPE_CHECKING:
     from vmtax.stats.compare import Comparison
     from vmtax.stats.compare_options import CompareOptions
+    from vmtax.store import Store
 
 
 def measured(
@@ -34,7 +35,8 @@ def measured(
     # heavy: scipy and statsmodels, only when measured runs are compared
     from vmtax.stats.compare import compare
 
-    with Store.open(db, read_only=True) as store:
+    # The store's read-only door: a SQLite store is read without SQLAlchemy (store.reader).
+    with StoreReader.open(db) as store:
         chosen = store.runs(selectors)
         if (chosen["status"] != "ok").all():
             raise UsageError(
@@ -45,13 +47,16 @@ def measured(
         # latest experiment's L0 (the same resolver serves report and artifacts).
         resolved = resolve(store, selectors, baseline, options.by)
         runs = resolved.runs
-        imprecise = imprecise_of(store, runs)
-        # heavy: scipy (vmtax.noise), already loaded by the comparison above
-        from vmtax.experiment.calibrate import between_boot
+        # imprecise reads only ``store.sampling.outcomes``, which the reader serves as Store does
+        imprecise = imprecise_of(cast("Store", store), runs)
+        profiled = None
+        if store.has_noise_profiles():
+            # heavy: the profiles' use case (vmtax.noise), only for a store that has profiles
+            from vmtax.experiment.calibrate import between_boot
 
-        # a stored profile's between-boot variance: all of it for a side in one boot, pooled
-        # with the side's own boots for two or more (docs/statistics.md)
-        profiled = between_boot(store, runs)
+            # a stored profile's between-boot variance: all of it for a side in one boot,
+            # pooled with the side's own boots for two or more (docs/statistics.md)
+            profiled = between_boot(store.store(), runs)
     # No mask only for an empty --baseline: compare() then reports the selector itself.
     base = resolved.baseline_mask if resolved.baseline_mask is not None else baseline
     return compare(

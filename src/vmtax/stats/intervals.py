@@ -25,7 +25,8 @@ that interval takes its quantile from the Behrens–Fisher distribution,
 0.95–0.985 at 2, 3 and 5 boots (the tests show it; it is conservative when L0's runs are
 noisier than the guest's boot means, up to 0.99).
 scipy has no Behrens–Fisher distribution, so its CDF is integrated here on a grid of T(d_c)
-quantiles, and its quantiles are tabulated in ``w`` once per pair of degrees of freedom.
+quantiles, and its quantiles are tabulated in ``w`` once per pair of degrees of freedom (their
+roots by Brent's method, :mod:`vmtax.stats.brent`, which needs no ``scipy.optimize``).
 
 A geometric mean across probes is the mean of their log-ratios, but the probes are not
 independent: the plan measures them in rounds (run r of every probe close together in time),
@@ -53,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vmtax.noise.borrow import Borrowed, pool
-from vmtax.stats import dist
+from vmtax.stats import brent, dist
 from vmtax.stats.boots import ExternalBetween, Units
 
 CONFIDENCE = 0.95
@@ -151,20 +152,61 @@ def behrens_fisher_cdf(x: float, w: float, df1: int, df2: int) -> float:
     return float(np.mean(dist.t_cdf((x - math.sqrt(w) * t1) / math.sqrt(1 - w), df2)))
 
 
+#: Gauss–Legendre nodes in each of behrens_fisher_sf's six pieces: 80 agree with
+#: scipy.integrate.quad (without its absolute tolerance) to 1e-11 relative wherever the
+#: probability is above 1e-15, for x in [0.5, 60], w in [1e-7, 1 − 1e-7] and 1 to 200 degrees
+#: of freedom; 16 and 48 miss 1e-9 (tests/test_stats_roots.py).
+_BF_TAIL_NODES = 80
+
+
+@functools.lru_cache(maxsize=4)
+def _legendre(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's Gauss–Legendre nodes and weights, moved from (−1, 1) to (0, 1)."""
+    u, weights = np.polynomial.legendre.leggauss(n)
+    return (u + 1) / 2, weights / 2
+
+
 def behrens_fisher_sf(x: float, w: float, df1: int, df2: int) -> float:
-    """P(sqrt(w)·T1 + sqrt(1 − w)·T2 > x) by quadrature over T1's density. The grid of
+    """P(sqrt(w)·T1 + sqrt(1 − w)·T2 > x) by quadrature over one term's density. The grid of
     :func:`behrens_fisher_cdf` leaves out T1's far tails, and one minus it reached exactly 0
     from x ≈ 10, where the probability is about 1e-5: a p-value printed as 0."""
     if w >= 1:
         return float(dist.t_sf(x, df1))
     if w <= 0:
         return float(dist.t_sf(x, df2))
-    # heavy: scipy.integrate (and scipy.optimize with it), only for a p-value in the far tail
-    from scipy import integrate
-
+    if x < 0:
+        return 1.0 - behrens_fisher_sf(-x, w, df1, df2)
+    # The integral of pdf1(t)·sf2((x − a·t)/b) by a fixed Gauss–Legendre rule, written here
+    # because scipy.integrate.quad would import scipy.integrate (a few tenths of a second of
+    # CPU) on every compare whose p-value reaches the far tail.
     a, b = math.sqrt(w), math.sqrt(1 - w)
-    value, _ = integrate.quad(
-        lambda t: dist.t_pdf(t, df1) * dist.t_sf((x - a * t) / b, df2), -np.inf, np.inf, limit=200
+    if a > b:  # integrate over the smaller term, so that sf2 varies on a scale b/a >= 1
+        a, b, df1, df2 = b, a, df2, df1
+    t0, r = x / a, b / a  # sf2 is 1/2 at t0, and changes on a scale r
+    span = max(t0, r)
+    u, weights = _legendre(_BF_TAIL_NODES)
+    nodes, masses = [], []
+    # Pieces (start, direction, scale, length) around T1's mode (0) and sf2's step (t0):
+    # t = start ± scale·sinh(v) over the length, or ± scale·tan(v) to infinity.
+    for start, sign, scale, length in (
+        (0.0, -1, 1.0, span),
+        (-span, -1, span, math.inf),
+        (0.0, 1, 1.0, t0 / 2),
+        (t0, -1, r, t0 / 2),
+        (t0, 1, r, span),
+        (t0 + span, 1, span, math.inf),
+    ):
+        if length == math.inf:
+            v = u * (math.pi / 2)
+            nodes.append(start + sign * scale * np.tan(v))
+            masses.append(weights * (math.pi / 2) * scale / np.cos(v) ** 2)
+        else:
+            top = math.asinh(length / scale)
+            nodes.append(start + sign * scale * np.sinh(u * top))
+            masses.append(weights * top * scale * np.cosh(u * top))
+    t = np.concatenate(nodes)
+    value = float(
+        np.dot(dist.t_pdf(t, df1) * dist.t_sf((x - a * t) / b, df2), np.concatenate(masses))
     )
     return float(min(max(value, 0.0), 1.0))
 
@@ -182,29 +224,52 @@ def _bf_gap(x: float, w: float, df1: int, df2: int, q: float) -> float:
     return behrens_fisher_cdf(x, w, df1, df2) - q
 
 
-@functools.lru_cache(maxsize=512)
-def _bf_table(df1: int, df2: int, confidence: float) -> np.ndarray:
-    # heavy: scipy.optimize, only when a Behrens–Fisher quantile is first needed
-    from scipy import optimize
-
+@functools.lru_cache(maxsize=4096)
+def _bf_entry(df1: int, df2: int, confidence: float, i: int) -> float:
+    """The table's quantile at weight ``_BF_WEIGHTS[i]``: Student's t at the ends, the root
+    of the CDF by scipy's Brent method between them (vmtax.stats.brent: the same roots,
+    without importing scipy.optimize)."""
     q = 0.5 + confidence / 2
-    out = np.empty(_BF_WEIGHTS.size)
-    for i, w in enumerate(_BF_WEIGHTS):
-        if w in (0.0, 1.0):
-            out[i] = dist.t_ppf(q, df1 if w else df2)
-        else:
-            # sqrt(w)·a + sqrt(1 − w)·b <= sqrt(2)·max(a, b): the root lies below this
-            hi = 1.5 * float(dist.t_ppf(q, min(df1, df2))) + 1.0
-            out[i] = optimize.brentq(_bf_gap, 0.0, hi, args=(w, df1, df2, q))
-    return out
+    w = _BF_WEIGHTS[i]
+    if w in (0.0, 1.0):
+        return float(dist.t_ppf(q, df1 if w else df2))
+    # sqrt(w)·a + sqrt(1 − w)·b <= sqrt(2)·max(a, b): the root lies below this
+    hi = 1.5 * float(dist.t_ppf(q, min(df1, df2))) + 1.0
+    return brent.brentq(functools.partial(_bf_gap, w=w, df1=df1, df2=df2, q=q), 0.0, hi)
+
+
+def _bf_table(df1: int, df2: int, confidence: float) -> np.ndarray:
+    """The whole table of 41 weights."""
+    return np.array([_bf_entry(df1, df2, confidence, i) for i in range(_BF_WEIGHTS.size)])
+
+
+def _bf_needed(w: np.ndarray) -> set[int]:
+    """The table entries ``np.interp`` reads for the weights ``w``: the two ends of each
+    one's interval, or the end beyond which it lies (NaN reads none)."""
+    w = w[~np.isnan(w)]
+    last = _BF_WEIGHTS.size - 1
+    inside = (w >= _BF_WEIGHTS[0]) & (w < _BF_WEIGHTS[last])
+    left = np.searchsorted(_BF_WEIGHTS, w[inside], side="right") - 1
+    needed = {int(j) for j in left} | {int(j) + 1 for j in left}
+    if (w < _BF_WEIGHTS[0]).any():
+        needed.add(0)
+    if (w >= _BF_WEIGHTS[last]).any():
+        needed.add(last)
+    return needed
 
 
 def behrens_fisher_quantile(
     w: float | np.ndarray, df1: int, df2: int, confidence: float = CONFIDENCE
 ) -> np.ndarray:
     """The two-sided ``confidence`` quantile of the Behrens–Fisher distribution at weight
-    ``w`` (interpolated in a table of 41 weights; vectorised in ``w``)."""
-    return np.interp(w, _BF_WEIGHTS, _bf_table(int(df1), int(df2), float(confidence)))
+    ``w`` (interpolated in a table of 41 weights; vectorised in ``w``). Only the entries the
+    interpolation reads are computed (each root costs a few dozen evaluations of the CDF);
+    the others stay NaN, which ``np.interp`` never reads."""
+    df1, df2, confidence = int(df1), int(df2), float(confidence)
+    table = np.full(_BF_WEIGHTS.size, np.nan)
+    for i in _bf_needed(np.atleast_1d(np.asarray(w, dtype=np.float64))):
+        table[i] = _bf_entry(df1, df2, confidence, i)
+    return np.interp(w, _BF_WEIGHTS, table)
 
 
 def borrowed(units: Units, external: ExternalBetween | None) -> Borrowed | None:

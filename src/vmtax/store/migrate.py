@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, inspect, text
 
 from vmtax.errors import VmtaxError
+from vmtax.store import revision
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -21,10 +22,10 @@ if TYPE_CHECKING:
 _HERE = Path(__file__).resolve().parent / "migrations"
 
 #: The newest revision under migrations/versions, known without Alembic (tests check it
-#: against Alembic's head: a new revision must move it).
-HEAD = "0007"
+#: against Alembic's head: a new revision must move it, in ``store.revision``).
+HEAD = revision.HEAD
 #: Alembic's version table (the default name; migrations/env.py does not change it).
-_VERSION_TABLE = "alembic_version"
+_VERSION_TABLE = revision.VERSION_TABLE
 
 
 def _config(connection: Connection | None = None) -> Config:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy.engine import Connection, CursorResult
-
 from vmtax.errors import VmtaxError
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, CursorResult
+
     from vmtax.store.store import Store
 
 T = TypeVar("T")

@@ -4,14 +4,18 @@ the runs its looks judge): the queries behind ``vmtax.sampling``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-from sqlalchemy import delete, func, select
-from sqlalchemy.engine import Connection
 
-from vmtax.store.models import Configuration, Run, SamplingLook, SamplingOutcome
 from vmtax.store.repository import Repository
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+# The queries below import SQLAlchemy and the models where they run: `vmtax compare` reads
+# OUTCOME_COLUMNS (vmtax.sampling.outcome) and, from a SQLite store, the outcomes through
+# store.reader, without SQLAlchemy.
 
 #: Columns of :meth:`SamplingRepository.outcomes`.
 OUTCOME_COLUMNS = [
@@ -28,6 +32,11 @@ class SamplingRepository(Repository):
 
     def runs(self, experiment_id: int, configuration_id: int) -> pd.DataFrame:
         """What a look judges of one configuration's runs (``RUN_COLUMNS``)."""
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from sqlalchemy import select
+
+        from vmtax.store.models import Run  # heavy: the ORM models
+
         t = Run.__table__
         stmt = select(*(t.c[c] for c in RUN_COLUMNS)).where(
             t.c.experiment_id == experiment_id, t.c.configuration_id == configuration_id
@@ -37,12 +46,20 @@ class SamplingRepository(Repository):
 
     def add_look(self, look: dict[str, Any]) -> None:
         """Store one look: its decisions and the noise sampled around the runs it judged."""
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from vmtax.store.models import SamplingLook
+
         self._write(
             lambda connection: connection.execute(SamplingLook.__table__.insert().values(**look))
         )
 
     def set_outcomes(self, configuration_id: int, outcomes: Sequence[dict[str, Any]]) -> None:
         """Replace a configuration's outcomes with ``outcomes``, in one transaction."""
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from sqlalchemy import delete
+
+        from vmtax.store.models import SamplingOutcome  # heavy: the ORM models
+
         t = SamplingOutcome.__table__
 
         def replace(connection: Connection) -> None:
@@ -56,6 +73,11 @@ class SamplingRepository(Repository):
     def resume_point(self, experiment_id: int) -> tuple[float | None, int | None]:
         """The most budget seconds a stored look of an experiment had spent and its highest
         stored plan index (None when there is none)."""
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from sqlalchemy import func, select
+
+        from vmtax.store.models import Run, SamplingLook  # heavy: the ORM models
+
         looks, runs = SamplingLook.__table__, Run.__table__
 
         def query(connection: Connection) -> tuple[float | None, int | None]:
@@ -74,6 +96,11 @@ class SamplingRepository(Repository):
         experiments, with the configuration's key and level (``OUTCOME_COLUMNS``)."""
         if not experiment_ids:
             return pd.DataFrame(columns=OUTCOME_COLUMNS)
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from sqlalchemy import select
+
+        from vmtax.store.models import Configuration, SamplingOutcome  # heavy: the ORM models
+
         o, c = SamplingOutcome.__table__, Configuration.__table__
         stmt = (
             select(
@@ -101,6 +128,11 @@ class SamplingRepository(Repository):
     def noise(self, experiment_id: int) -> list[tuple[int, Any, Any]]:
         """(configuration_id, noise_before, noise_after) of every look of an experiment, in
         the order they were stored."""
+        # heavy: SQLAlchemy and the models, only where the store is queried through them
+        from sqlalchemy import select
+
+        from vmtax.store.models import SamplingLook  # heavy: the ORM models
+
         t = SamplingLook.__table__
         stmt = (
             select(t.c.configuration_id, t.c.noise_before, t.c.noise_after)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from vmtax import limits
 from vmtax.errors import UsageError
@@ -25,7 +25,14 @@ from vmtax.errors import UsageError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vmtax.store import Store
+
+class RunSource(Protocol):
+    """What :func:`resolve` reads: a ``Store``, or the read-only ``store.reader.StoreReader``."""
+
+    def runs(self, selectors: Sequence[str] = ()) -> pd.DataFrame: ...
+
+    def experiments(self) -> pd.DataFrame: ...
+
 
 _ALIASES = {"experiment": "exp"}
 _COLUMNS = ("config", "level", "probe", "target", "hypervisor", "status")
@@ -107,6 +114,19 @@ def experiment_ids(
     return ids
 
 
+def matching(runs: pd.DataFrame, parsed: Sequence[Selector]) -> pd.DataFrame:
+    """The runs that match any of the ``parsed`` selectors (all of them when there is none),
+    renumbered from 0."""
+    if parsed:
+        import pandas as pd  # heavy: pandas, only where frames are made
+
+        keep = pd.Series(False, index=runs.index)
+        for one in parsed:
+            keep |= apply(runs, one)
+        runs = runs[keep]
+    return runs.reset_index(drop=True)
+
+
 def apply(runs: pd.DataFrame, selector: Selector, latest: int | None = None) -> pd.Series:
     """Boolean mask of the runs that match every term of one parsed selector.
 
@@ -185,7 +205,7 @@ class Resolved:
 
 
 def resolve(
-    store: Store, selectors: Sequence[str], baseline: str | None, by: str | None = None
+    store: RunSource, selectors: Sequence[str], baseline: str | None, by: str | None = None
 ) -> Resolved:
     """Load the runs of ``selectors`` (OR) and of the scoped ``baseline`` from ``store``, once
     for every command that takes a baseline (compare, report, artifacts).
@@ -233,7 +253,7 @@ def _check_one_value(base: pd.DataFrame, baseline: str, by: str) -> None:
         )
 
 
-def _check_one_configuration(store: Store, base: pd.DataFrame, baseline: str) -> None:
+def _check_one_configuration(store: RunSource, base: pd.DataFrame, baseline: str) -> None:
     per_probe = base.groupby("probe")["configuration_id"].nunique()
     if (per_probe <= 1).all():
         return
@@ -260,7 +280,7 @@ def _check_one_configuration(store: Store, base: pd.DataFrame, baseline: str) ->
     )
 
 
-def _start_times(store: Store) -> dict[int, str]:
+def _start_times(store: RunSource) -> dict[int, str]:
     import pandas as pd  # heavy: pandas, only where frames are made
 
     exps = store.experiments()

@@ -33,7 +33,6 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql.elements import Case
 
-from vmtax.contract import LEGACY_TSC_UNITS, TSC_UNIT
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.store import codec, migrate
 from vmtax.store import select as sel
@@ -41,6 +40,11 @@ from vmtax.store.exits import ExitRepository
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
 from vmtax.store.noise import NoiseRepository
+from vmtax.store.reader import RUN_COLUMNS as RUN_COLUMNS
+from vmtax.store.reader import SUMMARY_FIELDS as SUMMARY_FIELDS
+from vmtax.store.reader import UNRECORDED_BOOT as UNRECORDED_BOOT
+from vmtax.store.reader import config_parts, runs_frame
+from vmtax.store.reader import hypervisor_of as hypervisor_of
 from vmtax.store.repository import inserted_id
 from vmtax.store.runtimes import RunTimes
 from vmtax.store.sampling import SamplingRepository
@@ -49,17 +53,6 @@ from vmtax.store.url import default_path, redact, resolve, scrub
 
 RUN_STATUSES = ("ok", "failed", "lost")
 EXPERIMENT_STATUSES = ("running", "ok", "failed", "interrupted")
-SUMMARY_FIELDS = (
-    "n", "mean", "median", "stddev", "min", "max", "p95", "p99",
-    "wall_s", "ops_per_sec", "throughput", "steal_ticks",
-)  # fmt: skip
-RUN_COLUMNS = [
-    "run_id", "experiment_id", "configuration_id", "config", "level", "labels", "target",
-    "hypervisor", "probe", "unit", "better", "throughput_unit", "plan_index", "run_index",
-    "status", *SUMMARY_FIELDS, "error", "boot",
-]  # fmt: skip
-#: The ``boot`` of a run stored without a boot id, followed by its configuration's id.
-UNRECORDED_BOOT = "unrecorded-"
 _MIGRATION_LOCK = 0x766D746178  # "vmtax": the advisory lock key of schema upgrades
 _CHUNK = 500  # ids per IN (...) query: well under every backend's parameter limit
 #: How long a PostgreSQL store keeps trying to reconnect (server restarting) before failing.
@@ -87,13 +80,6 @@ def config_key(level: str, labels: dict[str, str]) -> str:
     """The canonical display key of a configuration: level, then sorted ``k=v`` labels."""
     parts = [level, *(f"{k}={labels[k]}" for k in sorted(labels))]
     return " ".join(parts)
-
-
-def hypervisor_of(fingerprint: dict[str, Any] | None) -> str:
-    """The hypervisor a fingerprint detected, lowercase, or ``none``."""
-    hv = (fingerprint or {}).get("hypervisor") or {}
-    vendor = hv.get("vendor") if hv.get("detected") else None
-    return str(vendor).lower() if vendor else "none"
 
 
 class Store:
@@ -708,12 +694,7 @@ class Store:
         parsed = [sel.parse(s) for s in selectors]  # malformed input fails before any query
         self._check_experiments_exist(sel.named_experiment_ids(parsed))
         df = self._all_runs(sel.experiment_ids(parsed, self.latest_experiment_id))
-        if parsed:
-            keep = pd.Series(False, index=df.index)
-            for one in parsed:
-                keep |= sel.apply(df, one)
-            df = df[keep]
-        return df.reset_index(drop=True)
+        return sel.matching(df, parsed)
 
     def _check_experiments_exist(self, ids: set[int]) -> None:
         """A selector naming an experiment id the store lacks is "not found" (exit 1), the
@@ -742,26 +723,9 @@ class Store:
             cfg_stmt = cfg_stmt.where(c.c.experiment_id.in_(sorted(experiment_ids)))
         with self._guard(), self._engine.connect() as connection:
             rows = connection.execute(stmt).all()
-            configs = {
-                int(cid): (key, level, dict(labels or {}), target, hypervisor_of(fp))
-                for cid, key, level, labels, target, fp in connection.execute(cfg_stmt)
-            }
-        df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
-        cfg = [configs[int(cid)] for cid in df["configuration_id"]]
-        for pos, name in enumerate(("config", "level", "labels", "target", "hypervisor")):
-            df[name] = pd.Series([x[pos] for x in cfg], index=df.index, dtype=object)
-        # A run without a boot id (stored before the agent wrote one) was measured in the one
-        # boot its configuration had: one stand-in boot per configuration.
-        df["boot"] = [
-            str(b) if isinstance(b, str) and b else f"{UNRECORDED_BOOT}{int(cid)}"
-            for b, cid in zip(df["boot_id"], df["configuration_id"], strict=True)
-        ]
-        df = df[RUN_COLUMNS].copy()
-        # Runs stored before the TSC unit had its honest name read as it is named now.
-        df["unit"] = df["unit"].replace(dict.fromkeys(LEGACY_TSC_UNITS, TSC_UNIT))
-        for name in SUMMARY_FIELDS:
-            df[name] = df[name].astype("Int64" if name in ("n", "steal_ticks") else "float64")
-        return df
+            configs = config_parts(connection.execute(cfg_stmt))
+        # The frame as store.reader builds it from the same rows read without SQLAlchemy.
+        return runs_frame(rows, configs)
 
     @_reconnecting
     def executed_order(self, experiment_id: int) -> pd.DataFrame:

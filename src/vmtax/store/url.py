@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import platformdirs
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
 
 from vmtax.errors import UsageError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 ENV_VAR = "VMTAX_DB"
 _POSTGRES_SCHEMES = {"postgresql", "postgres", "postgresql+psycopg"}
@@ -26,6 +28,11 @@ def resolve(url: str | None) -> URL:
     PostgreSQL URLs are bound to the psycopg (v3) driver. Anything but SQLite and PostgreSQL
     is a usage error, as is a string SQLAlchemy cannot parse.
     """
+    # heavy: SQLAlchemy, only where a store is opened through it (store.reader reads a
+    # SQLite store's path without it)
+    from sqlalchemy.engine import URL, make_url
+    from sqlalchemy.exc import ArgumentError
+
     if url is not None and not url.strip():
         # An empty --db is a mistake (an unset shell variable, most often), not a request for
         # the default store, which it would otherwise silently create.

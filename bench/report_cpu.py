@@ -11,8 +11,9 @@ and about 370,000 samples, the shape of the README's worked example (`vmtax run 
 L0,L1`: 144 runs, 39 figures), from vmtax.testing.report_store's synthetic runs. Every one
 of its probes carries a planted period (every 97th iteration twice as slow), and a period
 that is real costs the period test all of its 20,000 shuffles (a report's family of 96
-tests): that store is the worst case, about 145 CPU-s of artifact detection on a 2-core VM,
-where the worked example itself, with one real period, spent about 19. Give --db for it.
+tests): that store is the worst case. The worked example itself has one real period, whose
+shuffles took about 13 CPU-s as FFTs on a loaded 2-core VM and about 3 counted from their
+pairs of onsets (stats.artifacts). Give --db for it.
 
 Run: python bench/report_cpu.py [--db URL] [--selector exp=latest] [--baseline level=L0]
      [--rounds 3]
@@ -75,13 +76,17 @@ def main() -> None:
             # Alternating, so that a drift in the machine's load reaches both alike.
             rows["report"].append(cpu_of(report))
             rows["compare"].append(cpu_of(compare))
-    print(f"{'command':<10} {'CPU s (median)':>15} {'wall s (median)':>16}  rounds")
+    print(f"{'command':<10} {'CPU s (median)':>15} {'wall s (median)':>16}  CPU min-max, rounds")
     med = {}
     for name, times in rows.items():
-        med[name] = statistics.median(c for _, c in times)
+        cpu = [c for _, c in times]
+        med[name] = statistics.median(cpu)
         wall = statistics.median(w for w, _ in times)
-        each = ", ".join(f"{c:.2f}" for _, c in times)
-        print(f"vmtax {name:<8} {med[name]:>15.2f} {wall:>16.2f}  CPU {each}")
+        each = ", ".join(f"{c:.2f}" for c in cpu)
+        print(
+            f"vmtax {name:<8} {med[name]:>15.2f} {wall:>16.2f}  "
+            f"{min(cpu):.2f}-{max(cpu):.2f}: {each}"
+        )
     print(f"report / compare, CPU: {med['report'] / med['compare']:.2f}")
 
 

@@ -13,10 +13,16 @@ import pytest
 from scipy import stats
 
 from vmtax.contract import read_stream
+from vmtax.stats import artifacts
 from vmtax.stats.artifacts import (
     PERIODIC_MAX_ITERATIONS,
     TIE_SINGLE,
     _acf,
+    _onsets,
+    _pair_acf,
+    _pair_bound,
+    _pair_floor,
+    _shuffled_ones,
     _shuffles,
     as_matrix,
     cross_run,
@@ -192,6 +198,91 @@ def test_the_shuffles_single_precision_correlation_is_within_a_tenth_of_the_tie(
     single = _acf(drawn, mean, weights, PERIODIC_MAX_ITERATIONS // 4, np.float32)
     assert 0 < np.abs(single - double).max() < TIE_SINGLE / 10  # rounded, but far below the tie
     assert np.abs(single[:, 2:].max(axis=-1) - double[:, 2:].max(axis=-1)).max() < TIE_SINGLE / 10
+
+
+@pytest.mark.parametrize("batch", [1, 7, 40])
+def test_the_positions_drawn_are_the_shuffles_ones(batch):
+    # The pair count draws each shuffle's onset positions, not its (runs, n) matrix: the same
+    # draws from the generator, so the same shuffles (batch: the calls _shuffles would get).
+    rng = np.random.default_rng(14)
+    ind = _onsets(rng.random((5, 300)) < np.array([[0.0], [0.004], [0.05], [0.3], [0.6]]))
+    ones = ind.sum(axis=1)
+    assert ones[0] == 0 and ones.max() <= 150  # a run without onsets, and a dense one
+    a, b = np.random.default_rng(15), np.random.default_rng(15)
+    dense = np.concatenate([_shuffles(ind, min(batch, 40 - i), a) for i in range(0, 40, batch)])
+    drawn = _shuffled_ones(ones, 300, 40, b, batch)
+    for run, positions in enumerate(drawn):
+        assert positions.shape == (40, ones[run])
+        for i in range(40):
+            assert (positions[i] == np.flatnonzero(dense[i, run])).all()
+    assert a.integers(1 << 40) == b.integers(1 << 40)  # and the generator is left alike
+
+
+@pytest.mark.parametrize("n", [16, 301, 4096])
+def test_the_pair_count_is_the_fft_autocorrelation(n):
+    rng = np.random.default_rng(n)
+    ind = _onsets(rng.random((6, n)) < np.array([[0.0], [0.002], [0.01], [0.05], [0.2], [0.4]]))
+    ind[1, :2] = True  # a run with its onsets at the start, another at the end
+    ind[2, -1] = True
+    ones = ind.sum(axis=1)
+    mean = ind.mean(axis=1)
+    energy = ones * (1 - mean)
+    weights = np.divide(1.0, 6 * energy, out=np.zeros(6), where=energy > 0)
+    drawn = _shuffles(ind, 9, np.random.default_rng(1))
+    positions = [np.stack([np.flatnonzero(d[r]) for d in drawn]) for r in range(6)]
+    fft = _acf(drawn, mean, weights, n // 4)
+    pairs = _pair_acf(positions, n, mean, weights, n // 4)
+    assert pairs.shape == fft.shape
+    assert np.abs(pairs - fft).max() < 1e-12
+
+
+@pytest.mark.parametrize("n", [16, 301, 4096])
+def test_the_pair_bound_is_never_below_the_statistic(n):
+    # The shuffles whose bound is below the data's peak are not counted exactly: the bound
+    # must hold for every arrangement, a periodic one (the data's) as well as shuffles.
+    rng = np.random.default_rng(n + 1)
+    slow = rng.random((5, n)) < np.array([[0.001], [0.01], [0.03], [0.1], [0.2]])
+    slow[:, 3::7] |= rng.random((5, len(range(3, n, 7)))) < 0.8
+    ind = _onsets(slow)
+    ones = ind.sum(axis=1)
+    mean = ind.mean(axis=1)
+    weights = 1 / (5 * ones * (1 - mean))
+    drawn = _shuffled_ones(ones, n, 50, rng, 50)
+    rows = [np.vstack([np.flatnonzero(ind[r]), drawn[r]]) for r in range(5)]
+    exact = _pair_acf(rows, n, mean, weights, n // 4)[:, 2:].max(axis=-1)
+    floor = _pair_floor(ones, n, mean, weights, n // 4)
+    bound = _pair_bound(rows, n, n // 4, float(weights.max()), floor)
+    assert (bound >= exact - 1e-12).all()
+
+
+@pytest.mark.parametrize("cost", [0.0, np.inf])
+@pytest.mark.parametrize("case", ["period", "none", "sparse"])
+def test_the_period_test_gives_one_p_value_whichever_way_it_counts(monkeypatch, cost, case):
+    # PAIR_COST 0: every shuffle is counted from its pairs; infinite: by FFT.
+    rng = np.random.default_rng(16)
+    slow = rng.random((5, 3000)) < (0.002 if case == "sparse" else 0.02)
+    if case != "none":
+        slow[:, 11::60] |= rng.random((5, 50)) < 0.7
+    expected = periodic(slow, resamples=2000, seed=3)
+    monkeypatch.setattr(artifacts, "PAIR_COST", cost)
+    got = periodic(slow, resamples=2000, seed=3)
+    assert got == expected
+    if case != "none":
+        assert got.period == 60 and got.p_value == pytest.approx(1 / 2001)
+
+
+@pytest.mark.parametrize("memory", [0.0, 0.045, 0.05, 0.3])
+def test_cross_run_blocks_give_the_p_value_of_the_full_sums(monkeypatch, memory):
+    # A block of one lag bounds nothing away: every resample is summed in full.
+    rng = np.random.default_rng(17)
+    slow = rng.random((6, 3000)) < 0.02
+    for r in range(1, 6):
+        slow[r] |= np.roll(slow[r - 1], 5) & (rng.random(3000) < memory)  # drift 5 per run
+    blocks = cross_run(slow, resamples=3000)
+    monkeypatch.setattr(artifacts, "CROSS_BLOCK", 1)
+    assert blocks == cross_run(slow, resamples=3000)
+    if memory == 0.3:
+        assert blocks.found and blocks.drift == 5 and blocks.p_value == pytest.approx(1 / 3001)
 
 
 def test_periodic_reads_only_the_first_iterations_of_long_runs():

@@ -52,16 +52,19 @@ def write_report(
     # heavy: matplotlib, Jinja2, scipy and statsmodels, only when a report is written
     from vmtax.report import analysis
     from vmtax.report.sweep import sections, standalone
+    from vmtax.report.threads import one_blas_thread
 
     step = progress or (lambda _name: None)
     sweeps = sections(data.sweeps)
     if data.sweeps_only:
         _atomic_write(output, standalone(sweeps, fmt))
         return Written(path=output, size=output.stat().st_size, figures=len(sweeps))
-    model = analysis.build(data, options=options, progress=step)
-    model.sweeps = sweeps
-    step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
-    return write_model(model, output, fmt=fmt)
+    # The heavy steps run a process per core already: BLAS threads on top only spin.
+    with one_blas_thread():
+        model = analysis.build(data, options=options, progress=step)
+        model.sweeps = sweeps
+        step("writing " + ("markdown and PNG figures" if fmt == "markdown" else "HTML"))
+        return write_model(model, output, fmt=fmt)
 
 
 def write_model(model: ReportModel, output: Path, *, fmt: str = "html") -> Written:

@@ -11,7 +11,11 @@
   within each run, which keeps the spike rate and destroys any order (the search and its test
   read at most the first ``PERIODIC_MAX_ITERATIONS`` of each run; it stops early, with Besag
   and Clifford's sequential p-value, once ``SEQUENTIAL_EXCEED`` shuffles are as extreme as the
-  data, which leaves every verdict as the full test's). The iteration indices
+  data, which leaves every verdict as the full test's). A shuffle's autocorrelation is
+  counted from its pairs of onsets when the runs hold few (k onsets cost about k² pairs
+  where an FFT costs n log n; a bound from one count of every run's pairs first sets aside
+  the shuffles that cannot reach the data), and by FFT otherwise: the same shuffles and the
+  same p-value either way. The iteration indices
   slow in (almost) every run are those whose spike count across runs is improbable under the
   overall spike rate (binomial test, Bonferroni over the indices).
 - **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the circular
@@ -20,7 +24,9 @@
   (d = 0: the same indices every run). The p-value shifts each run by an independent random
   circular offset, which keeps every run's own pattern (periodic or not) but breaks the
   alignment between runs (it reads the same first iterations as the period test, and stops
-  as it does).
+  as it does). A resample whose bound (each pair's largest correlation in each block of
+  lags, averaged) cannot reach the data's statistic is not added up lag by lag: the same
+  p-value for a fraction of the work when the data's correlation is far out.
 - **Warm-up**: each run's first iterations against its steady state (the second half).
   The unit is the run: one difference per run (the median of its first window minus the
   median of its steady state), tested one-sided by flipping their signs (an exact
@@ -96,6 +102,13 @@ TIE = 1e-9  # correlations this close to the observed one count as ties (as larg
 #: and most of a large report's time): their rounding, about 1e-7 on a normalised correlation
 #: of 16,384 iterations (tests/test_artifacts.py), is covered by counting this close as a tie.
 TIE_SINGLE = 1e-5
+#: The period test reads a shuffle's autocorrelation from its pairs of onsets rather than an
+#: FFT when its runs hold few onsets: when PAIR_COST x (pairs within the largest lag) is below
+#: runs x L log2 L, L the FFT's length (the two costs' ratio, measured on 7 runs of 8,192
+#: iterations, the worked example's period).
+PAIR_COST = 35
+PAIR_BATCH = 32  # shuffles per call of the pair count, at least: fewer cost more in calls
+CROSS_BLOCK = 64  # lags a block of the cross-run test's bound (see cross_run)
 SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
 EARLY_LOOK_MARGIN = 2  # a test nothing matched stops at a p this many times below the threshold
 
@@ -380,6 +393,165 @@ def _shuffles(ind: np.ndarray, b: int, rng: np.random.Generator) -> np.ndarray:
     return hits ^ flip[None, :, None]
 
 
+def _shuffled_ones(
+    ones: np.ndarray, n: int, b: int, rng: np.random.Generator, batch: int
+) -> list[np.ndarray]:
+    """Where the ones of ``b`` within-run shuffles fall: per run, a (b, ones[r]) array of
+    sorted positions (rows of at most n // 2 ones).
+
+    The shuffles are :func:`_shuffles`' for the same ``rng``, drawn ``batch`` at a time as it
+    would be called: the same draws (each row's positions with replacement, its repeats
+    drawn again until it has its count), kept as positions instead of a (b, runs, n) matrix.
+    """
+    parts = [_ones_batch(ones, n, min(batch, b - i), rng) for i in range(0, b, batch)]
+    if len(parts) == 1:
+        return parts[0]
+    return [np.concatenate(rows) for rows in zip(*parts, strict=True)]
+
+
+def _ones_batch(ones: np.ndarray, n: int, b: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One call's worth of :func:`_shuffled_ones`: the draws :func:`_shuffles` makes."""
+    total = int(ones.sum())
+    if total == 0:
+        return [np.empty((b, 0), dtype=np.int64) for _ in ones]
+    draws = rng.integers(0, n, b * total).reshape(b, total)
+    starts = np.cumsum(ones) - ones
+    out = [np.sort(draws[:, s : s + k], axis=1) for s, k in zip(starts, ones, strict=True)]
+    # A repeat in a sorted row is a hole: _shuffles draws that many positions for the row
+    # again (rows in order, a row's draws together) and keeps the distinct ones.
+    holes = [row[:, 1:] == row[:, :-1] for row in out]
+    need = np.stack([h.sum(axis=1) for h in holes], axis=1)
+    while need.any():
+        bi, ri = np.nonzero(need)
+        reps = need[bi, ri]
+        drawn = rng.integers(0, n, reps.sum())
+        owner = np.repeat(ri, reps)
+        for r in np.unique(ri):
+            hb, hc = np.nonzero(holes[r])
+            out[r][hb, hc + 1] = drawn[owner == r]
+            rows = np.unique(hb)
+            again = np.sort(out[r][rows], axis=1)
+            out[r][rows] = again
+            holes[r][rows] = again[:, 1:] == again[:, :-1]
+            need[rows, r] = holes[r][rows].sum(axis=1)
+    return out
+
+
+def _pair_acf(
+    ones: Sequence[np.ndarray], n: int, mean: np.ndarray, weights: np.ndarray, max_lag: int
+) -> np.ndarray:
+    """What :func:`_acf` gives for 0/1 rows given by the positions of their ones (``ones[r]``:
+    a sorted (b, k) array per run), in double precision, from the pairs of ones instead of
+    an FFT: (b, max_lag + 1).
+
+    A demeaned 0/1 row's autocovariance at lag L is C(L) - m (2k - lo(L) - hi(L)) + m² (n - L),
+    where C(L) counts the pairs of ones L apart, lo(L) the ones before L and hi(L) those at
+    n - L or later. The pairs are those of each one with the next few (sorted rows: as many
+    as can lie within max_lag), which costs about k² max_lag / n a row, where an FFT costs
+    n log n whatever k.
+    """
+    b = ones[0].shape[0] if ones else 0
+    width = max_lag + 2  # lags 0..max_lag, and one bin for the pairs further apart
+    base = np.arange(b, dtype=np.intp)[:, None] * width
+    far = base + (max_lag + 1)
+    lags = np.arange(max_lag + 1)
+    pairs = np.zeros(b * width)  # the sum over runs of w C(L)
+    # Where lo(L) + hi(L) steps up by one (at L = p + 1 and at L = n - p), every run's in
+    # one weighted count: a few per one, where the pairs are many.
+    total = sum(row.shape[1] for row in ones)
+    steps = np.empty((b, 2 * total), dtype=np.intp)
+    step_weights = np.empty(2 * total)
+    at = 0
+    fixed = np.zeros(max_lag + 1)  # the terms that depend on k only
+    for row, w, m in zip(ones, weights, mean, strict=True):
+        k = row.shape[1]
+        if k == 0:
+            continue
+        fixed += w * (m * m * (n - lags) - 2 * m * k)
+        fixed[0] += w * k  # C(0): every one with itself (the pairs below start at lag 1)
+        reach = _reach(row, max_lag)
+        if reach:
+            # Each one against the next `reach` (past the row's end, a position further than
+            # max_lag from all): one (b, k, reach) difference, clipped to the far bin. A count
+            # per run, weighted after: cheaper than weighting every pair.
+            ahead = np.full((b, k + reach), n + max_lag + 1, dtype=np.intp)
+            ahead[:, :k] = row
+            nexts = np.lib.stride_tricks.sliding_window_view(ahead, reach + 1, axis=1)
+            apart = np.subtract(nexts[:, :k, 1:], (row - base)[:, :, None])
+            np.minimum(apart, far[:, :, None], out=apart)
+            pairs += w * np.bincount(apart.ravel(), minlength=b * width)
+        np.add(row, base + 1, out=steps[:, at : at + k])
+        np.subtract(base + n, row, out=steps[:, at + k : at + 2 * k])
+        step_weights[at : at + 2 * k] = w * m
+        at += 2 * k
+    np.minimum(steps, far, out=steps)
+    weighted = np.broadcast_to(step_weights, steps.shape).ravel()
+    lo_hi = np.bincount(steps.ravel(), weighted, minlength=b * width).reshape(b, width)
+    ac = pairs.reshape(b, width)[:, : max_lag + 1]
+    ac += np.cumsum(lo_hi[:, : max_lag + 1], axis=-1)
+    ac += fixed
+    ac *= n / (n - lags)
+    return ac
+
+
+def _pair_floor(
+    ones: np.ndarray, n: int, mean: np.ndarray, weights: np.ndarray, max_lag: int
+) -> np.ndarray:
+    """For lags 2..max_lag, what :func:`_pair_bound` adds to its pair counts: the terms of
+    the autocovariance besides C(L), at their largest for each run's count of ones
+    (lo(L) + hi(L) is at most 2 min(k, L)), times the unbiasing factor."""
+    lags = np.arange(2, max_lag + 1)
+    k = ones.astype(np.float64)[:, None]
+    m = mean[:, None]
+    terms = weights[:, None] * (m * 2 * np.minimum(k, lags) + m * m * (n - lags) - 2 * m * k)
+    return terms.sum(axis=0) * (n / (n - lags))
+
+
+def _pair_bound(
+    ones: Sequence[np.ndarray], n: int, max_lag: int, top_weight: float, floor: np.ndarray
+) -> np.ndarray:
+    """A bound of each shuffle's statistic (its autocorrelation's largest value at lags 2 and
+    up), as :func:`_pair_acf` would give it, from one count of every run's pairs together.
+
+    A run's weight is at most ``top_weight``, so the weighted sum over runs of the pairs L
+    apart is at most top_weight times their count over all runs: one count (every run's pairs
+    in one histogram), where the exact sum needs one per run and the steps of lo and hi."""
+    b = ones[0].shape[0] if ones else 0
+    width = max_lag + 2  # as in _pair_acf: lags 0..max_lag and a far bin
+    base = np.arange(b, dtype=np.intp)[:, None] * width
+    far = base + (max_lag + 1)
+    reach = [_reach(row, max_lag) for row in ones]
+    index = np.empty(b * sum(r.shape[1] * j for r, j in zip(ones, reach, strict=True)), np.intp)
+    at = 0
+    for row, ahead_of in zip(ones, reach, strict=True):
+        k = row.shape[1]
+        if not ahead_of:
+            continue
+        ahead = np.full((b, k + ahead_of), n + max_lag + 1, dtype=np.intp)
+        ahead[:, :k] = row
+        nexts = np.lib.stride_tricks.sliding_window_view(ahead, ahead_of + 1, axis=1)
+        out = index[at : at + b * k * ahead_of].reshape(b, k, ahead_of)
+        np.subtract(nexts[:, :k, 1:], (row - base)[:, :, None], out=out)
+        np.minimum(out, far[:, :, None], out=out)
+        at += out.size
+    counts = np.bincount(index[:at], minlength=b * width).reshape(b, width)[:, 2 : max_lag + 1]
+    scale = top_weight * n / (n - np.arange(2, max_lag + 1))
+    return (counts * scale + floor).max(axis=-1, initial=-np.inf)
+
+
+def _reach(row: np.ndarray, max_lag: int) -> int:
+    """The most places apart two ones of a sorted row (b, k) can be and still lie within
+    ``max_lag`` of each other, over every row."""
+    b, k = row.shape
+    if k < 2:
+        return 0
+    # The rows one after the other, each beyond the previous by more than max_lag: one
+    # sorted array, so one search finds every one's last partner.
+    flat = (row + np.arange(b)[:, None] * (int(row[:, -1].max()) + max_lag + 1)).ravel()
+    last = np.searchsorted(flat, flat + max_lag, side="right")
+    return int((last - np.arange(flat.size)).max()) - 1
+
+
 def _onsets(slow: np.ndarray) -> np.ndarray:
     """Where each burst of consecutive slow iterations starts.
 
@@ -427,13 +599,43 @@ def periodic(
     stat = float(acf[2:].max())
     rng = np.random.default_rng(seed)
 
-    def nulls(b: int) -> np.ndarray:
-        shuffled = _shuffles(ind, b, rng)
-        return _acf(shuffled, mean, weights, max_lag, np.float32)[:, 2:].max(axis=-1)
+    # The shuffles are drawn in batches of about 16 MiB of FFT input: enough to amortise the
+    # FFT's calls; bigger batches were slower (memory traffic). The pair count draws the same
+    # batches, so either way a seed gives the same shuffles.
+    batch = max(1, int(2**21 // max(1, runs * (n + max_lag))))
+    ones = ind.sum(axis=1)
+    size = sfft.next_fast_len(n + max_lag, real=True)
+    pair_cost = PAIR_COST * float((ones.astype(np.float64) ** 2).sum()) * max_lag / n
+    if ones.max() <= n // 2 and pair_cost < runs * size * math.log2(size):
+        # Sparse onsets: each shuffle's autocorrelation from its pairs of onsets (exact), the
+        # same shuffles as below, several batches a call (each costs little). A bound first
+        # (see _pair_bound) rules out the shuffles that cannot reach the data's statistic;
+        # once most of a batch could, the bound only adds cost, and is dropped.
+        floor = _pair_floor(ones, n, mean, weights, max_lag)
+        bounding = True
 
-    # About 16 MiB of FFT input per batch: enough to amortise the calls; bigger batches were
-    # slower (memory traffic).
-    chunk = max(1, int(2**21 // max(1, runs * (n + max_lag))))
+        def nulls(b: int) -> np.ndarray:
+            nonlocal bounding
+            drawn = _shuffled_ones(ones, n, b, rng, batch)
+            if not bounding:
+                return _pair_acf(drawn, n, mean, weights, max_lag)[:, 2:].max(axis=-1)
+            out = _pair_bound(drawn, n, max_lag, float(weights.max()), floor)
+            # A further TIE for the bound's own rounding (it adds in another order).
+            near = np.flatnonzero(out >= stat - TIE_SINGLE - TIE)
+            if near.size:
+                some = [row[near] for row in drawn]
+                out[near] = _pair_acf(some, n, mean, weights, max_lag)[:, 2:].max(axis=-1)
+            bounding = 2 * near.size <= b
+            return out
+
+        chunk = batch * max(1, PAIR_BATCH // batch)
+    else:
+
+        def nulls(b: int) -> np.ndarray:
+            shuffled = _shuffles(ind, b, rng)
+            return _acf(shuffled, mean, weights, max_lag, np.float32)[:, 2:].max(axis=-1)
+
+        chunk = batch
     p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look, tie=TIE_SINGLE)
     out = Periodic(False, None, peak if lag else None, p, indices, rate, p, int(lag))
     out.decide()
@@ -478,19 +680,45 @@ def cross_run(
     # window wrapped[p, s : s + len(lags)], so a resample copies rows instead of gathering
     # pairs x lags elements through a modulo (that took most of a report's detection time).
     wrapped = cc[:, np.arange(-max_lag, n + max_lag) % n]
-    windows = np.lib.stride_tricks.sliding_window_view(wrapped, lags.size, axis=-1)
+
+    # The lags in blocks of CROSS_BLOCK: each pair's largest correlation in each block of
+    # every shift bounds a resample's mean over pairs block by block, so only the blocks
+    # whose bound reaches the data's statistic (in a test with a clear finding, next to none)
+    # are added up lag by lag.
+    blocks = -(-lags.size // CROSS_BLOCK)
+    room = np.pad(wrapped, ((0, 0), (0, blocks * CROSS_BLOCK - lags.size)))
+    block_top = np.lib.stride_tricks.sliding_window_view(room, CROSS_BLOCK, axis=-1).max(axis=-1)
+    block_lags = np.lib.stride_tricks.sliding_window_view(room, CROSS_BLOCK, axis=-1)
+    offsets = np.arange(blocks) * CROSS_BLOCK
+    beyond = offsets[:, None] + np.arange(CROSS_BLOCK) >= lags.size  # the last block's tail
 
     def nulls(b: int) -> np.ndarray:
+        """Each resample's statistic where it may reach the data's (within the tie), and
+        elsewhere a bound below that, which is all that monte_carlo_p reads."""
         shifts = rng.integers(0, n, size=(b, runs))
         moved = (shifts[:, pairs + 1] - shifts[:, pairs]) % n  # (b, pairs)
-        # The mean over pairs as numpy takes it (added pair by pair, then divided), without
-        # a (b, pairs, lags) copy: a third less time, the same numbers.
-        total = windows[0, moved[:, 0]]
+        # Every sum here adds the pairs in one order, as the statistic's mean does: its
+        # rounding cannot put a bound below the value it bounds.
+        bound = block_top[0, moved[:, :1] + offsets]
         for p in range(1, pairs.size):
-            total += windows[p, moved[:, p]]
-        return (total / pairs.size).max(axis=-1)
+            bound += block_top[p, moved[:, p : p + 1] + offsets]
+        bound /= pairs.size
+        out = bound.max(axis=-1)
+        draw, block = np.nonzero(bound >= stat - TIE)
+        if draw.size:
+            # Those blocks lag by lag: the mean over pairs as numpy takes it (added pair by
+            # pair, then divided), so each value is the one the whole profile would have.
+            at = offsets[block]
+            total = block_lags[0, moved[draw, 0] + at]
+            for p in range(1, pairs.size):
+                total += block_lags[p, moved[draw, p] + at]
+            total /= pairs.size
+            total[beyond[block]] = -np.inf
+            out[draw] = -np.inf
+            np.maximum.at(out, draw, total.max(axis=-1))
+        return out
 
-    # Small batches: each resample gathers pairs x lags values at random places in cc, and the
+    # Small batches: a resample may gather pairs x lags values at random places in cc, and the
     # sequential stop (as in periodic()) ends most tests after a batch or two.
     chunk = max(1, min(resamples, int(2**20 // (pairs.size * lags.size))))
     p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look)

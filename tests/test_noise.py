@@ -729,3 +729,35 @@ def test_a_design_whose_optimum_runs_exceed_a_boots_most_is_still_made():
     made = design(0.02**2, 0.3**2, 25, 0.2, 0.10)
     assert made.reached and made.half_width <= 0.10
     assert 1 <= made.runs_per_boot <= MAX_RUNS_PER_BOOT
+
+
+def test_a_profiles_design_is_the_first_stage_and_the_looks_go_on(monkeypatch, tmp_path):
+    """With a profile, `vmtax run` plans the profile's boots and runs, and keeps adaptive
+    sampling on (its precision and budget), so that boot-level looks add boots when this
+    run's noise is more than the profile's. The run stops at the plan's check of its probes
+    (a stand-in records the plan): booting guests is not what this tests."""
+    from vmtax.experiment import run as run_module
+
+    design = cal.RunDesign("noise profile: planned", boots=5, runs=20)
+    monkeypatch.setattr(run_module, "_profile_design", lambda *_a, **_k: design)
+    seen = {}
+
+    class Planned(Exception):
+        pass
+
+    def check_probes(plan, available):
+        seen["plan"] = plan
+        raise Planned
+
+    monkeypatch.setattr(run_module.rn, "check_probes", check_probes)
+    req = RunRequest(levels="L0,L1", accel="tcg", precision="5%", budget="10m",
+                     probes=["cpuid"], db=f"sqlite:///{tmp_path / 'v.db'}")  # fmt: skip
+    with pytest.raises(Planned):
+        run_module.run(req)
+    plan = seen["plan"]
+    assert plan.sampling is not None, "the profile's design turned adaptive sampling off"
+    assert plan.sampling["precision"] == pytest.approx(0.05)
+    assert plan.sampling["budget_s"] == pytest.approx(600.0)
+    assert plan.sampling["min_runs"] >= 20
+    guest = [s for s in plan.steps if s.target == 1]
+    assert len(guest) >= 20 and {s.boot for s in guest} == set(range(5))

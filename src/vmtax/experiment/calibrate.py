@@ -452,7 +452,8 @@ def run_design(
         f"made {made}{'' if configs == 1 else f', {configs} configurations'}): planned "
         f"{design.boots} boots × {design.runs_per_boot} runs of each probe per guest "
         f"configuration, about {total:.0f} s ({design.seconds:.0f} s each; boot "
-        f"{boot_cost:.1f} s, {boot_from}), for ±{100 * precision:g}% at the boot level ({reach})"
+        f"{boot_cost:.1f} s, {boot_from}), for ±{100 * precision:g}% at the boot level ({reach}); "
+        "then boots are added while the interval is wider and the budget lasts"
     )
     return RunDesign(line, design.boots, design.boots * design.runs_per_boot, design)
 

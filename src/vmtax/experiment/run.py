@@ -127,11 +127,16 @@ def run(
     # preset is refused in one line, with nothing said about profiles before it).
     profile_lines: list[str] = []
     profiled = _profile_design(request, specs, checked.labels, local_fp, plan, profile_lines.append)
-    if profiled is not None:  # a noise profile's design: its boots, a fixed number of runs
+    if profiled is not None:
+        # A noise profile's design is the first stage: its boots, its runs in them. Then the
+        # boot-level looks judge the interval `compare` will print, as without a profile, and
+        # add boots while the target is not reached and the budget lasts: the profile may
+        # have been measured on a quieter machine than the one the run meets.
         specs = [_with_boots(s, profiled.boots) for s in specs]
         plan = build_plan(
             the_suite, source=source, seed=seed, targets=specs, probes=request.probes or None,
-            runs=profiled.runs, timeout=request.timeout, duration=request.duration,
+            runs=None, timeout=request.timeout, duration=request.duration,
+            first_stage_runs=profiled.runs, **checked.sampling,
         )  # fmt: skip
     if plan.sampling and plan.sampling.get("unreachable"):
         notice(f"vmtax: warning: {plan.sampling['unreachable']}")

@@ -214,15 +214,20 @@ def build_plan(
     precision: float | None = None,
     budget: float | None = None,
     min_runs: int | None = None,
+    first_stage_runs: int | None = None,
 ) -> Plan:
     """Resolve the suite (with the user's --probe / --runs) into an ordered plan.
 
     Sampling is adaptive when a precision is asked for (``precision`` here, else the
     suite's, unless ``runs`` fixes the number of runs): every entry then gets ``min_runs``
     planned runs and the adaptive loop (vmtax.sampling) adds the rest while it runs.
+    ``first_stage_runs`` (a noise profile's design, its boots in the targets' specs) plans at
+    least that many runs of each entry before the first look.
     """
     chosen = _select(suite, probes)
     sampling = _sampling(suite, runs=runs, precision=precision, budget=budget, min_runs=min_runs)
+    if sampling is not None and first_stage_runs is not None:
+        sampling["min_runs"] = max(int(sampling["min_runs"]), int(first_stage_runs))
     if sampling is not None:
         # The family a comparison of these targets tests: each probe against the baseline.
         family = len(chosen) * max(len(targets) - 1, 0)

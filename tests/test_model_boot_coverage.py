@@ -102,12 +102,9 @@ def test_boots_unpaired_undercount_a_shared_boot_effect():
     assert unpaired < both and unpaired < 0.94
 
 
-def test_stored_boots_are_the_unit_and_the_interval_is_for_the_next_boot(cli, store, sqlite_url):
-    """Runs stored in three boots a level (two runs each, KVM's counts at the VM level): each
-    boot's mean is one unit, the probes are paired by boot, and the interval is labelled for
-    the next boot; the ratio baseline and κ per exit group stand beside it."""
-    import json
-
+def _stored_boots(store, cpuid_handling_ns: float = 0.0) -> None:
+    """Three boots a level (L2, L3), two runs each, KVM's counts at L2; cpuid's exits
+    handled in ``cpuid_handling_ns`` each (0: untimed)."""
     import vmtax.hostprof.store as hp
 
     exp = store.create_experiment(
@@ -142,10 +139,23 @@ def test_stored_boots_are_the_unit_and_the_interval_is_for_the_next_boot(cli, st
                     )  # fmt: skip
                     if level == "L2":
                         code = 0x72 if probe == "cpuid" else 0x7C
-                        reason = {"code": code, "count": int(w * iters), "time_ns": 0, "timed": 0}
+                        count = int(w * iters)
+                        timed = probe == "cpuid" and cpuid_handling_ns > 0
+                        spent = int(cpuid_handling_ns * count) if timed else 0
+                        reason = {"code": code, "count": count, "time_ns": spent,
+                                  "timed": count if timed else 0}  # fmt: skip
                         prof = {"isa": "svm", "complete": True, "dropped": 0, "reasons": [reason]}
                         hp.save_profile(store, int(run), "L1", prof, "kvm-stats")
     store.finish_experiment(exp, "ok")
+
+
+def test_stored_boots_are_the_unit_and_the_interval_is_for_the_next_boot(cli, store, sqlite_url):
+    """Runs stored in three boots a level (two runs each, KVM's counts at the VM level): each
+    boot's mean is one unit, the probes are paired by boot, and the interval is labelled for
+    the next boot; the ratio baseline and κ per exit group stand beside it."""
+    import json
+
+    _stored_boots(store)
     res = cli("model", "exp=latest", "--out-of-sample", "--db", sqlite_url, "--format", "json")
     assert res.returncode == 0, res.stderr
     rows = json.loads(res.stdout)
@@ -183,3 +193,20 @@ def test_the_measured_model_takes_each_boot_as_one_unit():
     cpuid = next(s for s in found.series if s.benchmark == "cpuid")
     assert len(cpuid.vm) == len(cpuid.nested) == 3
     np.testing.assert_allclose(cpuid.vm, [1500.5, 1650.5, 1800.5])
+
+
+def test_a_negative_round_trip_is_said_and_adds_nothing(cli, store, sqlite_url):
+    """CPUID's handling recorded as longer than CPUID itself (a stalled profiled run) gives a
+    negative round trip e: the header says so and no exit's time is made smaller by it."""
+    import json
+
+    cpuid_t, cpuid_w = LOADS["cpuid"]
+    _stored_boots(store, cpuid_handling_ns=3 * cpuid_t / cpuid_w)
+    table = cli("model", "exp=latest", "--out-of-sample", "--db", sqlite_url)
+    assert table.returncode == 0, table.stderr
+    assert "is not positive, so an exit adds no round trip" in table.stdout
+    rows = json.loads(
+        cli("model", "exp=latest", "--out-of-sample", "--db", sqlite_url, "--format", "json").stdout
+    )
+    timed = [r for r in rows if r["weights"] == "exit time"]
+    assert timed and all(r["predicted"] > 0 for r in timed)

@@ -160,3 +160,13 @@ def test_each_isolating_probe_exists_in_dvh_micro_and_is_named_for_an_untaken_gr
     lines = kappa_lines(fit_groups(no_pio_halt))
     assert lines[-2] == "  no probe took halt, port I/O exits: their κ is not measured (κ̄)"
     assert lines[-1] == "  probes that isolate them: halt (halt), portio (port I/O)"
+
+
+def test_the_kappa_lines_say_pooled_only_when_lambda_is_above_zero():
+    from vmtax.model.groups import kappa_lines
+
+    fitted, _ = _data(3)
+    alone = kappa_lines(fit_groups(fitted, pool=0.0))
+    assert "not pooled (λ = 0)" in alone[0] and "pooled toward" not in " ".join(alone)
+    pooled = kappa_lines(fit_groups(fitted, pool=1.0))
+    assert "pooled toward κ̄" in pooled[0] and "λ = 1" in pooled[0]

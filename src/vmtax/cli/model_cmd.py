@@ -326,9 +326,14 @@ def render_out_of_sample(found: OutOfSample, fmt: str) -> object:
             **{"single κ": [_value(x) for x in preds["single_kappa"]]},
             **{"single κ error %": [_pct(x) for x in preds["single_kappa_error_pct"]]},
         )
+    round_trip = (
+        f"e = {e:.0f} ns"
+        if e > 0
+        else f"e = {e:.0f} ns is not positive, so an exit adds no round trip"
+    )
     head = (
         f"L{vm + 1} predicted out of sample: each probe's L{vm} runs and exit profile, and a "
-        f"nesting factor κ fitted on other probes only (e = {e:.0f} ns); the runs' "
+        f"nesting factor κ fitted on other probes only ({round_trip}); the runs' "
         f"{found.statistic}s; 95% prediction intervals; ratio baseline: the probe's L{vm} "
         "time × the calibration probes' nested/VM ratio (geometric mean)"
     )

@@ -200,7 +200,8 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     preds = predict(loads, nested_level=vm + 1, weightings=weights)
     # The term's load is the spin's mean chunk over its median: the rare chunks an exit landed
     # in, which are what a median leaves out. Medians get the per-operation rows only.
-    spin = timed.spin_from(ok, profiles, tsc, vm, e) if request.statistic == "mean" else None
+    e_added = max(e, 0.0)  # as loads_from adds it: a negative e adds no round trip
+    spin = timed.spin_from(ok, profiles, tsc, vm, e_added) if request.statistic == "mean" else None
     if spin is not None and len(preds):
         preds = pd.concat(
             [preds, timed.predict(loads, spin, nested_level=vm + 1, weightings=weights)],

@@ -375,15 +375,20 @@ def predict(
 def kappa_lines(found: GroupFit, unit: str = "ns") -> list[str]:
     """One line per group: κ with its 95% bootstrap interval and the probes that isolate it."""
     pool = "one κ" if np.isinf(found.pool) else f"λ = {found.pool:g}"
-    lines = [f"κ per exit group (relative weights, non-negative, pooled toward κ̄ = "
-             f"{found.common:.4g} {unit} per exit, {pool}):"]  # fmt: skip
+    # At λ = 0 nothing is pooled: each group's κ is its own fit, κ̄ only stands beside it.
+    pooled = found.pool > 0
+    toward = "pooled toward" if pooled else "not pooled (λ = 0); common"
+    how = f", {pool}" if pooled else ""
+    lines = [f"κ per exit group (relative weights, non-negative, {toward} κ̄ = "
+             f"{found.common:.4g} {unit} per exit{how}):"]  # fmt: skip
     untaken = []
     raw = found.unpooled if found.unpooled is not None else np.full(len(found.kappa), np.nan)
     for g, k, r, lo, hi in zip(found.groups, found.kappa, raw, found.low, found.high, strict=True):
         if g not in found.taken:
             untaken.append(g)
             continue
-        who = ", ".join(found.isolated_by.get(g, [])) or "no probe (pooled toward κ̄)"
+        alone = "no probe (pooled toward κ̄)" if pooled else "no probe"
+        who = ", ".join(found.isolated_by.get(g, [])) or alone
         span = f"{r:.4g} [{lo:.4g}, {hi:.4g}]" if lo == lo else "no interval (on its bound 0)"
         lines.append(f"  κ {g}: {k:.4g} {unit} per exit (unpooled {span}, 95%); isolated by {who}")
     if untaken:

@@ -29,6 +29,7 @@ coefficient of variation at the VM level); tests/test_model_coverage.py simulate
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -342,11 +343,14 @@ def loads_from(
         )
     c = vm_rows["cpuid"].mean(axis=0)
     e = float((c[0] - c[2]) / c[1])
+    # A handling time above CPUID's whole time (a stalled profiled run) makes e negative: an
+    # exit then adds no round trip, rather than taking time away from the exit time.
+    e_added = e if math.isfinite(e) and e > 0 else 0.0
     loads = []
     for probe, rows in vm_rows.items():
         # Column 2 becomes the exit time: handling (halts none) + a round trip per exit.
         rows = rows.copy()
-        rows[:, 2] = rows[:, 2] + e * rows[:, 1]
+        rows[:, 2] = rows[:, 2] + e_added * rows[:, 1]
         if probe in boots_of:
             vm_ids, nested_ids = boots_of[probe]
             loads.append(ProbeLoad(probe, rows, nested[probe], "boots", vm_ids, nested_ids))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import socket
 import subprocess
+import tempfile
 
 import pytest
 
@@ -18,11 +19,20 @@ pytestmark = pytest.mark.slow
 
 
 def leftovers() -> set[str]:
-    """Scratch directories of servers on the host, and processes running from one."""
+    """Scratch directories of servers on the host, and processes running from one; not the
+    servers another pytest-xdist worker runs from its own temporary directory at the time."""
     procs = subprocess.run(
         ["pgrep", "-af", "vmtax-wl-"], capture_output=True, text=True, check=False
     ).stdout.splitlines()
-    return set(glob.glob("/tmp/vmtax-wl-*")) | {p for p in procs if "pgrep" not in p}
+    return set(glob.glob("/tmp/vmtax-wl-*")) | {
+        p for p in procs if "pgrep" not in p and not _another_workers(p)
+    }
+
+
+def _another_workers(command_line: str) -> bool:
+    # Each worker's TMPDIR is <the session's shared directory>/tmp-<worker> (conftest.py).
+    own = tempfile.gettempdir()
+    return "/tmp-gw" in command_line and f"{own}/" not in command_line
 
 
 def shared_memory_segments() -> int:

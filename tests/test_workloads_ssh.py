@@ -5,7 +5,9 @@ nothing is left afterwards: no directory, no process, no port, no shared memory.
 
 from __future__ import annotations
 
+import fcntl
 import glob
+import os
 import socket
 import subprocess
 import tempfile
@@ -16,6 +18,20 @@ from vmtax.contract import read_stream
 from vmtax.workloads import run_lines
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def one_at_a_time():
+    """This module's tests, one at a time across pytest-xdist's workers: each checks that the
+    SSH host's servers left nothing in its /tmp, which a test of this module running in the
+    other worker at the same time would fill (the workers do not keep a module together)."""
+    shared = os.environ.get("VMTAX_TEST_SHARED_DIR") or tempfile.gettempdir()
+    with open(os.path.join(shared, "workloads-ssh.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def leftovers() -> set[str]:

@@ -176,7 +176,7 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     # heavy: scipy, only for --out-of-sample
     from vmtax.model import groups
     from vmtax.model import outofsample_timed as timed
-    from vmtax.model.outofsample import loads_from, predict, weightings
+    from vmtax.model.outofsample import loads_from, predict, round_trip_added, weightings
     from vmtax.model.sources import default_vm_level, tsc_rates
 
     vm_level = _vm_level(request)
@@ -200,7 +200,7 @@ def out_of_sample(request: ModelRequest) -> OutOfSample:
     preds = predict(loads, nested_level=vm + 1, weightings=weights)
     # The term's load is the spin's mean chunk over its median: the rare chunks an exit landed
     # in, which are what a median leaves out. Medians get the per-operation rows only.
-    e_added = max(e, 0.0)  # as loads_from adds it: a negative e adds no round trip
+    e_added = round_trip_added(e)  # as loads_from adds it
     spin = timed.spin_from(ok, profiles, tsc, vm, e_added) if request.statistic == "mean" else None
     if spin is not None and len(preds):
         preds = pd.concat(

@@ -288,6 +288,13 @@ def weightings(profiles: pd.DataFrame, vm_level: int) -> tuple[str, ...]:
     return WEIGHTS
 
 
+def round_trip_added(e: float) -> float:
+    """The round trip an exit adds to its time: ``e``, or none where it is not positive (a
+    handling time above CPUID's whole time, from a stalled profiled run), rather than taking
+    time away from the exit time."""
+    return e if math.isfinite(e) and e > 0 else 0.0
+
+
 def loads_from(
     runs: pd.DataFrame,
     profiles: pd.DataFrame,
@@ -343,9 +350,7 @@ def loads_from(
         )
     c = vm_rows["cpuid"].mean(axis=0)
     e = float((c[0] - c[2]) / c[1])
-    # A handling time above CPUID's whole time (a stalled profiled run) makes e negative: an
-    # exit then adds no round trip, rather than taking time away from the exit time.
-    e_added = e if math.isfinite(e) and e > 0 else 0.0
+    e_added = round_trip_added(e)
     loads = []
     for probe, rows in vm_rows.items():
         # Column 2 becomes the exit time: handling (halts none) + a round trip per exit.

@@ -270,6 +270,39 @@ def _worker_group(item: pytest.Item) -> str:
     return f"{module}::background" if _reads_a_background_run(item) else module
 
 
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_group_ids(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """The ``@group`` suffix of a grouped test's node id, which is all the loadgroup scheduler
+    sees of the group. pytest-xdist's worker writes it into ``item._nodeid`` (3.8.0); from
+    pytest 9.2 on the node id is read from ``item._id`` and that write is lost, so every test
+    would be scheduled on its own. This runs after xdist's hook and adds the suffix where its
+    write did not land; where it did (pytest before 9.2), there is nothing to add."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        if names:
+            _set_group_suffix(item, "_".join(sorted(names)))
+
+
+def _set_group_suffix(item: pytest.Item, group: str) -> None:
+    """Give the item's node id the suffix ``@group`` (xdist's format), unless it has it."""
+    if item.nodeid.endswith(f"@{group}"):
+        return
+    nodeid = f"{item.nodeid}@{group}"
+    structured = getattr(item, "_id", None)  # pytest >= 9.2: a NodeId
+    if structured is not None:
+        item._id = type(structured).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+    assert item.nodeid == nodeid, "the node id could not be given its xdist group"
+
+
 _SHARED_MADE_HERE: list[Path] = []
 
 

@@ -1,4 +1,5 @@
-"""What `vmtax compare` of boot-level runs loads, and what opening a current store reads.
+"""What `vmtax compare` of boot-level runs and `vmtax report` load, and what opening a current
+store reads.
 
 scipy.stats (most of a second of CPU to import) stays out of a comparison whose sides are
 boots (``vmtax.stats.dist`` has its t, chi-square and F numbers); so do scipy.optimize and
@@ -7,18 +8,23 @@ roots without it, and its far tail from a Gauss–Legendre rule on numpy's nodes
 SQLAlchemy with the store's models and the contract's pydantic models (a SQLite store at the
 newest revision is read through ``store.reader``). Alembic stays out of opening a store
 already at the newest revision (``store.migrate.HEAD``); pydantic, which typer loads to
-coerce an option's value, stays out of ``vmtax run --help``.
+coerce an option's value, stays out of ``vmtax run --help``. `vmtax report` of a SQLite store
+reads it through ``store.reader`` too, into the same report as through ``Store``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from vmtax.hostprof.store import save_profile
 from vmtax.store import Store, migrate
+from vmtax.testing.report_store import populate
 from vmtax.testing.runs import Config
 from vmtax.testing.stored import store_experiment
 
@@ -161,3 +167,68 @@ def test_noise_profiles_are_looked_up_only_where_stored(boots_db: str, tmp_path)
     with StoreReader.open(url) as with_one, StoreReader.open(boots_db) as without:
         assert with_one.direct and without.direct
         assert with_one.has_noise_profiles() and not without.has_noise_profiles()
+
+
+#: What `vmtax report` of a SQLite store at the newest revision leaves out: the store's
+#: SQLAlchemy door (``store.reader`` reads it).
+REPORT_LEFT_OUT = ("sqlalchemy", "vmtax.store.store", "vmtax.store.models", "alembic")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """`vmtax report` of a small SQLite store with exit profiles, in a process of its own:
+    what it loaded and wrote; then, in the same process, the same report with the reader
+    made to ask Store for everything, and what that loaded."""
+    tmp = tmp_path_factory.mktemp("report-cost")
+    url = f"sqlite:///{tmp / 'r.db'}"
+    with Store.open(url) as store:
+        exp = populate(store, levels=("L0", "L1"), probes=("cpuid",), runs=4, iterations=300)
+        runs = store.runs([f"exp={exp},level=L1"])
+        for i, run in enumerate(runs["run_id"]):
+            reasons = [{"code": 0x72, "count": 300 + i, "time_ns": 9000, "timed": 300}]
+            profile = {"isa": "svm", "complete": True, "reasons": reasons}
+            save_profile(store, int(run), "L0", profile)
+    out = tmp / "report.html"
+    argv = ["report", "exp=latest", "--db", url, "-o", str(out), "--resamples", "100"]
+    code = (
+        "import json, os, sys\n"
+        "from vmtax.cli import main\n"
+        "def report():\n"
+        f"    sys.argv = ['vmtax', *{argv!r}]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        return exc.code\n"
+        "    return 0\n"
+        "def heavy():\n"
+        f"    return sorted(m for m in {REPORT_LEFT_OUT!r} if m in sys.modules)\n"
+        "first = {'code': report(), 'heavy': heavy()}\n"
+        f"os.replace({str(out)!r}, {str(out)!r} + '.reader')\n"
+        "from vmtax.store.reader import StoreReader\n"
+        "StoreReader.direct = property(lambda self: False)\n"
+        "second = {'code': report(), 'heavy': heavy()}\n"
+        "sys.stderr.write(json.dumps([first, second]) + '\\n')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    first, second = json.loads(done.stderr.strip().splitlines()[-1])
+    return {
+        "reader": first,
+        "store": second,
+        "html": (Path(f"{out}.reader").read_text(), out.read_text()),
+    }
+
+
+def test_a_report_of_a_sqlite_store_leaves_sqlalchemy_out(reports: dict):
+    assert reports["reader"] == {"code": 0, "heavy": []}
+    # the check sees the store's SQLAlchemy door where the report goes through it
+    assert reports["store"]["code"] == 0
+    heavy = set(reports["store"]["heavy"])
+    assert {"sqlalchemy", "vmtax.store.store", "vmtax.store.models"} <= heavy
+
+
+def test_the_report_read_by_the_reader_is_the_one_read_by_store(reports: dict):
+    stamp = re.compile(r"Generated \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC")
+    (by_reader, n), (by_store, m) = (stamp.subn("Generated", html) for html in reports["html"])
+    assert n == m == 1
+    assert by_reader == by_store
+    assert "cpuid" in by_reader and "exit" in by_reader.lower()

@@ -14,9 +14,23 @@ import pandas as pd
 import pytest
 
 from vmtax.errors import VmtaxError
+from vmtax.hostprof.store import exit_profiles, save_profile
+from vmtax.model.sources import tsc_rates
+from vmtax.report import gather
+from vmtax.sampling.outcome import imprecise
 from vmtax.store import Store
-from vmtax.store.reader import LEGACY_TSC_UNITS, TSC_UNIT, StoreReader, sqlite_path
+from vmtax.store import reader as reader_module
+from vmtax.store.reader import (
+    CONFIGURATIONS,
+    EXIT_COUNTS,
+    EXPERIMENTS,
+    LEGACY_TSC_UNITS,
+    TSC_UNIT,
+    StoreReader,
+    sqlite_path,
+)
 from vmtax.store.url import redact, resolve
+from vmtax.testing.report_store import populate
 from vmtax.testing.runs import Config
 from vmtax.testing.stored import store_experiment
 
@@ -155,3 +169,205 @@ def test_what_it_does_not_read_itself_store_reads(db: str, tmp_path: Path):
             StoreReader.open(url)
         assert str(got.value) == str(want.value)
     assert not os.path.exists(tmp_path / "none.db")
+
+
+# -- what report reads -----------------------------------------------------------------------
+
+
+def _exits(cpuid: int, io: int, **extra: object) -> dict[str, object]:
+    return {
+        "isa": "svm", "hits": cpuid + io, "dropped": 0, "complete": True, "problems": [],
+        "reasons": [
+            {"code": 0x72, "count": cpuid, "time_ns": cpuid * 900, "timed": cpuid},
+            {"code": 0x7B, "count": io, "time_ns": None, "timed": None},
+        ],
+        **extra,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def report_db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Experiment 1: three levels with fingerprints (TSC rate, hypervisor), provenance, labels
+    and warm-up samples; exit profiles on its guests' runs: complete, with start-up exits,
+    recorded at two levels, with dropped events, a failed recording without counts, and one
+    of a run whose samples are gone. Experiment 2: still running, one configuration, no
+    runs."""
+    path = tmp_path_factory.mktemp("report-reader") / "r.db"
+    url = f"sqlite:///{path}"
+    with Store.open(url) as store:
+        exp = populate(store, levels=("L0", "L1", "L2"), runs=3, iterations=40)
+        runs = store.runs([f"exp={exp}"])
+        guests = [int(r) for r in runs.loc[runs["level"] != "L0", "run_id"]]
+        save_profile(store, guests[0], "L0", _exits(40, 2, startup={"114": 7}))
+        save_profile(store, guests[0], "L1", _exits(40, 3, dropped=5))
+        save_profile(store, guests[1], "L0", {"complete": False, "problems": ["no process 7"]})
+        save_profile(store, guests[2], "L0", _exits(41, 0), "kvm-stats")
+        save_profile(store, guests[-1], "L0", _exits(39, 1))
+        running = store.create_experiment(
+            command=["vmtax", "run"], suite="s", seed=2, plan={"sweep": None, "n": [1.5]},
+            vmtax_version="0", agent_version=None,
+        )  # fmt: skip
+        store.configuration(
+            experiment_id=running, level="L0", labels={}, fingerprint={},
+            target="local", provenance={"x": None},
+        )  # fmt: skip
+    with sqlite3.connect(path) as connection:
+        connection.execute("DELETE FROM samples WHERE run_id = ?", (guests[-1],))
+    return url
+
+
+def test_the_tables_are_the_models():
+    from sqlalchemy import JSON, Boolean, DateTime
+
+    from vmtax.store.models import Configuration, ExitCount, ExitProfile, Experiment
+
+    def kinds(columns, kind):
+        return {c.name for c in columns if isinstance(c.type, kind)}
+
+    for table, model in ((EXPERIMENTS, Experiment), (CONFIGURATIONS, Configuration)):
+        columns = list(model.__table__.columns)
+        assert table.columns == tuple(c.name for c in columns)
+        assert (table.json, table.times) == (kinds(columns, JSON), kinds(columns, DateTime))
+        assert table.booleans == kinds(columns, Boolean) == set()
+    # the exit counts' query: what its profile and count columns decode to
+    columns = [
+        c
+        for c in [*ExitProfile.__table__.columns, *ExitCount.__table__.columns]
+        if c.name in EXIT_COUNTS.columns
+    ]
+    assert EXIT_COUNTS.json == kinds(columns, JSON)
+    assert EXIT_COUNTS.booleans == kinds(columns, Boolean)
+    assert EXIT_COUNTS.times == kinds(columns, DateTime) == set()
+
+
+def _same_samples(got: dict[int, np.ndarray], want: dict[int, np.ndarray]) -> None:
+    assert list(got) == list(want)
+    for run_id, values in want.items():
+        assert got[run_id].dtype == values.dtype
+        np.testing.assert_array_equal(got[run_id], values)
+
+
+def test_samples_are_the_stores(report_db: str, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(reader_module, "CHUNK", 4)  # several queries, as Store makes
+    with Store.open(report_db, read_only=True) as store, StoreReader.open(report_db) as reader:
+        ids = [int(r) for r in store.runs()["run_id"]]
+        for wanted in (ids, ids[::-1][:9] + [99_999, ids[0]], [], [99_999]):
+            for warmup in (False, True):
+                want = store.samples(wanted, warmup=warmup)
+                _same_samples(reader.samples(iter(wanted), warmup=warmup), want)
+        assert reader.direct
+        assert len(want) == 0 and len(store.samples(ids, warmup=True)) == len(ids) - 1
+        assert all(len(v) == 5 for v in reader.samples(ids, warmup=True).values())
+
+
+def _same_experiment(got: dict, want: dict) -> None:
+    assert got == want
+    assert list(got) == list(want)
+    assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+    for a, b in zip(got["configurations"], want["configurations"], strict=True):
+        assert list(a.items()) == list(b.items())
+
+
+def test_experiments_are_the_stores(report_db: str):
+    with Store.open(report_db, read_only=True) as store, StoreReader.open(report_db) as reader:
+        for exp in (1, 2):
+            _same_experiment(reader.experiment(exp), store.experiment(exp))
+        finished, running = reader.experiment(1), reader.experiment(2)
+        assert reader.direct
+        with pytest.raises(VmtaxError) as want:
+            store.experiment(3)
+        with pytest.raises(VmtaxError) as got:
+            reader.experiment(3)
+    assert str(got.value) == str(want.value)
+    assert finished["ended_at"].tzinfo is UTC and running["ended_at"] is None
+    assert finished["run_counts"] == {"ok": 18} and running["run_counts"] == {}
+    assert running["plan"] == {"sweep": None, "n": [1.5]}
+    assert finished["configurations"][1]["hypervisor"] == "kvm"
+
+
+def test_configurations_are_the_stores(report_db: str):
+    with Store.open(report_db, read_only=True) as store, StoreReader.open(report_db) as reader:
+        for ids in (None, [3, 1, 3], [], [99], (i for i in [2])):
+            wanted = None if ids is None else list(ids)
+            got = reader.configurations(wanted)
+            pd.testing.assert_frame_equal(got, store.configurations(wanted), check_exact=True)
+        assert reader.direct and len(got) == 1
+        runs = reader.runs(["exp=1"])
+        assert tsc_rates(reader, runs) == tsc_rates(store, runs) == dict.fromkeys([1, 2, 3], 2.1e9)
+
+
+def test_exit_counts_are_the_stores(report_db: str):
+    with Store.open(report_db, read_only=True) as store, StoreReader.open(report_db) as reader:
+        for exp in (1, 2, 3):
+            want = store.exits.counts(exp)
+            pd.testing.assert_frame_equal(reader.exits.counts(exp), want, check_exact=True)
+            pd.testing.assert_frame_equal(exit_profiles(reader, exp), exit_profiles(store, exp))
+        assert reader.direct
+        counts = reader.exits.counts(1)
+    # the rows the fixture made: a profile without counts, one without samples, the dropped
+    assert counts["reason"].isna().sum() == 1 and counts["iterations"].isna().sum() == 2
+    assert counts["complete"].dtype == bool and not counts["complete"].all()
+    assert counts["problems"].map(lambda p: isinstance(p, list)).any()
+    assert counts["detail"].map(lambda d: isinstance(d, dict)).any()
+
+
+def test_what_report_gathers_is_the_same(report_db: str):
+    with Store.open(report_db, read_only=True) as store, StoreReader.open(report_db) as reader:
+        for baseline in (None, "level=L0"):
+            want = gather.load(store, ["exp=1"], baseline)
+            got = gather.load(reader, ["exp=1"], baseline)
+            pd.testing.assert_frame_equal(got.runs, want.runs, check_exact=True)
+            _same_samples(dict(got.samples), dict(want.samples))
+            pd.testing.assert_frame_equal(got.configurations, want.configurations)
+            assert got.exit_profiles is not None and want.exit_profiles is not None
+            pd.testing.assert_frame_equal(got.exit_profiles, want.exit_profiles, check_exact=True)
+            for a, b in zip(got.experiments, want.experiments, strict=True):
+                _same_experiment(dict(a), dict(b))
+            assert got.tsc_hz == want.tsc_hz and got.imprecise == want.imprecise
+            assert got.source == want.source
+        assert imprecise(reader, got.runs) == imprecise(store, got.runs)
+        assert reader.direct and reader._store is None  # nothing went through Store
+
+
+def _same_frame(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+#: Each of what report reads, and how an answer is held to Store's.
+ASKED = [
+    (lambda s: s.samples([1, 2, 40], warmup=True), _same_samples),
+    (lambda s: s.experiment(1), _same_experiment),
+    (lambda s: s.configurations([1, 2]), _same_frame),
+    (lambda s: s.exits.counts(1), _same_frame),
+]
+
+
+def test_what_report_reads_falls_back_to_the_store(report_db: str, tmp_path: Path):
+    with Store.open(report_db, read_only=True) as store:
+        want = [ask(store) for ask, _ in ASKED]
+    # a URL only SQLAlchemy parses
+    with StoreReader.open(report_db.replace("r.db", "r%2Edb")) as reader:
+        assert not reader.direct
+        for (ask, same), answer in zip(ASKED, want, strict=True):
+            same(ask(reader), answer)
+    # the driver fails under each method: Store answers it
+    for (ask, same), answer in zip(ASKED, want, strict=True):
+        with StoreReader.open(report_db) as reader:
+            assert reader._connection is not None
+            reader._connection.close()
+            same(ask(reader), answer)
+            assert not reader.direct and reader._store is not None
+    # a value SQLAlchemy did not write: Store's own error
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(Path(report_db.removeprefix("sqlite:///")).read_bytes())
+    with sqlite3.connect(broken) as connection:
+        connection.execute("UPDATE experiments SET started_at = 'yesterday' WHERE id = 1")
+        connection.execute("UPDATE configurations SET provenance = '{' WHERE id = 2")
+    with Store.open(str(broken), read_only=True) as store, StoreReader.open(str(broken)) as reader:
+        for ask in (lambda s: s.experiment(1), lambda s: s.configurations([2])):
+            with pytest.raises(Exception) as want_error:
+                ask(store)
+            with pytest.raises(Exception) as got_error:
+                ask(reader)
+            assert type(got_error.value) is type(want_error.value)
+            assert str(got_error.value) == str(want_error.value)

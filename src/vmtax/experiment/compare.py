@@ -5,7 +5,7 @@ dataset recomputed, or set beside the measured configurations."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -20,7 +20,6 @@ from vmtax.store.select import resolve
 if TYPE_CHECKING:
     from vmtax.stats.compare import Comparison
     from vmtax.stats.compare_options import CompareOptions
-    from vmtax.store import Store
 
 
 def measured(
@@ -47,8 +46,7 @@ def measured(
         # latest experiment's L0 (the same resolver serves report and artifacts).
         resolved = resolve(store, selectors, baseline, options.by)
         runs = resolved.runs
-        # imprecise reads only ``store.sampling.outcomes``, which the reader serves as Store does
-        imprecise = imprecise_of(cast("Store", store), runs)
+        imprecise = imprecise_of(store, runs)
         profiled = None
         if store.has_noise_profiles():
             # heavy: the profiles' use case (vmtax.noise), only for a store that has profiles

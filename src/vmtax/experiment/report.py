@@ -2,7 +2,9 @@
 rendered (``report.write_report``). `vmtax report` writes it on demand; after a run,
 ``experiment.run`` and ``experiment.resume`` write it beside the runs (``after_run``), so
 `vmtax run` and ``vmtax.api.run`` leave the same file. The caller only chooses whether a
-child process writes it (``Reporting.background``) and how its steps are shown.
+child process writes it (``Reporting.background``) and how its steps are shown. A report of
+a stored experiment reads the store through ``store.reader.StoreReader``: a SQLite store
+without SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-
-from sqlalchemy.engine import make_url
+from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.experiment.request import command_line
@@ -24,7 +25,10 @@ from vmtax.outfile import destination
 from vmtax.report import Written
 from vmtax.report import write_report as render
 from vmtax.stats.compare_options import CompareOptions
-from vmtax.store import Store
+from vmtax.store.reader import StoreReader
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 #: Where a run writes the report of the experiment it just made: a path ({id} is the
 #: experiment id, {store} names the store), or "none" for no report.
@@ -36,7 +40,7 @@ Steps = Callable[[str], None]
 
 
 def write_report(
-    store: Store,
+    store: Store | StoreReader,
     selectors: Sequence[str],
     output: Path,
     *,
@@ -73,7 +77,7 @@ def stored_report(
 ) -> Written:
     """`vmtax report`: the report of a store opened read-only (``db``: a URL, a path, or None
     for the default); ``argv``, the command line it is recorded with."""
-    with Store.open(db, read_only=True) as store:
+    with StoreReader.open(db) as store:
         return write_report(
             store, selectors, output, fmt=fmt, baseline=baseline,
             command=command_line(list(argv), store.url_display), options=options,
@@ -82,7 +86,7 @@ def stored_report(
 
 
 def write_run_report(
-    store: Store,
+    store: Store | StoreReader,
     exp_id: int,
     out: Path,
     progress: Steps | None = None,
@@ -114,7 +118,7 @@ def stored_run_report(
     db: str | None, exp_id: int, out: Path, options: CompareOptions | None = None
 ) -> Written:
     """``write_run_report`` on a store opened read-only (``db``: None for ``$VMTAX_DB``)."""
-    with Store.open(db, read_only=True) as store:
+    with StoreReader.open(db) as store:
         return write_run_report(store, exp_id, out, options=options)
 
 
@@ -207,6 +211,9 @@ def store_tag(url_display: str) -> str:
     """A short, file-name-safe name of a store: the SQLite file's stem (or the database's
     name) and 6 hex digits of its URL, e.g. ``lab-3f2a1c``: two stores never share one,
     two files both called lab.db included."""
+    # heavy: SQLAlchemy's URL parser, only where a run names its report (it has a Store)
+    from sqlalchemy.engine import make_url
+
     try:
         database = make_url(url_display).database or "store"
     except Exception:  # noqa: BLE001 - any unparsable URL still gets its hash

@@ -7,7 +7,7 @@ report take its DataFrame, so its column names are part of the interface.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -16,6 +16,19 @@ from vmtax.hostprof.reasons import reason_name
 
 if TYPE_CHECKING:
     from vmtax.store import Store
+
+
+class ExitCounts(Protocol):
+    def counts(self, experiment_id: int) -> pd.DataFrame: ...
+
+
+class ExitSource(Protocol):
+    """What :func:`exit_profiles` reads: a ``Store``, or the read-only
+    ``store.reader.StoreReader``, whose ``exits.counts`` answer alike."""
+
+    @property
+    def exits(self) -> ExitCounts: ...
+
 
 #: Columns of ``exit_profiles()``; one row per (run, recording level, reason).
 COLUMNS = [
@@ -82,7 +95,7 @@ def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
-def exit_profiles(store: Store, experiment_id: int) -> pd.DataFrame:
+def exit_profiles(store: ExitSource, experiment_id: int) -> pd.DataFrame:
     """Every stored exit count of an experiment, one row per (run, recording level, reason).
 
     ``iterations`` is what the probe executed in the run, warm-up included (measured plus

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -332,7 +332,13 @@ def ns_per_op(runs: pd.DataFrame, tsc_hz: dict[int, float], statistic: str = "me
     return runs[statistic].to_numpy(dtype=np.float64) * scale
 
 
-def tsc_rates(store: Store, runs: pd.DataFrame) -> dict[int, float]:
+class ConfigurationSource(Protocol):
+    """What :func:`tsc_rates` reads: a ``Store``, or the read-only ``store.reader.StoreReader``."""
+
+    def configurations(self, configuration_ids: Iterable[int] | None = None) -> pd.DataFrame: ...
+
+
+def tsc_rates(store: ConfigurationSource, runs: pd.DataFrame) -> dict[int, float]:
     """The TSC rate (Hz) of every configuration of ``runs`` whose fingerprint records one."""
     configs = store.configurations(sorted({int(c) for c in runs["configuration_id"]}))
     return {

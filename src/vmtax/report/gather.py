@@ -2,11 +2,15 @@
 into a frozen ``ReportInput`` (``report/inputs.py``). The renderers (analysis, html,
 markdown, sweep, exits, figures) take that value and never see a store.
 
+It reads a ``Store`` or the read-only ``store.reader.StoreReader`` (`vmtax report`'s: a
+SQLite store is read without SQLAlchemy), which answer alike; a sweep's summary is read
+through the reader's ``Store``.
+
 Example::
 
-    from vmtax.store import Store
+    from vmtax.store.reader import StoreReader
     from vmtax.report import gather, write_report
-    with Store.open(None, read_only=True) as store:
+    with StoreReader.open(None) as store:
         data = gather.load(store, ["exp=latest"])
     write_report(data, Path("report.html"))
 """
@@ -19,19 +23,21 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from vmtax.errors import VmtaxError
+from vmtax.hostprof.store import ExitSource
 from vmtax.hostprof.store import exit_profiles as stored_exit_profiles
 from vmtax.model.sources import tsc_rates
 from vmtax.report.inputs import ReportInput, configurations
 from vmtax.sampling.outcome import imprecise
+from vmtax.store.reader import StoreReader
 from vmtax.store.select import parse, resolve
-from vmtax.sweep.summary import SweepSummary, summarise
 
 if TYPE_CHECKING:
     from vmtax.store import Store
+    from vmtax.sweep.summary import SweepSummary
 
 
 def load(
-    store: Store,
+    store: Store | StoreReader,
     selectors: Sequence[str],
     baseline: str | None = None,
     command: Sequence[str] = (),
@@ -41,7 +47,7 @@ def load(
     `vmtax compare` scopes it), their samples, configurations, experiments and exit
     profiles, and the sweeps the selectors name. ``by``: the label a pooled comparison
     compares (its baseline is one value of it, however many configurations)."""
-    sweeps = tuple(summarise(store, e) for e in selected_sweeps(store, selectors))
+    sweeps = _sweeps(store, selected_sweeps(store, selectors))
     if sweeps:
         picked = store.runs(list(selectors))
         if not (picked["status"] == "ok").any():
@@ -72,6 +78,17 @@ def load(
     )
 
 
+def _sweeps(store: Store | StoreReader, experiment_ids: list[int]) -> tuple[SweepSummary, ...]:
+    """The summaries of these sweep experiments (read through Store: its sweep repository)."""
+    if not experiment_ids:
+        return ()
+    # heavy: the sweep summary's statistics, and SQLAlchemy under a reader, only for sweeps
+    from vmtax.sweep.summary import summarise
+
+    full = store.store() if isinstance(store, StoreReader) else store
+    return tuple(summarise(full, e) for e in experiment_ids)
+
+
 def _sweeps_alone(
     runs: pd.DataFrame,
     sweeps: tuple[SweepSummary, ...],
@@ -89,14 +106,14 @@ def _sweeps_alone(
     )
 
 
-def exit_profiles(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
+def exit_profiles(store: ExitSource, experiment_ids: Iterable[int]) -> pd.DataFrame:
     """The exit profiles of these experiments (``hostprof.store.exit_profiles``), one frame."""
     frames = [stored_exit_profiles(store, int(e)) for e in dict.fromkeys(experiment_ids)]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def selected_sweeps(store: Store, selectors: Sequence[str]) -> list[int]:
+def selected_sweeps(store: Store | StoreReader, selectors: Sequence[str]) -> list[int]:
     """The sweep experiments the selectors' ``exp=`` terms name (``latest``: the newest
     experiment, if it is a sweep)."""
     ids: list[int] = []

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
@@ -18,13 +18,25 @@ if TYPE_CHECKING:
 COLUMNS = OUTCOME_COLUMNS
 
 
-def outcomes(store: Store, experiment_ids: Iterable[int]) -> pd.DataFrame:
+class Outcomes(Protocol):
+    def outcomes(self, experiment_ids: Sequence[int]) -> pd.DataFrame: ...
+
+
+class OutcomeSource(Protocol):
+    """What :func:`outcomes` and :func:`imprecise` read: a ``Store``, or the read-only
+    ``store.reader.StoreReader``, whose ``sampling.outcomes`` answer alike."""
+
+    @property
+    def sampling(self) -> Outcomes: ...
+
+
+def outcomes(store: OutcomeSource, experiment_ids: Iterable[int]) -> pd.DataFrame:
     """One row per (configuration, probe) that adaptive sampling finished, with the
     configuration's key and level."""
     return store.sampling.outcomes(sorted({int(i) for i in experiment_ids}))
 
 
-def imprecise(store: Store, runs: pd.DataFrame) -> set[tuple[int, str]]:
+def imprecise(store: OutcomeSource, runs: pd.DataFrame) -> set[tuple[int, str]]:
     """(configuration_id, probe) of every probe in ``runs`` whose sampling ended imprecise."""
     if runs.empty:
         return set()

@@ -1,15 +1,19 @@
-"""The store's read-only door for what `vmtax compare` reads: runs, adaptive sampling's
-outcomes and whether noise profiles are stored, from a SQLite store through Python's own
-``sqlite3`` driver, without SQLAlchemy.
+"""The store's read-only door for what `vmtax compare` and `vmtax report` read: runs, their
+samples, experiments, configurations, exit counts, adaptive sampling's outcomes and whether
+noise profiles are stored, from a SQLite store through Python's own ``sqlite3`` driver,
+without SQLAlchemy.
 
 SQLAlchemy, its ORM models and the rest of :class:`vmtax.store.Store` cost most of a second
 of CPU to import, as much as the comparison they serve. A :class:`StoreReader` opens a
 SQLite store at the newest schema revision itself and reads the same rows :class:`Store`
-does, into the same frames (:func:`runs_frame` builds them for both, so they cannot
-drift apart; tests compare the two). Everything else goes through a :class:`Store` it opens
-when first needed: a PostgreSQL store, a URL this module does not parse, a store at
-another revision or one the driver cannot read (so every error reads as the store's own),
-and whatever it does not serve itself (:meth:`StoreReader.store`).
+does, into the same frames and dicts (:func:`runs_frame`, :func:`experiment_dict`,
+:func:`configurations_frame` and :func:`sample_arrays` build them for both, so they cannot
+drift apart; tests compare the two). Its columns decode as SQLAlchemy decodes them: JSON
+parsed, timestamps as datetimes, booleans as bools (:class:`Table`; a test holds them to
+the models). Everything else goes through a :class:`Store` it opens when first needed: a
+PostgreSQL store, a URL this module does not parse, a store at another revision or one the
+driver cannot read (so every error reads as the store's own), and whatever it does not serve
+itself (:meth:`StoreReader.store`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +33,7 @@ from vmtax.store import select as sel
 from vmtax.store.url import ENV_VAR, default_path
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from vmtax.store.store import Store
@@ -54,6 +61,64 @@ TSC_UNIT = "tsc_cycles"
 LEGACY_TSC_UNITS = frozenset({"cycles"})
 #: What a configuration contributes to its runs' rows, by configuration id.
 ConfigParts = dict[int, tuple[str, str, dict[str, Any], str, str]]
+#: A row by column name: a dict, or SQLAlchemy's RowMapping (whose keys may also be columns).
+Row = Mapping[Any, Any]
+#: Ids per IN (...) query: well under every backend's parameter limit.
+CHUNK = 500
+#: Columns of ``Store.configurations()``.
+CONFIGURATION_FRAME_COLUMNS = [
+    "configuration_id", "experiment_id", "config", "level", "labels", "target", "hypervisor",
+    "fingerprint", "provenance",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Table:
+    """Columns of one table (or query) in the order Store reads them, and which of them
+    SQLAlchemy hands back decoded: JSON parsed, timestamps parsed, booleans as bools."""
+
+    columns: tuple[str, ...]
+    json: frozenset[str] = frozenset()
+    times: frozenset[str] = frozenset()
+    booleans: frozenset[str] = frozenset()
+
+    def decoded(self, row: Sequence[Any]) -> dict[str, Any]:
+        """A row of these columns as SQLAlchemy gives it back (its mapping)."""
+        out = dict(zip(self.columns, row, strict=True))
+        try:
+            for name in self.json:
+                out[name] = _json(out[name])
+            for name in self.times:
+                # SQLAlchemy's SQLite DateTime: an ISO string, parsed without its zone
+                value = out[name]
+                out[name] = None if value is None else datetime.fromisoformat(value)
+        except (ValueError, TypeError):
+            raise _Unread from None  # not what SQLAlchemy wrote: Store says what it is
+        for name in self.booleans:
+            out[name] = None if out[name] is None else bool(out[name])
+        return out
+
+
+#: The experiments and configurations tables, as ``store.models`` declares them.
+EXPERIMENTS = Table(
+    ("id", "command", "suite", "seed", "plan", "vmtax_version", "agent_version", "host",
+     "started_at", "ended_at", "status"),
+    json=frozenset({"command", "plan"}),
+    times=frozenset({"started_at", "ended_at"}),
+)  # fmt: skip
+CONFIGURATIONS = Table(
+    ("id", "experiment_id", "level", "labels", "config_key", "fingerprint", "target",
+     "provenance"),
+    json=frozenset({"labels", "fingerprint", "provenance"}),
+)  # fmt: skip
+#: The columns of ``Store.exits.counts()`` (``store.exits.ExitRepository``).
+EXIT_COUNTS = Table(
+    ("experiment_id", "config_key", "level", "probe", "run_id", "run_status", "recorded_at",
+     "recorder", "isa", "reason", "code", "count", "time_ns", "timed", "iterations",
+     "complete", "dropped", "problems", "detail"),
+    json=frozenset({"problems", "detail"}),
+    booleans=frozenset({"complete"}),
+)  # fmt: skip
 
 
 def hypervisor_of(fingerprint: dict[str, Any] | None) -> str:
@@ -92,6 +157,58 @@ def runs_frame(rows: Sequence[Sequence[Any]], configs: ConfigParts) -> pd.DataFr
     for name in SUMMARY_FIELDS:
         df[name] = df[name].astype("Int64" if name in ("n", "steal_ticks") else "float64")
     return df
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """A stored timestamp as a UTC datetime: SQLite hands them back without their zone; they
+    were written in UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def experiment_dict(
+    row: Row,
+    configurations: Iterable[Row],
+    run_counts: Iterable[Sequence[Any]],
+) -> dict[str, Any]:
+    """``Store.experiment()``'s dict: the experiment's row (``EXPERIMENTS``), its
+    configurations' rows (``CONFIGURATIONS``, by id) and (status, count) of its runs."""
+    out = dict(row)
+    out["started_at"], out["ended_at"] = utc(out["started_at"]), utc(out["ended_at"])
+    out["configurations"] = [
+        {**dict(cfg), "config": cfg["config_key"], "hypervisor": hypervisor_of(cfg["fingerprint"])}
+        for cfg in configurations
+    ]
+    out["run_counts"] = {str(s): int(n) for s, n in run_counts}
+    return out
+
+
+def configurations_frame(rows: Iterable[Row]) -> pd.DataFrame:
+    """``Store.configurations()``'s frame (``CONFIGURATION_FRAME_COLUMNS``) of rows of the
+    configurations table (``CONFIGURATIONS``)."""
+    import pandas as pd  # heavy: pandas, only where frames are made
+
+    return pd.DataFrame(
+        [
+            [row["id"], row["experiment_id"], row["config_key"], row["level"],
+             dict(row["labels"] or {}), row["target"], hypervisor_of(row["fingerprint"]),
+             row["fingerprint"], row["provenance"]]
+            for row in rows
+        ],
+        columns=CONFIGURATION_FRAME_COLUMNS,
+    )  # fmt: skip
+
+
+def sample_arrays(rows: Iterable[Sequence[Any]]) -> dict[int, np.ndarray]:
+    """(run_id, dtype, codec, count, data) rows of the samples table as ``Store.samples()``
+    returns them: each run's values, decoded by the store's codec."""
+    from vmtax.store import codec  # heavy: numpy and zstandard, only where samples are read
+
+    return {
+        int(run_id): codec.decode(dtype, cdc, int(count), data)
+        for run_id, dtype, cdc, count, data in rows
+    }
 
 
 def sqlite_path(url: str | None) -> Path | None:
@@ -146,6 +263,41 @@ class _Sampling:
         return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
 
 
+class _Exits:
+    """Exit profiles' counts, as ``Store.exits`` has them (``ExitRepository.counts``)."""
+
+    def __init__(self, reader: StoreReader) -> None:
+        self._reader = reader
+
+    def counts(self, experiment_id: int) -> pd.DataFrame:
+        """Every stored exit count of an experiment joined to its run, configuration and
+        iterations executed: one row per (run, recording level, reason), or one row with
+        reason None for a profile without counts (``EXIT_COUNTS``)."""
+        import pandas as pd  # heavy: pandas, only where frames are made
+
+        if not self._reader.direct:
+            return self._reader.store().exits.counts(experiment_id)
+        try:
+            rows = self._reader._query(
+                "SELECT r.experiment_id, cfg.config_key, cfg.level, r.probe, r.id, r.status, "
+                "p.recorded_at, p.recorder, p.isa, c.reason, c.code, c.count, c.time_ns, "
+                "c.timed, s.iterations, p.complete, p.dropped, p.problems, p.detail "
+                "FROM exit_profiles AS p JOIN runs AS r ON r.id = p.run_id "
+                "JOIN configurations AS cfg ON cfg.id = r.configuration_id "
+                "LEFT OUTER JOIN exit_counts AS c ON c.profile_id = p.id "
+                "LEFT OUTER JOIN (SELECT run_id, sum(count) AS iterations FROM samples "
+                "GROUP BY run_id) AS s ON s.run_id = r.id "
+                "WHERE r.experiment_id = ? ORDER BY r.id, p.recorded_at, c.code",
+                [int(experiment_id)],
+            )
+            decoded = [EXIT_COUNTS.decoded(row) for row in rows]
+        except _Unread:
+            return self._reader.store().exits.counts(experiment_id)
+        return pd.DataFrame(
+            [list(row.values()) for row in decoded], columns=list(EXIT_COUNTS.columns)
+        )
+
+
 class StoreReader:
     """A store opened for reading; open it with :meth:`StoreReader.open`, as a context
     manager. Its methods answer as :class:`Store`'s of the same name."""
@@ -157,6 +309,7 @@ class StoreReader:
         self._store: Store | None = None
         self.url_display = f"sqlite:///{path}" if path is not None else ""
         self.sampling = _Sampling(self)
+        self.exits = _Exits(self)
         # The runs of each set of experiments, read once: compare asks for its selectors' runs
         # and then for the baseline's, from the same experiments (frames are never changed
         # in place: runs() hands out new ones).
@@ -219,7 +372,7 @@ class StoreReader:
             self._close_connection()
             raise _Unread from None
 
-    # -- what compare reads ----------------------------------------------------------------
+    # -- what compare and report read ------------------------------------------------------
 
     def latest_experiment_id(self) -> int | None:
         """The newest experiment's id, or None in an empty store."""
@@ -246,6 +399,68 @@ class StoreReader:
     def experiments(self) -> pd.DataFrame:
         """One row per experiment (``Store.experiments``; read through Store)."""
         return self.store().experiments()
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        """One experiment as a dict, with its configurations and run counts per status."""
+        if not self.direct:
+            return self.store().experiment(experiment_id)
+        exp_id = [int(experiment_id)]
+        try:
+            found = self._query(
+                f"SELECT {', '.join(EXPERIMENTS.columns)} FROM experiments WHERE id = ?", exp_id
+            )
+            if not found:
+                raise VmtaxError(f"no experiment {experiment_id} in {self.url_display}")
+            configs = self._query(
+                f"SELECT {', '.join(CONFIGURATIONS.columns)} FROM configurations "
+                "WHERE experiment_id = ? ORDER BY id",
+                exp_id,
+            )
+            counts = self._query(
+                "SELECT status, count(*) FROM runs WHERE experiment_id = ? GROUP BY status",
+                exp_id,
+            )
+            row = EXPERIMENTS.decoded(found[0])
+            cfgs = [CONFIGURATIONS.decoded(c) for c in configs]
+        except _Unread:
+            return self.store().experiment(experiment_id)
+        return experiment_dict(row, cfgs, counts)
+
+    def configurations(self, configuration_ids: Iterable[int] | None = None) -> pd.DataFrame:
+        """Configurations (all, or the given ids) with their fingerprints and provenance
+        (``Store.configurations``)."""
+        ids = None if configuration_ids is None else sorted({int(i) for i in configuration_ids})
+        if not self.direct:
+            return self.store().configurations(ids)
+        sql = f"SELECT {', '.join(CONFIGURATIONS.columns)} FROM configurations"
+        if ids is not None:
+            sql += f" WHERE id IN ({_marks(ids)})"
+        try:
+            rows = [] if ids == [] else self._query(sql + " ORDER BY id", ids or [])
+            decoded = [CONFIGURATIONS.decoded(row) for row in rows]
+        except _Unread:
+            return self.store().configurations(ids)
+        return configurations_frame(decoded)
+
+    def samples(self, run_ids: Iterable[int], *, warmup: bool = False) -> dict[int, np.ndarray]:
+        """Raw values per run id (float64, iteration order); warm-up values if ``warmup``.
+        Run ids that are not in the store are left out of the result."""
+        ids = sorted({int(i) for i in run_ids})
+        if not self.direct:
+            return self.store().samples(ids, warmup=warmup)
+        kind = "warmup" if warmup else "measured"
+        rows: list[tuple[Any, ...]] = []
+        try:
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start : start + CHUNK]
+                rows += self._query(
+                    "SELECT run_id, dtype, codec, count, data FROM samples "
+                    f"WHERE kind = ? AND run_id IN ({_marks(chunk)})",
+                    [kind, *chunk],
+                )
+        except _Unread:
+            return self.store().samples(ids, warmup=warmup)
+        return sample_arrays(rows)
 
     def has_noise_profiles(self) -> bool:
         """Whether any noise profile is stored."""

@@ -40,10 +40,18 @@ from vmtax.store.exits import ExitRepository
 from vmtax.store.failures import translated
 from vmtax.store.models import Configuration, Experiment, Run, SampleBlock
 from vmtax.store.noise import NoiseRepository
+from vmtax.store.reader import (
+    CHUNK,
+    config_parts,
+    configurations_frame,
+    experiment_dict,
+    runs_frame,
+    sample_arrays,
+    utc,
+)
 from vmtax.store.reader import RUN_COLUMNS as RUN_COLUMNS
 from vmtax.store.reader import SUMMARY_FIELDS as SUMMARY_FIELDS
 from vmtax.store.reader import UNRECORDED_BOOT as UNRECORDED_BOOT
-from vmtax.store.reader import config_parts, runs_frame
 from vmtax.store.reader import hypervisor_of as hypervisor_of
 from vmtax.store.repository import inserted_id
 from vmtax.store.runtimes import RunTimes
@@ -54,7 +62,6 @@ from vmtax.store.url import default_path, redact, resolve, scrub
 RUN_STATUSES = ("ok", "failed", "lost")
 EXPERIMENT_STATUSES = ("running", "ok", "failed", "interrupted")
 _MIGRATION_LOCK = 0x766D746178  # "vmtax": the advisory lock key of schema upgrades
-_CHUNK = 500  # ids per IN (...) query: well under every backend's parameter limit
 #: How long a PostgreSQL store keeps trying to reconnect (server restarting) before failing.
 RECONNECT_TIMEOUT = 60.0
 T = TypeVar("T")
@@ -609,18 +616,8 @@ class Store:
                 .where(r.c.experiment_id == experiment_id)
                 .group_by(r.c.status)
             ).all()
-        out = dict(row)
-        out["started_at"], out["ended_at"] = _utc(out["started_at"]), _utc(out["ended_at"])
-        out["configurations"] = [
-            {
-                **dict(cfg),
-                "config": cfg["config_key"],
-                "hypervisor": hypervisor_of(cfg["fingerprint"]),
-            }
-            for cfg in configs
-        ]
-        out["run_counts"] = {str(s): int(n) for s, n in counts}
-        return out
+        # The dict as store.reader builds it from the same rows read without SQLAlchemy.
+        return experiment_dict(row, configs, counts)
 
     @_reconnecting
     def configurations(self, configuration_ids: Iterable[int] | None = None) -> pd.DataFrame:
@@ -635,17 +632,7 @@ class Store:
             stmt = stmt.where(c.c.id.in_(sorted({int(i) for i in configuration_ids})))
         with self._guard(), self._engine.connect() as connection:
             rows = connection.execute(stmt).mappings().all()
-        columns = ["configuration_id", "experiment_id", "config", "level", "labels", "target",
-                   "hypervisor", "fingerprint", "provenance"]  # fmt: skip
-        return pd.DataFrame(
-            [
-                [row["id"], row["experiment_id"], row["config_key"], row["level"],
-                 dict(row["labels"] or {}), row["target"], hypervisor_of(row["fingerprint"]),
-                 row["fingerprint"], row["provenance"]]
-                for row in rows
-            ],
-            columns=columns,
-        )  # fmt: skip
+        return configurations_frame(rows)
 
     @_reconnecting
     def latest_experiment_id(self) -> int | None:
@@ -682,7 +669,7 @@ class Store:
         df = pd.DataFrame([dict(x) for x in rows], columns=list(stmt.selected_columns.keys()))
         for col in ("started_at", "ended_at"):
             df[col] = pd.to_datetime(
-                pd.Series([_utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
+                pd.Series([utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
             )
         for col in ("n_runs", "n_ok", "n_configurations"):
             df[col] = df[col].fillna(0).astype("int64")
@@ -755,7 +742,7 @@ class Store:
         df = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
         for col in ("started_at", "ended_at"):
             df[col] = pd.to_datetime(
-                pd.Series([_utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
+                pd.Series([utc(x) for x in df[col]], index=df.index, dtype=object), utc=True
             )
         for col in ("started_ns", "ended_ns"):
             df[col] = df[col].astype("Int64")
@@ -772,13 +759,12 @@ class Store:
         t = SampleBlock.__table__
         out: dict[int, np.ndarray] = {}
         with self._guard(), self._engine.connect() as connection:
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
+            for start in range(0, len(ids), CHUNK):
+                chunk = ids[start : start + CHUNK]
                 stmt = select(t.c.run_id, t.c.dtype, t.c.codec, t.c.count, t.c.data).where(
                     t.c.kind == kind, t.c.run_id.in_(chunk)
                 )
-                for run_id, dtype, cdc, count, data in connection.execute(stmt):
-                    out[int(run_id)] = codec.decode(dtype, cdc, int(count), data)
+                out.update(sample_arrays(connection.execute(stmt)))
         return out
 
     @_reconnecting
@@ -897,13 +883,6 @@ def _json_safe(value: Any) -> Any:
         return [_json_safe(v) for v in value]
     if isinstance(value, np.generic):
         return _json_safe(value.item())
-    return value
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite hands timestamps back without their zone; they were written in UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
     return value
 
 

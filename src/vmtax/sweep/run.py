@@ -33,19 +33,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vmtax.errors import VmtaxError
 from vmtax.execution import Engine, NoProgress, Progress, Stopped, Storing
-from vmtax.store import Store
 from vmtax.store.runtimes import RunTimes
 from vmtax.sweep import host
 from vmtax.sweep.cgroup import MemoryCap, swap_total_kb
 from vmtax.sweep.gueststeal import StealRecorder
 from vmtax.sweep.spec import StepSize, SweepSpec
 from vmtax.targets.base import Target
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 #: The guest kernel's clock tick (USER_HZ): /proc/stat counts steal in these.
 GUEST_HZ = 100

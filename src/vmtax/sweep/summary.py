@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,9 +23,11 @@ from vmtax.stats.knee import (
     response_rise,
     slo_check,
 )
-from vmtax.store import Store
 from vmtax.sweep.run import throughput_unit
 from vmtax.sweep.spec import SweepSpec
+
+if TYPE_CHECKING:
+    from vmtax.store import Store
 
 
 @dataclass

@@ -2,14 +2,16 @@
 //! (`clock_nanosleep`, relative, CLOCK_MONOTONIC) and is timed whole, so with nothing else to
 //! run the CPU goes idle every iteration: in a guest the vCPU executes HLT (a halt exit) and
 //! is woken by its timer interrupt. Per operation that is one halt, the timer's programming
-//! and its interrupt, and the halt's wait dominates the time, so the probe isolates the halt
-//! exit group. `timer` measures the same wake-up's lateness a millisecond ahead; here the
-//! sleeps are short, so halts come thousands of times a second.
+//! and its interrupt, and the halt's wait dominates the time, so the probe takes the halt
+//! exit group. `timer` measures the same wake-up's lateness a millisecond ahead.
 //!
-//! A guest kernel with the `cpuidle-haltpoll` driver polls before it halts (for up to
-//! `guest_halt_poll_ns`, 200 us by default) and the host's KVM polls before it deschedules
-//! a halted vCPU (`halt_poll_ns`): sleeps shorter than the poll window may not halt. The
-//! guest's driver is `/sys/devices/system/cpu/cpuidle/current_driver`.
+//! A sleep must outlast what comes before the halt, or the timer fires first and the vCPU
+//! never halts: a guest kernel with the `cpuidle-haltpoll` driver polls for up to
+//! `guest_halt_poll_ns` (200 us by default), the host's KVM polls before it deschedules a
+//! halted vCPU (`halt_poll_ns`), and one level deeper the timer's programming is itself a
+//! nested exit. Hence 500 us: at L2 over an emulated L1, 50 us sleeps took 0.00-0.02 HLT
+//! exits each and 500 us sleeps 0.89. The guest's driver is
+//! `/sys/devices/system/cpu/cpuidle/current_driver`.
 
 use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
@@ -29,8 +31,8 @@ static SPEC: Spec = Spec {
     throughput_unit: None,
     params: &[ParamSpec {
         name: "sleep_us",
-        default: Default::Int(50),
-        help: "how long each iteration sleeps, in microseconds",
+        default: Default::Int(500),
+        help: "how long each iteration sleeps, in microseconds (long enough that the vCPU halts)",
         kind: Kind::Int { min: 1, max: 100_000 },
     }],
     needs_root: false,

@@ -152,6 +152,8 @@ pub enum ProbeError {
     HostWithoutPort,
     #[error("pingpong needs two CPUs (both sides spin): give --cpus with two CPUs")]
     NeedsTwoCpus,
+    #[error("idle=spin polls a timerfd: give variant=timerfd")]
+    SpinNeedsTimerfd,
 
     // Failures while setting up or measuring.
     #[error("{prog} exited with {status}: {last}")]

@@ -6,7 +6,11 @@
 //! While it sleeps the CPU is idle. By default the guest may halt it (HLT exits, and the
 //! host must reschedule the vCPU to deliver the timer). `idle=poll` holds a PM QoS request
 //! of 0 us on /dev/cpu_dma_latency for the run, which keeps idle CPUs polling; cyclictest
-//! makes the same request unless run with `--laptop`, so compare like with like.
+//! makes the same request unless run with `--laptop`, so compare like with like. A guest
+//! without a cpuidle driver halts all the same (at L2 over an emulated L1, 0.99 HLT exits per
+//! 1 ms timer with idle=poll). `idle=spin` never idles: the thread polls its non-blocking
+//! timerfd until the timer has fired, so an operation's exits are the timer's programming
+//! and its interrupt, with no halt: the probe that takes the interrupt exit group.
 
 use super::{CpuPool, Defaults, Probe, ProbeError, Session, Spec, ALL_ARCHES};
 use crate::clock::mono_ns;
@@ -41,8 +45,9 @@ static SPEC: Spec = Spec {
             name: "idle",
             default: Default::Str("halt"),
             help: "halt: the idle CPU may halt; poll: hold /dev/cpu_dma_latency at 0 us during the run, \
-                   as cyclictest does by default (needs root)",
-            kind: Kind::Choice(&["halt", "poll"]),
+                   as cyclictest does by default (needs root); spin: never idle, poll the timerfd \
+                   until it fires (variant=timerfd)",
+            kind: Kind::Choice(&["halt", "poll", "spin"]),
         },
     ],
     needs_root: false,
@@ -75,11 +80,20 @@ impl Probe for Timer {
         &SPEC
     }
 
+    fn validate(&self, params: &Params) -> Result<(), ProbeError> {
+        if params.str("idle") == "spin" && params.str("variant") != "timerfd" {
+            return Err(ProbeError::SpinNeedsTimerfd);
+        }
+        Ok(())
+    }
+
     fn setup(&self, params: &Params, pool: &CpuPool) -> Result<Box<dyn Session>, ProbeError> {
         crate::affinity::pin(&[pool.first()])?;
+        let spin = params.str("idle") == "spin";
         let tfd = if params.str("variant") == "timerfd" {
+            let flags = libc::TFD_CLOEXEC | if spin { libc::TFD_NONBLOCK } else { 0 };
             // SAFETY: plain syscall; the returned fd is checked and then owned.
-            let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
+            let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, flags) };
             if fd < 0 {
                 return Err(ProbeError::os("timerfd_create"));
             }
@@ -142,7 +156,8 @@ impl Session for TimerSession {
                         break;
                     }
                     let err = std::io::Error::last_os_error();
-                    if err.kind() != std::io::ErrorKind::Interrupted {
+                    // WouldBlock: idle=spin's non-blocking timerfd has not fired yet.
+                    if !matches!(err.kind(), std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock) {
                         return Err(ProbeError::io("timerfd read", err));
                     }
                 }
@@ -150,5 +165,46 @@ impl Session for TimerSession {
         }
         let now = mono_ns();
         Ok(now.saturating_sub(target) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voluntary_switches() -> i64 {
+        // SAFETY: getrusage fills a zeroed rusage of this thread.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) }, 0);
+        usage.ru_nvcsw
+    }
+
+    /// Voluntary context switches of 20 one-shot timers 200 us ahead, and their lateness.
+    fn run(params: &[&str]) -> (i64, Vec<f64>) {
+        let given: Vec<String> = params.iter().map(|p| p.to_string()).collect();
+        let params = crate::params::resolve("timer", SPEC.params, &given).unwrap();
+        TIMER.validate(&params).unwrap();
+        let pool = CpuPool { cpus: vec![crate::affinity::current().unwrap_or(0)], requested: false };
+        let mut s = TIMER.setup(&params, &pool).unwrap();
+        let before = voluntary_switches();
+        let late: Vec<f64> = (0..20).map(|_| s.iterate().unwrap()).collect();
+        (voluntary_switches() - before, late)
+    }
+
+    #[test]
+    fn spin_waits_for_the_timer_without_ever_sleeping() {
+        // A blocking read gives up the CPU each time (a voluntary switch); spinning never does.
+        let (blocked, _) = run(&["variant=timerfd", "delay_us=200"]);
+        assert!(blocked >= 20, "{blocked} voluntary switches");
+        let (spun, late) = run(&["variant=timerfd", "delay_us=200", "idle=spin"]);
+        assert_eq!(spun, 0, "idle=spin slept {spun} times");
+        assert!(late.iter().all(|&l| l >= 0.0), "{late:?}");
+    }
+
+    #[test]
+    fn spin_needs_a_timerfd() {
+        let given = ["idle=spin".to_string()];
+        let params = crate::params::resolve("timer", SPEC.params, &given).unwrap();
+        assert!(matches!(TIMER.validate(&params), Err(ProbeError::SpinNeedsTimerfd)));
     }
 }

@@ -33,7 +33,7 @@ http) that were not fitted.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -61,10 +61,11 @@ KAPPA_GROUPS = ("trap", "nested page fault / MMIO", "interrupt", "halt", "port I
 #: The agent's probe made to isolate each group (plan/suites/dvh-micro.toml runs them all):
 #: most of its exits per operation are of that group. Which probes *did* isolate a group in
 #: an experiment is read from its profiles (``GroupFit.isolated_by``); this says which probe
-#: to run for a group no probe took. No probe isolates nested page faults or interrupts yet.
+#: to run for a group no probe took. No probe isolates nested page faults yet.
 ISOLATING_PROBES = {
     "trap": "cpuid",  # CPUID: an unconditional exit
-    "halt": "halt",  # an idle loop of short sleeps: a HLT exit per sleep
+    "interrupt": "timer.spin",  # a timer waited for by polling: its interrupt, no halt
+    "halt": "halt",  # an idle loop of sleeps: a HLT exit per sleep
     "port I/O": "portio",  # an outb to an unused port (root): an I/O instruction exit
 }
 #: λ's grid, in units of the groups' mean information; 0 is no pooling, inf one κ.
@@ -103,6 +104,8 @@ class GroupFit:
     taken: tuple[str, ...] = ()
     #: κ unpooled (λ = 0), the estimate ``low`` and ``high`` are the 95% interval of.
     unpooled: np.ndarray | None = None
+    #: Per taken group, the fitted probe whose exits are most of that group, and that share.
+    most_in: dict[str, tuple[str, float]] = field(default_factory=dict)
 
     def predict(self, probe: GroupProbe, *, single: bool = False) -> float:
         """The probe's nested time: its VM time plus its exits' costs one level deeper."""
@@ -197,7 +200,12 @@ def fit_groups(
         for j, g in enumerate(groups)
     }
     taken = tuple(g for j, g in enumerate(groups) if n[:, j].sum() > 0)
-    return GroupFit(tuple(groups), kappa, low, high, common, lam, isolated, taken, raw)
+    most_in = {
+        g: (fitted[int(np.argmax(share[:, j]))].probe, float(share[:, j].max()))
+        for j, g in enumerate(groups)
+        if g in taken
+    }
+    return GroupFit(tuple(groups), kappa, low, high, common, lam, isolated, taken, raw, most_in)
 
 
 def group_units(probes: Sequence[GroupProbe]) -> dict[str, np.ndarray]:
@@ -388,6 +396,9 @@ def kappa_lines(found: GroupFit, unit: str = "ns") -> list[str]:
             untaken.append(g)
             continue
         alone = "no probe (pooled toward κ̄)" if pooled else "no probe"
+        if g in found.most_in:  # what comes closest: a group shared with others is still fitted
+            probe, part = found.most_in[g]
+            alone += f"; most in {probe} ({part:.0%} of its exits)"
         who = ", ".join(found.isolated_by.get(g, [])) or alone
         span = f"{r:.4g} [{lo:.4g}, {hi:.4g}]" if lo == lo else "no interval (on its bound 0)"
         lines.append(f"  κ {g}: {k:.4g} {unit} per exit (unpooled {span}, 95%); isolated by {who}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from vmtax.experiment.command import command_line
     from vmtax.experiment.lookup import experiment_id, reconcile
-    from vmtax.experiment.request import RunRequest, command_line, parse_labels
+    from vmtax.experiment.request import RunRequest, parse_labels
     from vmtax.experiment.run import Finished, resume
     from vmtax.experiment.sweep import (
         SweepRequest,
@@ -52,7 +53,11 @@ def __getattr__(name: str) -> object:
         from vmtax.experiment import lookup  # heavy: the store and pandas, when first used
 
         return getattr(lookup, name)
-    if name in ("RunRequest", "command_line", "parse_labels"):
+    if name == "command_line":
+        from vmtax.experiment.command import command_line  # light: keeps the package face lazy
+
+        return command_line
+    if name in ("RunRequest", "parse_labels"):
         from vmtax.experiment import request  # heavy: the plan and pydantic, when first used
 
         return getattr(request, name)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError, VmtaxError
-from vmtax.experiment.request import command_line
+from vmtax.experiment.command import command_line
 from vmtax.outfile import destination
 from vmtax.report import Written
 from vmtax.report import write_report as render

@@ -191,24 +191,6 @@ def check_boots(boots: int | None) -> None:
         raise UsageError(f"--boots must be in 1..{MAX_BOOTS}, got {shown}")
 
 
-def command_line(argv: list[str], db_display: str) -> list[str]:
-    """The command as typed, with the --db URL replaced by its password-free form."""
-    out = ["vmtax"]
-    skip = False
-    for arg in argv:
-        if skip:
-            out.append(db_display)
-            skip = False
-        elif arg == "--db":
-            out.append(arg)
-            skip = True
-        elif arg.startswith("--db="):
-            out.append(f"--db={db_display}")
-        else:
-            out.append(arg)
-    return out
-
-
 def parse_labels(items: list[str]) -> dict[str, str]:
     """``key=value`` strings to a dict; bad syntax or a reserved key is a UsageError."""
     out: dict[str, str] = {}

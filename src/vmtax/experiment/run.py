@@ -21,9 +21,10 @@ from vmtax import runner as rn
 from vmtax.doctor import leftovers
 from vmtax.errors import VmtaxError
 from vmtax.execution import Progress
+from vmtax.experiment.command import command_line
 from vmtax.experiment.lookup import experiment_id, reconcile
 from vmtax.experiment.report import Reporting, RunReport, after_run, check_template
-from vmtax.experiment.request import RunRequest, command_line
+from vmtax.experiment.request import RunRequest
 from vmtax.fleet.run import AnsibleRunner, is_inventory
 from vmtax.hostprof.modes import parse_mode, parse_modes, stored_modes
 from vmtax.hostprof.recorder import Recorder

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vmtax.errors import UsageError, VmtaxError
 from vmtax.execution import Progress, Storing
-from vmtax.experiment.request import command_line
+from vmtax.experiment.command import command_line
 from vmtax.experiment.run import open_existing
 from vmtax.runner import controller_identity
 from vmtax.store import Store

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
-from vmtax.contract import TSC_UNIT
 from vmtax.errors import UsageError
 from vmtax.hostprof.perop import HALT_REASONS
 from vmtax.model.mechanisms import MECHANISMS, mechanism
 from vmtax.model.nested import Series
 from vmtax.refs import datasets
+from vmtax.store.reader import TSC_UNIT  # the contract's, without its pydantic models
 
 if TYPE_CHECKING:
     from vmtax.store import Store

@@ -11,8 +11,6 @@ from functools import partial
 import pandas as pd
 
 from vmtax.errors import UsageError
-from vmtax.explain import explain
-from vmtax.explain.inputs import select
 from vmtax.hostprof.table import table2
 from vmtax.report import figures
 from vmtax.report.exits_format import _count, _num, _time
@@ -88,6 +86,11 @@ def explained(
     (no profiled level with a baseline below it, no cpuid there)."""
     if profiles is None or profiles.empty or runs.empty:
         return None
+    # heavy: the explain use case loads the model and the contract's models, only for
+    # selections with exit profiles
+    from vmtax.explain import explain
+    from vmtax.explain.inputs import select
+
     try:
         chosen = select(
             runs, profiles, dict(tsc_hz), config=None, baseline=None, probes=[],

@@ -129,6 +129,17 @@ def test_probe_stream_is_valid_and_stats_match_numpy(
         assert s.cpus, "the summary names the CPUs used"
 
 
+def test_a_timer_waited_for_by_spinning_runs_and_says_so(agent: Path) -> None:
+    # idle=spin: the agent polls a non-blocking timerfd (the interrupt exit group's probe).
+    spin = ["--param", "variant=timerfd", "--param", "idle=spin", "--param", "delay_us=100"]
+    proc = _run(agent, "run", "timer", *SHORT, *spin)
+    assert proc.returncode == 0, proc.stderr
+    stream = read_stream(proc.stdout.splitlines())
+    assert stream.complete and stream.end is not None and stream.end.status == "ok"
+    assert stream.header is not None and stream.header.params["idle"] == "spin"
+    assert all((run.values >= 0).all() and len(run.values) >= 2 for run in stream.runs)
+
+
 NOBODY = 65534
 
 
@@ -308,6 +319,7 @@ def test_sigterm_ends_with_status_interrupted(agent: Path) -> None:
         ["run", "cpu", "--param", "max_prime=1"],
         ["run", "cpu", "--param", "nosuch=1"],
         ["run", "write", "--param", "mode=sideways"],
+        ["run", "timer", "--param", "idle=spin"],  # spinning needs variant=timerfd
         ["run", "cpu", "--runs", "0"],
         ["run", "cpu", "--iterations", "-5"],
         ["run", "cpu", "--duration", "0"],

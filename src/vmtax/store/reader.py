@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vmtax.errors import VmtaxError
 from vmtax.store import revision
@@ -61,6 +61,7 @@ TSC_UNIT = "tsc_cycles"
 LEGACY_TSC_UNITS = frozenset({"cycles"})
 #: What a configuration contributes to its runs' rows, by configuration id.
 ConfigParts = dict[int, tuple[str, str, dict[str, Any], str, str]]
+T = TypeVar("T")
 #: A row by column name: a dict, or SQLAlchemy's RowMapping (whose keys may also be columns).
 Row = Mapping[Any, Any]
 #: Ids per IN (...) query: well under every backend's parameter limit.
@@ -246,10 +247,9 @@ class _Sampling:
 
         if not experiment_ids:
             return pd.DataFrame(columns=OUTCOME_COLUMNS)
-        if not self._reader.direct:
-            return self._reader.store().sampling.outcomes(experiment_ids)
         ids = [int(i) for i in experiment_ids]
-        try:
+
+        def read() -> pd.DataFrame:
             rows = self._reader._query(
                 "SELECT o.configuration_id, o.experiment_id, c.config_key, c.level, o.probe, "
                 "o.n_runs, o.mean, o.half_width, o.target, o.status, o.reason, o.duration_s, "
@@ -258,9 +258,9 @@ class _Sampling:
                 "ORDER BY o.configuration_id, o.probe",
                 ids,
             )
-        except _Unread:
-            return self._reader.store().sampling.outcomes(experiment_ids)
-        return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
+            return pd.DataFrame(rows, columns=OUTCOME_COLUMNS)
+
+        return self._reader._read(read, lambda store: store.sampling.outcomes(experiment_ids))
 
 
 class _Exits:
@@ -275,9 +275,7 @@ class _Exits:
         reason None for a profile without counts (``EXIT_COUNTS``)."""
         import pandas as pd  # heavy: pandas, only where frames are made
 
-        if not self._reader.direct:
-            return self._reader.store().exits.counts(experiment_id)
-        try:
+        def read() -> pd.DataFrame:
             rows = self._reader._query(
                 "SELECT r.experiment_id, cfg.config_key, cfg.level, r.probe, r.id, r.status, "
                 "p.recorded_at, p.recorder, p.isa, c.reason, c.code, c.count, c.time_ns, "
@@ -290,12 +288,10 @@ class _Exits:
                 "WHERE r.experiment_id = ? ORDER BY r.id, p.recorded_at, c.code",
                 [int(experiment_id)],
             )
-            decoded = [EXIT_COUNTS.decoded(row) for row in rows]
-        except _Unread:
-            return self._reader.store().exits.counts(experiment_id)
-        return pd.DataFrame(
-            [list(row.values()) for row in decoded], columns=list(EXIT_COUNTS.columns)
-        )
+            decoded = [list(EXIT_COUNTS.decoded(row).values()) for row in rows]
+            return pd.DataFrame(decoded, columns=list(EXIT_COUNTS.columns))
+
+        return self._reader._read(read, lambda store: store.exits.counts(experiment_id))
 
 
 class StoreReader:
@@ -372,29 +368,37 @@ class StoreReader:
             self._close_connection()
             raise _Unread from None
 
+    def _read(self, direct: Callable[[], T], via_store: Callable[[Store], T]) -> T:
+        """``direct()`` through the sqlite3 driver; ``via_store`` on the store's own door where
+        this store is not read that way, or the driver could not read it (``_Unread``)."""
+        if self.direct:
+            try:
+                return direct()
+            except _Unread:
+                pass  # the connection is closed: Store reads from here on
+        return via_store(self.store())
+
     # -- what compare and report read ------------------------------------------------------
 
     def latest_experiment_id(self) -> int | None:
         """The newest experiment's id, or None in an empty store."""
-        if not self.direct:
-            return self.store().latest_experiment_id()
-        try:
+
+        def read() -> int | None:
             value = self._query("SELECT max(id) FROM experiments")[0][0]
-        except _Unread:
-            return self.store().latest_experiment_id()
-        return None if value is None else int(value)
+            return None if value is None else int(value)
+
+        return self._read(read, lambda store: store.latest_experiment_id())
 
     def runs(self, selectors: Sequence[str] = ()) -> pd.DataFrame:
         """Runs matching any of ``selectors`` (all runs when empty), see ``store.select``."""
-        if not self.direct:
-            return self.store().runs(selectors)
-        parsed = [sel.parse(s) for s in selectors]  # malformed input fails before any query
-        try:
+
+        def read() -> pd.DataFrame:
+            parsed = [sel.parse(s) for s in selectors]  # malformed input fails before a query
             self._check_experiments_exist(sel.named_experiment_ids(parsed))
             df = self._all_runs(sel.experiment_ids(parsed, self.latest_experiment_id))
-        except _Unread:
-            return self.store().runs(selectors)
-        return sel.matching(df, parsed)
+            return sel.matching(df, parsed)
+
+        return self._read(read, lambda store: store.runs(selectors))
 
     def experiments(self) -> pd.DataFrame:
         """One row per experiment (``Store.experiments``; read through Store)."""
@@ -402,10 +406,9 @@ class StoreReader:
 
     def experiment(self, experiment_id: int) -> dict[str, Any]:
         """One experiment as a dict, with its configurations and run counts per status."""
-        if not self.direct:
-            return self.store().experiment(experiment_id)
         exp_id = [int(experiment_id)]
-        try:
+
+        def read() -> dict[str, Any]:
             found = self._query(
                 f"SELECT {', '.join(EXPERIMENTS.columns)} FROM experiments WHERE id = ?", exp_id
             )
@@ -420,37 +423,33 @@ class StoreReader:
                 "SELECT status, count(*) FROM runs WHERE experiment_id = ? GROUP BY status",
                 exp_id,
             )
-            row = EXPERIMENTS.decoded(found[0])
             cfgs = [CONFIGURATIONS.decoded(c) for c in configs]
-        except _Unread:
-            return self.store().experiment(experiment_id)
-        return experiment_dict(row, cfgs, counts)
+            return experiment_dict(EXPERIMENTS.decoded(found[0]), cfgs, counts)
+
+        return self._read(read, lambda store: store.experiment(experiment_id))
 
     def configurations(self, configuration_ids: Iterable[int] | None = None) -> pd.DataFrame:
         """Configurations (all, or the given ids) with their fingerprints and provenance
         (``Store.configurations``)."""
         ids = None if configuration_ids is None else sorted({int(i) for i in configuration_ids})
-        if not self.direct:
-            return self.store().configurations(ids)
         sql = f"SELECT {', '.join(CONFIGURATIONS.columns)} FROM configurations"
         if ids is not None:
             sql += f" WHERE id IN ({_marks(ids)})"
-        try:
+
+        def read() -> pd.DataFrame:
             rows = [] if ids == [] else self._query(sql + " ORDER BY id", ids or [])
-            decoded = [CONFIGURATIONS.decoded(row) for row in rows]
-        except _Unread:
-            return self.store().configurations(ids)
-        return configurations_frame(decoded)
+            return configurations_frame([CONFIGURATIONS.decoded(row) for row in rows])
+
+        return self._read(read, lambda store: store.configurations(ids))
 
     def samples(self, run_ids: Iterable[int], *, warmup: bool = False) -> dict[int, np.ndarray]:
         """Raw values per run id (float64, iteration order); warm-up values if ``warmup``.
         Run ids that are not in the store are left out of the result."""
         ids = sorted({int(i) for i in run_ids})
-        if not self.direct:
-            return self.store().samples(ids, warmup=warmup)
         kind = "warmup" if warmup else "measured"
-        rows: list[tuple[Any, ...]] = []
-        try:
+
+        def read() -> dict[int, np.ndarray]:
+            rows: list[tuple[Any, ...]] = []
             for start in range(0, len(ids), CHUNK):
                 chunk = ids[start : start + CHUNK]
                 rows += self._query(
@@ -458,18 +457,16 @@ class StoreReader:
                     f"WHERE kind = ? AND run_id IN ({_marks(chunk)})",
                     [kind, *chunk],
                 )
-        except _Unread:
-            return self.store().samples(ids, warmup=warmup)
-        return sample_arrays(rows)
+            return sample_arrays(rows)
+
+        return self._read(read, lambda store: store.samples(ids, warmup=warmup))
 
     def has_noise_profiles(self) -> bool:
         """Whether any noise profile is stored."""
-        if not self.direct:
-            return bool(self.store().noise.rows())
-        try:
-            return bool(self._query("SELECT 1 FROM noise_profiles LIMIT 1"))
-        except _Unread:
-            return bool(self.store().noise.rows())
+        return self._read(
+            lambda: bool(self._query("SELECT 1 FROM noise_profiles LIMIT 1")),
+            lambda store: bool(store.noise.rows()),
+        )
 
     def _check_experiments_exist(self, ids: set[int]) -> None:
         if not ids:

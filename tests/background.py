@@ -58,7 +58,8 @@ RUNS: dict[str, list[str]] = {
     # each, so that the start-up's exits, subtracted once, are shared among many.
     "kvm_l1_l2_store": ["run", "--levels", "L1,L2", "--inner-accel", "kvm", "--preset",
                         "kvm-testbed-smp", "--probe", "cpuid", "--probe", "timer", "--probe",
-                        "wakeup", "--probe", "io", "--runs", "3", "--duration", "1",
+                        "wakeup", "--probe", "io", "--probe", "mmio", "--probe", "portio",
+                        "--runs", "3", "--duration", "1",
                         "--exits=trace", "--boots", "1"],
     "kvm_l3_store": ["run", "--levels", "L3", "--inner-accel", "kvm", "--probe", "cpuid",
                      "--runs", "2", "--duration", "2", "--exits=trace", "--boots", "1"],

@@ -86,7 +86,7 @@ PARAMS = {
     "halt": ["--param", "sleep_us=20"],
 }
 #: Probes that need privileges this machine may not grant: tested on both paths below.
-PRIVILEGED = ["portio"]
+PRIVILEGED = ["portio", "mmio"]
 
 
 #: The agent-side clients of the workloads (docs/workloads.md); their streams are checked in
@@ -201,6 +201,40 @@ def test_portio_times_the_port_or_refuses_in_one_line(
     assert stream.end.error == f"setup: portio: ioperm(0xed): {os.strerror(errno_)} " + (
         f"(os error {errno_}): {hint}"
     )
+    assert proc.stderr == ""
+
+
+def _testdev() -> Path | None:
+    """QEMU's PCI test device (1b36:0005), as sysfs lists it, if this machine has one."""
+    for dev in sorted(Path("/sys/bus/pci/devices").glob("*")):
+        ids = [(dev / n).read_text().strip() for n in ("vendor", "device") if (dev / n).exists()]
+        if ids == ["0x1b36", "0x0005"]:
+            return dev
+    return None
+
+
+def test_mmio_reads_the_test_device_or_refuses_in_one_line(agent: Path, validator) -> None:
+    # Decided by sysfs apart from the agent: in a vmtax guest (which has QEMU's PCI test
+    # device) the probe measures; elsewhere (this machine, bare metal) the stream ends with
+    # the refusal and what to do. The measuring path runs in the guests of the nested testbed
+    # (tests/test_hostprof_testbed.py), where its exits are counted.
+    proc = _run(agent, "run", "mmio", *SHORT)
+    lines = proc.stdout.splitlines()
+    for line in lines:
+        validator.validate(json.loads(line))
+    stream = read_stream(lines)
+    assert stream.complete and stream.end is not None, stream.problem
+    if _testdev() is not None and os.geteuid() == 0:
+        assert proc.returncode == 0 and stream.end.status == "ok", proc.stdout[-500:]
+        assert all(r.summary.n == len(r.values) >= 2 for r in stream.runs)
+        return
+    assert proc.returncode == 1
+    assert (stream.end.status, stream.runs, stream.end.runs_completed) == ("error", [], 0)
+    if _testdev() is None:
+        assert stream.end.error == (
+            "setup: mmio: no QEMU PCI test device (1b36:0005): vmtax's guests have one; "
+            "elsewhere start QEMU with -device pci-testdev"
+        )
     assert proc.stderr == ""
 
 

@@ -151,7 +151,8 @@ def test_each_isolating_probe_exists_in_dvh_micro_and_is_named_for_an_untaken_gr
 
     assert set(ISOLATING_PROBES) <= set(KAPPA_GROUPS)
     assert ISOLATING_PROBES == {
-        "trap": "cpuid", "interrupt": "timer.spin", "halt": "halt", "port I/O": "portio"
+        "trap": "cpuid", "nested page fault / MMIO": "mmio", "interrupt": "timer.spin",
+        "halt": "halt", "port I/O": "portio",
     }  # fmt: skip
     suite, _ = load_suite("dvh-micro")
     assert set(ISOLATING_PROBES.values()) <= {p.key for p in suite.probes}

@@ -18,6 +18,7 @@ pub mod http;
 pub mod io;
 pub mod memcache;
 pub mod memory;
+pub mod mmio;
 pub mod net;
 pub mod noise;
 pub mod pagefault;
@@ -166,6 +167,10 @@ pub enum ProbeError {
     UnreadableLine(String),
     #[error("idle=poll needs write access to {path} (root): {source}")]
     NoPmQos { path: &'static str, source: std::io::Error },
+    #[error("mmio: no QEMU PCI test device (1b36:0005): {0}")]
+    NoTestDevice(&'static str),
+    #[error("mmio: {0} gives no memory BAR 0")]
+    NoMmioBar(String),
     #[error("portio: ioperm({port:#x}): {source}: {hint}")]
     NoPortIo { port: u16, hint: &'static str, source: std::io::Error },
     #[error("O_DIRECT is not supported in {0} (tmpfs?): pass --param dir=DIR on a disk filesystem")]
@@ -394,6 +399,7 @@ pub fn all() -> Vec<&'static dyn Probe> {
         &io::IO,
         #[cfg(target_arch = "x86_64")]
         &portio::PORTIO,
+        &mmio::MMIO,
         &halt::HALT,
         &net::TCP_RR,
         &net::TCP_STREAM,

@@ -61,9 +61,11 @@ KAPPA_GROUPS = ("trap", "nested page fault / MMIO", "interrupt", "halt", "port I
 #: The agent's probe made to isolate each group (plan/suites/dvh-micro.toml runs them all):
 #: most of its exits per operation are of that group. Which probes *did* isolate a group in
 #: an experiment is read from its profiles (``GroupFit.isolated_by``); this says which probe
-#: to run for a group no probe took. No probe isolates nested page faults yet.
+#: to run for a group no probe took. mmio takes the group's MMIO half; no probe takes
+#: genuine nested page faults (a guest's page faults in once a boot), which share its κ.
 ISOLATING_PROBES = {
     "trap": "cpuid",  # CPUID: an unconditional exit
+    "nested page fault / MMIO": "mmio",  # a read of the PCI test device's register (root)
     "interrupt": "timer.spin",  # a timer waited for by polling: its interrupt, no halt
     "halt": "halt",  # an idle loop of sleeps: a HLT exit per sleep
     "port I/O": "portio",  # an outb to an unused port (root): an I/O instruction exit

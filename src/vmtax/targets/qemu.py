@@ -238,6 +238,10 @@ def qemu_argv(
         " ".join(append),
         "-qmp",
         f"unix:{workdir / 'qmp.sock'},server=on,wait=off",
+        # The register the mmio probe reads (an MMIO exit under KVM): QEMU's PCI test device,
+        # made for timing exits. No driver claims it, so its BAR is the probe's to map.
+        "-device",
+        "pci-testdev",
     ]
     if agent_args is None:
         argv += [

@@ -138,6 +138,20 @@ def test_shape_change_and_bimodality():
     assert not b.shape.changed and b.shape.modality == "unimodal"
 
 
+def test_the_kernel_density_is_scipys():
+    from scipy import stats
+
+    from vmtax.stats.artifacts import gaussian_density
+
+    rng = np.random.default_rng(4)
+    x = np.r_[rng.lognormal(3, 0.2, 1500), rng.normal(40, 2, 500)]
+    at = np.linspace(x.min() - 5, x.max() + 5, 512)
+    sd = x.std(ddof=1)
+    for width in (sd * x.size ** (-1 / 5), 0.5, 7.0):  # Scott's rule, narrower, wider
+        want = stats.gaussian_kde(x, bw_method=width / sd)(at)
+        assert np.allclose(gaussian_density(x, at, width), want, rtol=1e-9, atol=1e-15)
+
+
 def test_mvalue_scale():
     rng = np.random.default_rng(0)
     assert mvalue(rng.normal(0, 1, 5000)) == pytest.approx(2.0, abs=0.2)

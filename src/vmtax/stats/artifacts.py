@@ -844,18 +844,32 @@ def mvalue(x: np.ndarray, grid: int = 512, quantum: float | None = None) -> floa
     core = x[(x >= lo) & (x <= hi)]
     if core.size < 10 or hi <= lo or np.ptp(core) == 0:
         return 2.0
-    kde = stats.gaussian_kde(core)
+    # Scott's rule, as scipy.stats.gaussian_kde's default: the kernel's width is the sample's
+    # standard deviation times n^(-1/5).
+    sd = float(core.std(ddof=1))
+    width = sd * core.size ** (-1 / 5)
     # Coarse timers put the values on a grid; a bandwidth below the grid step would turn every
     # tick into a "mode". Widen the kernel to at least one step.
     if quantum is None:
         steps = np.diff(np.unique(core))
         quantum = float(steps.min()) if steps.size else 0.0
-    sd = float(core.std(ddof=1))
-    if sd > 0 and kde.factor * sd < quantum:
-        kde.set_bandwidth(quantum / sd)
+    width = max(width, quantum)
     pad = 0.1 * (hi - lo)
-    density = kde(np.linspace(lo - pad, hi + pad, grid))
+    density = gaussian_density(core, np.linspace(lo - pad, hi + pad, grid), width)
     return float(np.abs(np.diff(density, prepend=0.0, append=0.0)).sum() / density.max())
+
+
+def gaussian_density(x: np.ndarray, at: np.ndarray, width: float) -> np.ndarray:
+    """The Gaussian kernel density of the 1-D sample ``x`` (kernel standard deviation
+    ``width``) at the points ``at``: what ``scipy.stats.gaussian_kde`` gives for that
+    bandwidth. Written out because gaussian_kde's d-dimensional evaluation (a Cholesky
+    whitening of the sample and of the points on every call) cost a report's 36 one-dimensional
+    densities 0.6 CPU-s, where one (points x sample) expression costs a fifth of that."""
+    z = np.subtract.outer(at / width, x / width)
+    np.square(z, out=z)
+    z *= -0.5
+    np.exp(z, out=z)
+    return z.sum(axis=1) / (x.size * width * math.sqrt(2 * math.pi))
 
 
 def _modality(m: float) -> str:

@@ -203,3 +203,56 @@ def test_the_mesh_layout_keeps_every_label_inside_and_off_the_next_panel():
         for upper, lower in zip(rows, rows[1:], strict=False):
             # The lower row's title and the upper row's tick labels do not collide.
             assert upper[0].get_window_extent(renderer).y0 > lower[0].get_tightbbox(renderer).y1
+
+
+def _mesh_cases() -> list[tuple[str, list[figures.HeatPanel]]]:
+    """Meshes of one layout that differ in all a frame keeps between them: log and linear
+    colour scales, a saturated one (the bar's arrow) and not, marks and none, long runs
+    (the zoom) and short, a configuration with no values (its panels off)."""
+    rng = np.random.default_rng(8)
+    flat = figures.HeatPanel("L0", rng.normal(100, 1, size=(6, 150)))
+    spiky = rng.normal(100, 1, size=(6, 150))
+    spiky[2, 7] = 1e4
+    marked = figures.HeatPanel("L1", spiky, periodic=list(range(0, 150, 25)), period=25)
+    empty = figures.HeatPanel("L2", np.full((3, 150), np.nan))
+    # A timer's ticks: the top value is common, so no colour bar has an arrow; and runs
+    # narrower than the mesh before, marked, so a frame's old limits would widen the axes.
+    ticks = figures.HeatPanel("L0", rng.integers(3, 6, size=(5, 200)).astype(float))
+    narrow = rng.integers(3, 6, size=(5, 100)).astype(float)
+    narrow[:, ::20] = 9.0
+    marked_narrow = figures.HeatPanel("L1", narrow, periodic=list(range(0, 100, 20)), period=20)
+    # Narrower than the meshes drawn before on the same frame, with marks: a frame's old
+    # limits would widen these axes.
+    short = figures.HeatPanel("L0", rng.normal(100, 1, size=(6, 100)))
+    late = rng.normal(100, 1, size=(6, 120))
+    late[1, 5] = 1e4
+    late_marked = figures.HeatPanel("L1", late, periodic=list(range(0, 120, 30)), period=30)
+    return [
+        ("cpuid", _skewed_panels(2, 5_000)),
+        ("syscall", [flat, marked]),
+        ("write", [marked, empty]),
+        ("timer", _skewed_panels(2, 150)),
+        ("memory", [short, late_marked]),
+        ("io", [empty, flat]),
+        ("pingpong", [ticks, marked_narrow]),
+        ("ctxswitch", [flat, marked]),
+        ("wakeup", _skewed_panels(2, 5_000)[::-1]),
+    ]
+
+
+def test_a_mesh_drawn_on_a_released_frame_is_the_fresh_meshs_svg():
+    # Each mesh drawn on a new figure, then each drawn on the frame the one before it left:
+    # the same bytes, so nothing of a mesh (an image, a mark, a title, a colour bar's scale
+    # or arrow, a panel turned off, the limits) is left on the next.
+    cases = _mesh_cases()
+    fresh = [to_svg(figures.heatmap(probe, "ns", panels), probe) for probe, panels in cases]
+    for order in (range(len(cases)), reversed(range(len(cases)))):
+        for i in order:
+            probe, panels = cases[i]
+            fig = figures.heatmap(probe, "ns", panels)
+            assert to_svg(fig, probe) == fresh[i], probe
+            figures.release(fig)
+    # A figure not released is never drawn on again: the next mesh gets a new one.
+    kept = figures.heatmap(*cases[0][0:1], "ns", cases[0][1])
+    other = figures.heatmap(cases[-1][0], "ns", cases[-1][1])
+    assert other is not kept and to_svg(kept, "cpuid") == fresh[0]

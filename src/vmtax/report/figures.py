@@ -556,10 +556,42 @@ def _norm(values: np.ndarray) -> Normalize:
     return norm
 
 
-def _colorbar(fig: Figure, image: Any, cax: Any, unit: str | None) -> None:  # noqa: ANN401
-    data = image.get_array()
-    over = np.nanmax(data) > image.norm.vmax if np.isfinite(data).any() else False
-    cbar = fig.colorbar(image, cax=cax, extend="max" if over else "neither")
+@dataclass(frozen=True)
+class _MeshScale:
+    """A configuration's mesh (block-reduced: cells of rows x cols iterations), its colour
+    scale, and whether the bar shows values beyond the scale (``extend``)."""
+
+    reduced: np.ndarray
+    rows: int
+    cols: int
+    norm: Normalize
+    extend: str
+
+
+def _mesh_scale(matrix: np.ndarray, zoom: bool) -> _MeshScale | None:
+    """The mesh of a runs x iterations matrix and its scale; None when it has no value."""
+    reduced, br, bc = reduce_max(matrix)
+    finite = reduced[np.isfinite(reduced)]
+    if finite.size == 0:
+        return None
+    cells = matrix[:, : min(matrix.shape[1], ZOOM)]
+    # One scale for the mesh and its zoom, so one colour bar reads both.
+    norm = _norm(np.concatenate([finite, cells[np.isfinite(cells)]]) if zoom else finite)
+    top = norm.vmax
+    extend = "max" if top is not None and float(finite.max()) > top else "neither"
+    return _MeshScale(reduced, br, bc, norm, extend)
+
+
+def _colorbar(frame: Any, row: int, image: Any, unit: str | None, extend: str) -> None:  # noqa: ANN401
+    """Row ``row``'s colour bar for ``image``: the frame's own, moved to this image's scale,
+    where the frame has drawn one before (with the same ``extend``: see _mesh_frame)."""
+    if row < len(frame.bars) and frame.bars[row] is not None:
+        cbar = frame.bars[row]
+        cbar.update_normal(image)
+    else:
+        cbar = frame.fig.colorbar(image, cax=frame.grid[row][-1], extend=extend)
+        frame.bars.extend([None] * (row + 1 - len(frame.bars)))
+        frame.bars[row] = cbar
     if unit:
         cbar.set_label(unit, fontsize=7.5)
     cbar.ax.tick_params(which="both", labelsize=6.5)
@@ -570,6 +602,65 @@ def _colorbar(fig: Figure, image: Any, cax: Any, unit: str | None) -> None:  # n
 MESH_MARGIN = {"left": 0.5, "right": 0.1, "top": 0.5, "bottom": 0.42, "row_gap": 0.44}
 MESH_COLORBAR = {"pad": 0.06, "width": 0.09, "labels": 0.68}  # tick labels and the unit
 ZOOM_GAP = 0.3  # inches between a mesh and its zoom: half of each one's end tick label
+
+
+@dataclass
+class _MeshFrame:
+    """A mesh figure's axes and colour bars, kept to draw the next mesh of the same layout
+    on (see :func:`release`)."""
+
+    fig: Figure
+    grid: list[list[Any]]
+    bars: list[Any] = field(default_factory=list)  # per row, once it has one
+
+
+#: Frames of rendered meshes, by layout (rows, zoom): a new figure makes every axes' ticks
+#: (each two lines, a grid line and two labels) anew, and that was half of a mesh's cost; a
+#: frame drawn on again only moves them (the same SVG, byte for byte).
+_MESH_POOL: dict[tuple[int, bool], _MeshFrame] = {}
+#: The attribute of a heatmap's figure that names its frame and layout, until released.
+_FRAME_ATTR = "_vmtax_mesh_frame"
+
+
+def release(fig: Figure) -> None:
+    """Hand a rendered figure back: a mesh's frame is drawn on by the next mesh of its
+    layout, so the figure must not be used after this. Other figures are left alone."""
+    lent = getattr(fig, _FRAME_ATTR, None)
+    if lent is not None:
+        delattr(fig, _FRAME_ATTR)
+        layout, frame = lent
+        _MESH_POOL[layout] = frame
+
+
+def _mesh_frame(rows: int, zoom: bool, extends: Sequence[str | None]) -> _MeshFrame:
+    """A frame for a mesh of ``rows`` configurations: a released one of that layout, its
+    data taken off, else a new one. A row's colour bar cannot be taken off a frame, nor its
+    arrow (``extends``: "max" or "neither", None for a row without values, whose panels are
+    turned off), so a frame whose bars differ is not drawn on."""
+    frame = _MESH_POOL.pop((rows, zoom), None)
+    if frame is not None and any(
+        bar is not None and (i >= len(extends) or bar.extend != extends[i])
+        for i, bar in enumerate(frame.bars)
+    ):
+        frame = None
+    if frame is None:
+        fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * rows))
+        with matplotlib.rc_context({"axes.grid": False}):  # cheaper than removing it per axes
+            frame = _MeshFrame(fig, _mesh_axes(fig, rows, zoom))
+    else:
+        for row in frame.grid:
+            for ax in row[:-1]:
+                for artist in [*ax.images, *ax.lines]:
+                    artist.remove()
+                ax.relim()  # the limits come from this mesh's data alone
+                for loc in ("left", "right"):
+                    ax.set_title("", loc=loc)
+                ax.set_xlabel("")
+                ax.set_ylabel("")
+            for ax in row:
+                ax.set_axis_on()
+    setattr(frame.fig, _FRAME_ATTR, ((rows, zoom), frame))
+    return frame
 
 
 def _mesh_axes(fig: Figure, rows: int, zoom: bool) -> list[list[Any]]:
@@ -605,23 +696,20 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     """
     n = max(len(panels), 1)
     zoom = any(p.matrix.shape[1] > MAX_CELLS for p in panels)
-    fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * n))
-    with matplotlib.rc_context({"axes.grid": False}):  # cheaper than removing it per axes
-        grid = _mesh_axes(fig, n, zoom)
+    scales = [_mesh_scale(p.matrix, zoom) for p in panels]
+    frame = _mesh_frame(n, zoom, [s.extend if s else None for s in scales])
+    fig, grid = frame.fig, frame.grid
     shapes: list[str] = []
-    for row, panel in zip(grid, panels, strict=False):
+    for index, (row, panel, scale) in enumerate(zip(grid, panels, scales, strict=False)):
         ax = row[0]
-        reduced, br, bc = reduce_max(panel.matrix)
-        finite = reduced[np.isfinite(reduced)]
-        if finite.size == 0:
+        if scale is None:
             for a in row:
                 a.set_axis_off()
             continue
+        reduced, br, bc, norm = scale.reduced, scale.rows, scale.cols, scale.norm
         rows, cols = panel.matrix.shape
         width = min(cols, ZOOM)
         cells = panel.matrix[:, :width]
-        # One scale for the mesh and its zoom, so one colour bar reads both.
-        norm = _norm(np.concatenate([finite, cells[np.isfinite(cells)]]) if zoom else finite)
         image = ax.imshow(
             reduced,
             aspect="auto",
@@ -675,7 +763,7 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
         ax.xaxis.set_major_formatter(FuncFormatter(si_tick))
-        _colorbar(fig, image, row[-1], unit)
+        _colorbar(frame, index, image, unit, scale.extend)
     for a in grid[-1][:-1]:
         a.set_xlabel("iteration")
     detail = shapes[0] if len(set(shapes)) == 1 else "; ".join(dict.fromkeys(shapes))

@@ -102,7 +102,14 @@ def render_all(
 
 
 def _make_and_render(kind: str, key: str, draw: Callable[[], Figure]) -> str | bytes:
-    return _render(kind, key, draw())
+    # figures imports this module (RC): imported here, where figures is already loaded.
+    from vmtax.report.figures import release
+
+    fig = draw()
+    try:
+        return _render(kind, key, fig)
+    finally:
+        release(fig)  # a mesh's axes are drawn on again by the next mesh
 
 
 def _render(kind: str, key: str, fig: Figure) -> str | bytes:

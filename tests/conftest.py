@@ -361,9 +361,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def kvm_l1_l2_store() -> tuple[str, str]:
     """One `vmtax run` of the nested-KVM testbed, measured once for the tests that read it
-    (test_hostprof_testbed, test_levels_kvm): cpuid, timer, wakeup and io at L1 (TCG) and at
-    L2 (KVM inside it, two vCPUs), three runs each, L2's exits recorded by L1's KVM (traced,
-    and counted by KVM's own counters around each trace). Its store's URL and its stderr."""
+    (test_hostprof_testbed, test_levels_kvm): cpuid, timer, wakeup, io, mmio and portio at
+    L1 (TCG) and at L2 (KVM inside it, two vCPUs), three runs each, L2's exits recorded by
+    L1's KVM (traced, and counted by KVM's own counters around each trace). Its store's URL
+    and its stderr."""
     return _measured("kvm_l1_l2_store")
 
 

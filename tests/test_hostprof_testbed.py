@@ -3,9 +3,9 @@ that TCG emulates); the L1 agent on the host-side port records L2's exits with t
 histograms around every run. Real QEMU, real KVM inside it, the real agent on both sides.
 
 The L2, mechanism and explain tests read one L1+L2 run (kvm_l1_l2_store in conftest.py: cpuid,
-timer, wakeup and io, L2 with two vCPUs; under 3 minutes on a loaded 2-core machine, shared
-with test_levels_kvm), and L3's exit multiplication reads one L3 run. All are in the default
-run.
+timer, wakeup, io, mmio and portio, L2 with two vCPUs; minutes on a loaded 2-core machine,
+shared with test_levels_kvm), and L3's exit multiplication reads one L3 run. All are in the
+default run.
 """
 
 from __future__ import annotations

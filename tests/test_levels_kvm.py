@@ -207,7 +207,8 @@ def test_run_levels_l1_l2_inner_kvm_stores_honest_configurations(kvm_l1_l2_store
     db, _ = kvm_l1_l2_store
     with Store.open(db) as store:
         runs = store.runs()
-    assert len(runs) == 24  # cpuid, timer, wakeup and io, three runs each at L1 and L2
+    # cpuid, timer, wakeup, io, mmio and portio, three runs each at L1 and L2
+    assert len(runs) == 36
     assert (runs["status"] == "ok").all()
     accel = {r.level: r.labels["accel"] for r in runs.itertuples()}
     assert accel == {"L1": "tcg", "L2": "kvm"}

@@ -558,12 +558,12 @@ def _norm(values: np.ndarray) -> Normalize:
 
 @dataclass(frozen=True)
 class _MeshScale:
-    """A configuration's mesh (block-reduced: cells of rows x cols iterations), its colour
-    scale, and whether the bar shows values beyond the scale (``extend``)."""
+    """A configuration's mesh (block-reduced: each cell the max of block_rows x block_cols
+    iterations), its colour scale, and whether the bar shows values beyond it (``extend``)."""
 
     reduced: np.ndarray
-    rows: int
-    cols: int
+    block_rows: int
+    block_cols: int
     norm: Normalize
     extend: str
 
@@ -582,15 +582,14 @@ def _mesh_scale(matrix: np.ndarray, zoom: bool) -> _MeshScale | None:
     return _MeshScale(reduced, br, bc, norm, extend)
 
 
-def _colorbar(frame: Any, row: int, image: Any, unit: str | None, extend: str) -> None:  # noqa: ANN401
+def _colorbar(frame: _MeshFrame, row: int, image: Any, unit: str | None, extend: str) -> None:  # noqa: ANN401
     """Row ``row``'s colour bar for ``image``: the frame's own, moved to this image's scale,
     where the frame has drawn one before (with the same ``extend``: see _mesh_frame)."""
-    if row < len(frame.bars) and frame.bars[row] is not None:
-        cbar = frame.bars[row]
+    cbar = frame.bars[row]
+    if cbar is not None:
         cbar.update_normal(image)
     else:
         cbar = frame.fig.colorbar(image, cax=frame.grid[row][-1], extend=extend)
-        frame.bars.extend([None] * (row + 1 - len(frame.bars)))
         frame.bars[row] = cbar
     if unit:
         cbar.set_label(unit, fontsize=7.5)
@@ -611,7 +610,7 @@ class _MeshFrame:
 
     fig: Figure
     grid: list[list[Any]]
-    bars: list[Any] = field(default_factory=list)  # per row, once it has one
+    bars: list[Any]  # per row, its colour bar once it has one (else None)
 
 
 #: Frames of rendered meshes, by layout (rows, zoom): a new figure makes every axes' ticks
@@ -646,7 +645,7 @@ def _mesh_frame(rows: int, zoom: bool, extends: Sequence[str | None]) -> _MeshFr
     if frame is None:
         fig = Figure(figsize=(WIDTH, 0.6 + 1.6 * rows))
         with matplotlib.rc_context({"axes.grid": False}):  # cheaper than removing it per axes
-            frame = _MeshFrame(fig, _mesh_axes(fig, rows, zoom))
+            frame = _MeshFrame(fig, _mesh_axes(fig, rows, zoom), [None] * rows)
     else:
         for row in frame.grid:
             for ax in row[:-1]:
@@ -706,7 +705,7 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
             for a in row:
                 a.set_axis_off()
             continue
-        reduced, br, bc, norm = scale.reduced, scale.rows, scale.cols, scale.norm
+        reduced, br, bc, norm = scale.reduced, scale.block_rows, scale.block_cols, scale.norm
         rows, cols = panel.matrix.shape
         width = min(cols, ZOOM)
         cells = panel.matrix[:, :width]

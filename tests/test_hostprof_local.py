@@ -235,3 +235,43 @@ def test_a_host_side_request_that_timed_out_is_made_once_more_and_then_given_up(
     err, _ = recorder.begin("counts", LocalTarget(AGENT), LocalTarget(script), said.append)
     assert err.startswith("stats: ") and "did not finish within 2 s" in err, err
     assert len(said) == 1
+
+
+def test_a_stop_whose_teardown_hangs_keeps_the_profile_it_printed(tmp_path, monkeypatch):
+    """`exits stop` prints its profile before it removes the triggers, since the removal waits
+    on every CPU and once hung in CI (a soft lockup of the emulated L1; 120 s, guest killed).
+    The counts that came before the timeout are the profile: complete, saying the teardown
+    did not finish, and no counter reading is asked of the guest that went. A hung L1 cannot
+    be made to order: here the side is a script that prints what the agent prints, then
+    hangs or reports a failed cleanup; the timeout is 2 s."""
+    import shlex
+
+    from vmtax.hostprof import recorder
+    from vmtax.hostprof.store import _detail
+    from vmtax.targets.local import LocalTarget
+
+    monkeypatch.setattr(recorder, "REQUEST_TIMEOUT_S", 2.0)
+    profile = {"type": "exits", "isa": "svm", "reasons": [{"code": 114, "count": 3010,
+               "time_ns": 9, "timed": 3010, "untimed": 0}], "hits": 3010, "timed": 3010,
+               "untimed": 0, "dropped": 0, "complete": True, "problems": [], "threads": [7],
+               "window_ns": 5}  # fmt: skip
+    script = tmp_path / "agent"
+
+    def side_prints(after: str) -> LocalTarget:
+        script.write_text(f"#!/bin/sh\necho {shlex.quote(json.dumps(profile))}\n{after}\n")
+        script.chmod(0o755)
+        return LocalTarget(script)
+
+    got = recorder.end("trace", LocalTarget(AGENT), side_prints("exec sleep 60"), ("", None))
+    assert got["complete"] and got["reasons"] == profile["reasons"], got
+    assert "did not finish within 2 s" in got["teardown"] and "kvm_stats" not in got, got
+    assert _detail(got)["teardown"] == got["teardown"]  # stored with the profile
+    # A cleanup that failed makes the profile incomplete, saying so.
+    cleanup = json.dumps({"type": "exits_cleanup", "problems": ["rmdir: busy"]})
+    got = recorder.end("trace", LocalTarget(AGENT), side_prints(f"echo {shlex.quote(cleanup)}"),
+                       ("", None))  # fmt: skip
+    assert got["problems"] == ["cleanup: rmdir: busy"] and "teardown" not in got, got
+    # Nothing printed before the hang: no profile, and the timeout is why.
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    got = recorder.end("trace", LocalTarget(AGENT), LocalTarget(script), ("", None))
+    assert not got["complete"] and "did not finish within 2 s" in got["problems"][0], got

@@ -631,11 +631,16 @@ pub fn stop(tracefs_path: Option<&str>) -> i32 {
             p.window_ns = v["started_ns"].as_u64().map(|s| end.saturating_sub(s));
         }
     }
+    // The profile goes out before the teardown: removing a trigger unregisters a tracepoint,
+    // which waits on every CPU, and a nested level has hung there (a soft lockup of the
+    // emulated L1, once in CI). Printed first, the counts reach the controller all the same.
+    println!("{}", serde_json::to_string(&p).expect("serializable"));
+    let _ = std::io::stdout().flush();
     let problems = teardown(&root);
     if !problems.is_empty() {
-        p.problems.push(format!("cleanup: {}", problems.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")));
+        let said: Vec<String> = problems.iter().map(|e| e.to_string()).collect();
+        println!("{}", serde_json::json!({"type": "exits_cleanup", "problems": said}));
     }
-    println!("{}", serde_json::to_string(&p).expect("serializable"));
     0
 }
 

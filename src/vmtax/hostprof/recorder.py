@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from vmtax.contract import Fingerprint, probe_startup_args, startup_args
@@ -110,6 +110,51 @@ def _start(target: Target, side: Target) -> str:
     return err
 
 
+def _stop(side: Target) -> tuple[dict[str, Any] | None, str, bool]:
+    """``exits stop`` on ``side``: (the profile, "", False), or (None, the error, whether the
+    guest went). The agent prints the profile before it removes the triggers; when the
+    removal is what hangs, the profile came and the request's timeout is returned with it,
+    as (profile, the timeout, True)."""
+    lines: list[str] = []
+    try:
+        for line in side.run_agent(["exits", "stop"], REQUEST_TIMEOUT_S):
+            lines.append(line)
+    except AgentTimeout as exc:
+        got = _stop_profile(lines)
+        return got, f"the teardown did not finish: {exc.message}", True
+    except VmtaxError as exc:
+        return None, exc.message, False
+    got = _stop_profile(lines)
+    if got is None:
+        err = (side.last_stderr or "").strip().splitlines()
+        return None, (err[-1] if err else "no output").removeprefix("vmtax-probe: error: "), False
+    return got, "", False
+
+
+def _stop_profile(lines: list[str]) -> dict[str, Any] | None:
+    """The profile among ``exits stop``'s lines, with its teardown's problems, or None."""
+    profile: dict[str, Any] | None = None
+    cleanup: list[str] = []
+    for obj in _objects(lines):
+        if obj.get("type") == "exits_cleanup":
+            cleanup += [str(p) for p in obj.get("problems") or []]
+        elif obj.get("type") == "exits":
+            profile = obj
+    if profile is not None and cleanup:
+        profile["problems"] = [*(profile.get("problems") or []), f"cleanup: {'; '.join(cleanup)}"]
+    return profile
+
+
+def _objects(lines: list[str]) -> Iterator[dict[str, Any]]:
+    for line in "".join(lines).splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
 def _stats_args(target: Target, side: Target) -> list[str]:
     """The request for one reading of KVM's per-vCPU counters of ``target``'s guest."""
     return ["exits", "stats", *_qemu_arg(target, side)]
@@ -161,9 +206,11 @@ def end(mode: str, target: Target, side: Target, begun: Begun) -> dict[str, Any]
         if after is None or before is None:
             return {"complete": False, "problems": [f"stats: {err}"]}
         return kvmstats.profile(before, after)
-    got, err = _request(side, ["exits", "stop"])
+    got, err, gone = _stop(side)
     if got is None:
         return {"complete": False, "problems": [f"stop: {err}"]}
+    if gone:  # its counts were read; the guest they would be read in again is not there
+        return {**got, "teardown": err}
     after, _ = _reading(target, side)
     if before is not None and after is not None:
         counted = kvmstats.profile(before, after)
@@ -319,6 +366,8 @@ class Recorder:
             started = self._started.pop(target.name, {})
         for level, (side, begun) in started.items():
             profile = end(mode, target, side, begun)
+            if profile.get("teardown"):
+                self.note_once(f"exits: {level}: {profile['teardown']} (the counts were read)")
             startup = self._startup.get(key, {}).get(level)
             if startup is not None:
                 profile = {**profile, "startup": startup}

@@ -88,7 +88,7 @@ def save_profile(
 
 
 def _detail(profile: dict[str, Any]) -> dict[str, Any] | None:
-    keep = ("threads", "timed", "untimed", "vcpus", "kvm_stats", "by_vcpu")
+    keep = ("threads", "timed", "untimed", "vcpus", "kvm_stats", "by_vcpu", "teardown")
     out: dict[str, Any] = {k: profile[k] for k in keep if k in profile}
     if profile.get("startup") is not None:
         out["startup"] = {str(int(c)): int(n) for c, n in dict(profile["startup"]).items()}

@@ -147,3 +147,32 @@ def test_two_runs_say_the_warm_up_test_cannot_reach_a_small_p():
     words = finding("syscall", "L1", detect(m))
     line = next(w for w in words.clear if w.startswith("Leftover warm-up"))
     assert "with 2 runs the sign-flip test over runs cannot give a p below 0.25" in line
+
+
+@pytest.mark.fast
+def test_a_familys_size_counts_the_tests_that_can_give_a_p_and_the_period_test_exactly():
+    """A report sizes its resamples and early look by the tests that can give a p-value (a
+    period test gives one only where its search found a peak); Holm then adjusts over those
+    that did. The count must never be below Holm's (the look would fall above the smallest
+    threshold) and is exact for the period test."""
+    from vmtax.stats.artifacts import tests_with_p
+
+    rng = np.random.default_rng(11)
+    periodic = rng.lognormal(np.log(100), 0.05, (6, 2000))
+    periodic[:, 24::25] *= 2.0
+    cases = [
+        (periodic, None),
+        (periodic, rng.lognormal(np.log(100), 0.05, (6, 2000))),
+        (100 + 5 * rng.standard_t(3, (12, 400)), 100 + 5 * rng.standard_t(3, (12, 400))),
+        (rng.lognormal(np.log(100), 0.05, (5, 300)), None),  # spikes, but no period
+        (np.full((4, 50), 100.0), None),  # no spikes: no period or cross-run test
+        (rng.normal(100, 1, (1, 400)), None),  # one run: only the period test could
+        (rng.normal(100, 1, (3, 12)), np.ones((2, 12))),  # too short for the warm-up test
+    ]
+    counted = []
+    for m, b in cases:
+        got = detect(m, b, resamples=199)
+        counted.append(tests_with_p(m, b))
+        # Exact here: none of these has a test whose conditions hold and whose p is not finite.
+        assert counted[-1] == len(_raw_p([got])), (m.shape, counted[-1], _raw_p([got]))
+    assert counted[:2] == [3, 4] and counted[4] == 1 and counted[3] < 4, counted

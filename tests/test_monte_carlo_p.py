@@ -88,4 +88,7 @@ def test_the_look_is_below_the_familys_smallest_threshold_or_absent():
         look = early_look(tests, resamples)
         if look is not None:
             assert 1 / (look + 1) < ALPHA / tests / 1.9 and look <= resamples // 2
-    assert early_look(96, family_resamples(96)) is None  # capped resamples: no room for it
+    # A family of a hundred (a report of two levels) has one; capped resamples leave a family
+    # of four hundred no room for it.
+    assert early_look(96, family_resamples(96)) == 19_200
+    assert early_look(400, family_resamples(400)) is None

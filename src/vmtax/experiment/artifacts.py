@@ -53,11 +53,11 @@ def find_artifacts(
     the ``baseline`` configuration's runs of the same probe (scoped by the selector)."""
     # heavy: scipy and statsmodels, only for this command
     from vmtax.stats.artifacts import (
-        DETECTORS,
         as_matrix,
         control_family,
         detect,
         family_resamples,
+        tests_with_p,
     )
 
     if resamples < 19:
@@ -80,12 +80,18 @@ def find_artifacts(
         raise UsageError(f"the runs matching {selector!r} have no stored samples")
     base = _matrices(base_runs, samples) if baseline else {}
     results = []
-    # One family: every detector's test of every (probe, config) this command looks at.
-    family = DETECTORS * len(found)
-    resamples = max(resamples, family_resamples(family))
+    jobs = {}
     for (config, probe), matrix in found.items():
         ref = [m for (c, p), m in base.items() if p == probe and c != config]
-        ref_matrix = as_matrix([row for m in ref for row in m]) if ref else None
+        jobs[(config, probe)] = (
+            matrix,
+            as_matrix([row for m in ref for row in m]) if ref else None,
+        )
+    # One family: every test of every (probe, config) this command looks at that can give a
+    # p-value.
+    family = sum(tests_with_p(m, b) for m, b in jobs.values())
+    resamples = max(resamples, family_resamples(family))
+    for (config, probe), (matrix, ref_matrix) in jobs.items():
         results.append(
             (
                 config,

@@ -23,12 +23,12 @@ from vmtax.report.inputs import ReportInput
 from vmtax.report.parts import FigureSpec, Table
 from vmtax.report.terminal import P95_NOTE, fmt, p95_below_mean, pct
 from vmtax.stats.artifacts import (
-    DETECTORS,
     Artifacts,
     as_matrix,
     control_family,
     detect,
     family_resamples,
+    tests_with_p,
 )
 from vmtax.stats.compare import COLUMNS, compare
 from vmtax.stats.compare_options import CompareOptions
@@ -325,8 +325,8 @@ def _detect_all(
                 )
 
     cells = sum(m.size for m, _ in jobs.values())
-    # One family: every detector's test of every (probe, config) in this report.
-    family = DETECTORS * len(jobs)
+    # One family: every test of every (probe, config) in this report that can give a p-value.
+    family = sum(tests_with_p(m, b) for m, b in jobs.values())
     resamples = family_resamples(family)
     calls = [
         partial(detect, m, b, seed=seed, resamples=resamples, family=family)

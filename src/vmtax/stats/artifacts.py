@@ -566,6 +566,43 @@ def _onsets(slow: np.ndarray) -> np.ndarray:
     return starts
 
 
+@dataclass
+class _PeriodSearch:
+    """The period search before its permutation test: the spike onsets (None when too few to
+    search), their autocorrelation's first peak, and whether it is strong enough to test."""
+
+    ind: np.ndarray | None = None
+    mean: np.ndarray = field(default_factory=lambda: np.empty(0))
+    weights: np.ndarray = field(default_factory=lambda: np.empty(0))
+    max_lag: int = 0
+    lag: int | None = None
+    peak: float = math.nan
+    stat: float = math.nan
+
+    @property
+    def testable(self) -> bool:
+        return self.ind is not None and self.lag is not None and self.peak >= MIN_ACF
+
+
+def _period_search(slow: np.ndarray) -> _PeriodSearch:
+    # The period search and its permutation test read the first PERIODIC_MAX_ITERATIONS only:
+    # that bounds the cost, and still holds four repetitions of any period up to a quarter of it.
+    ind = _onsets(slow[:, :PERIODIC_MAX_ITERATIONS])
+    runs, n = ind.shape
+    if n < 16 or ind.sum() < 3:
+        return _PeriodSearch()
+    max_lag = n // 4
+    mean = ind.mean(axis=1)
+    energy = ind.sum(axis=1) * (1.0 - mean)  # sum of squares of the demeaned 0/1 row
+    # Each run's autocorrelation is normalised by its lag-0 value (a run without spikes counts
+    # as 0) and averaged over runs. A shuffle keeps every run's spike count, so the weights
+    # hold for the whole null distribution.
+    weights = np.divide(1.0, runs * energy, out=np.zeros(runs), where=energy > 0)
+    acf = _acf(ind, mean, weights, max_lag)
+    lag, peak = _first_peak(acf, max_lag)
+    return _PeriodSearch(ind, mean, weights, max_lag, lag, peak, float(acf[2:].max()))
+
+
 def periodic(
     slow: np.ndarray, *, resamples: int = 199, seed: int = 0, look: int | None = None
 ) -> Periodic:
@@ -578,25 +615,16 @@ def periodic(
         col_p = stats.binom.sf(counts - 1, runs, rate)
         hot = np.flatnonzero((col_p < ALPHA / n) & (counts >= max(2, math.ceil(0.5 * runs))))
         indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
-    # The period search and its permutation test read the first PERIODIC_MAX_ITERATIONS only:
-    # that bounds the cost, and still holds four repetitions of any period up to a quarter of it.
-    ind = _onsets(slow[:, :PERIODIC_MAX_ITERATIONS])
-    n = ind.shape[1]
-    if n < 16 or ind.sum() < 3:
+    search = _period_search(slow)
+    if search.ind is None:
         return Periodic(False, None, None, None, indices, rate)
-    max_lag = n // 4
-    mean = ind.mean(axis=1)
-    energy = ind.sum(axis=1) * (1.0 - mean)  # sum of squares of the demeaned 0/1 row
-    # Each run's autocorrelation is normalised by its lag-0 value (a run without spikes counts
-    # as 0) and averaged over runs. A shuffle keeps every run's spike count, so the weights
-    # hold for the whole null distribution.
-    weights = np.divide(1.0, runs * energy, out=np.zeros(runs), where=energy > 0)
-    acf = _acf(ind, mean, weights, max_lag)
-    lag, peak = _first_peak(acf, max_lag)
-    if lag is None or peak < MIN_ACF:
+    lag, peak = search.lag, search.peak
+    if not search.testable or lag is None:
         # No peak strong enough to be a period: no p-value can make one, so none is computed.
         return Periodic(False, None, peak if lag else None, None, indices, rate)
-    stat = float(acf[2:].max())
+    ind, mean, weights, max_lag = search.ind, search.mean, search.weights, search.max_lag
+    n = ind.shape[1]
+    stat = search.stat
     rng = np.random.default_rng(seed)
 
     # The shuffles are drawn in batches of about 16 MiB of FFT input: enough to amortise the
@@ -637,7 +665,7 @@ def periodic(
 
         chunk = batch
     p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look, tie=TIE_SINGLE)
-    out = Periodic(False, None, peak if lag else None, p, indices, rate, p, int(lag))
+    out = Periodic(False, None, peak, p, indices, rate, p, lag)
     out.decide()
     return out
 
@@ -918,7 +946,11 @@ DETECTORS = 4
 #: twice, a strong effect whose null distribution still met it once or twice in 800 shuffles
 #: (a real buffered write on a loaded machine) landed just above the threshold.
 RESOLUTION = 10
-MAX_RESAMPLES = 20_000  # the period test's cost where there is one to find
+#: Resamples of a family of up to MAX_RESAMPLES / (RESOLUTION / ALPHA) tests, 40, at full
+#: resolution; above that fewer. A clear finding stops at its early look (``early_look``,
+#: at most half of these), so this much is drawn only for a finding the null met once or
+#: twice.
+MAX_RESAMPLES = 40_000
 
 
 def family_resamples(tests: int) -> int:
@@ -927,6 +959,24 @@ def family_resamples(tests: int) -> int:
     The permutation tests stop early once the data are plainly not extreme, so the extra
     resamples cost only where there may be a finding."""
     return min(MAX_RESAMPLES, max(199, math.ceil(RESOLUTION * max(tests, 1) / ALPHA)))
+
+
+def tests_with_p(matrix: np.ndarray, baseline: np.ndarray | None = None) -> int:
+    """How many of ``detect``'s tests of ``matrix`` can give a p-value: exactly for the period
+    test (a p only where its search found a peak to test), at most for the others. A family's
+    resamples and early look are sized by the sum (``family_resamples``, ``early_look``), and
+    Holm adjusts over the tests that gave one, never more than it: the look stays below the
+    threshold the family's smallest p-value meets."""
+    matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
+    runs, n = matrix.shape
+    spikes, _ = tukey(matrix, k=3.0, quartiles=run_quartiles(matrix))
+    period = int(_period_search(spikes).testable)
+    head = spikes[:, :PERIODIC_MAX_ITERATIONS]
+    spread = np.count_nonzero(head, axis=1) % max(head.shape[1], 1) > 0  # neither 0 nor all 1
+    cross = int(runs >= 2 and head.shape[1] >= 16 and bool((spread[:-1] & spread[1:]).any()))
+    warm = int(n >= 20 and runs >= 2)
+    has_baseline = baseline is not None and np.asarray(baseline).size > 0
+    return period + cross + warm + int(has_baseline and matrix.size >= 5)
 
 
 def control_family(results: Sequence[Artifacts]) -> int:

@@ -90,16 +90,14 @@ def _asked(side: Target, args: list[str]) -> tuple[dict[str, Any] | None, str]:
         raise _Gone(exc.message) from None
     except VmtaxError as exc:
         return None, exc.message
-    for line in reversed(text.splitlines()):
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj, ""
+    objects = list(_objects([text]))
+    return (objects[-1], "") if objects else (None, _why_not(side))
+
+
+def _why_not(side: Target) -> str:
+    """The last line the agent on ``side`` wrote to stderr: why it printed no answer."""
     err = (side.last_stderr or "").strip().splitlines()
-    msg = err[-1] if err else "no output"
-    return None, msg.removeprefix("vmtax-probe: error: ")
+    return (err[-1] if err else "no output").removeprefix("vmtax-probe: error: ")
 
 
 def _start(target: Target, side: Target) -> str:
@@ -125,10 +123,7 @@ def _stop(side: Target) -> tuple[dict[str, Any] | None, str, bool]:
     except VmtaxError as exc:
         return None, exc.message, False
     got = _stop_profile(lines)
-    if got is None:
-        err = (side.last_stderr or "").strip().splitlines()
-        return None, (err[-1] if err else "no output").removeprefix("vmtax-probe: error: "), False
-    return got, "", False
+    return (got, "", False) if got is not None else (None, _why_not(side), False)
 
 
 def _stop_profile(lines: list[str]) -> dict[str, Any] | None:

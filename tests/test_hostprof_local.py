@@ -275,3 +275,45 @@ def test_a_stop_whose_teardown_hangs_keeps_the_profile_it_printed(tmp_path, monk
     script.write_text("#!/bin/sh\nexec sleep 60\n")
     got = recorder.end("trace", LocalTarget(AGENT), LocalTarget(script), ("", None))
     assert not got["complete"] and "did not finish within 2 s" in got["problems"][0], got
+
+
+def test_once_a_sides_request_took_the_guest_the_other_sides_are_not_asked(
+    tmp_path, monkeypatch, store
+):
+    """At L3 both host sides (L1 and L2) share the guest: when L1's `exits stop` times out,
+    the guest goes, and L2's recording with it. Its profile says so, and no request boots
+    another guest only to find no recording there. The sides are scripts (a hung L1 cannot
+    be made to order): L1's hangs, L2's would leave a mark if it were asked."""
+    import numpy as np
+
+    from vmtax.hostprof import recorder
+    from vmtax.hostprof.store import exit_profiles
+    from vmtax.targets.local import LocalTarget
+
+    monkeypatch.setattr(recorder, "REQUEST_TIMEOUT_S", 2.0)
+    hung, asked = tmp_path / "l1", tmp_path / "l2"
+    hung.write_text("#!/bin/sh\nexec sleep 60\n")
+    asked.write_text(f"#!/bin/sh\n: > {tmp_path / 'l2-was-asked'}\n")
+    for script in (hung, asked):
+        script.chmod(0o755)
+    exp = store.create_experiment(
+        command=["vmtax"], suite="t", seed=1, plan={}, vmtax_version="0", agent_version="0"
+    )
+    cfg = store.configuration(experiment_id=exp, level="L3", labels={}, fingerprint={},
+                              target="qemu-L3", provenance={})  # fmt: skip
+    run = store.add_run(experiment_id=exp, configuration_id=cfg, probe="cpuid", plan_index=0,
+                        run_index=0, header=None, summary={"n": 1}, values=np.ones(1),
+                        warmup_values=np.ones(1), status="ok")  # fmt: skip
+    said: list[str] = []
+    rec = recorder.Recorder(store, mode="trace", note=said.append)
+    target = LocalTarget(AGENT, level="L3")
+    rec._started[target.name] = {  # as before_run leaves two begun recordings
+        "L1": (LocalTarget(hung, level="L1"), ("", None)),
+        "L2": (LocalTarget(asked, level="L2"), ("", None)),
+    }
+    rec.after_run(target, None, run, "ok")  # type: ignore[arg-type]
+    assert not (tmp_path / "l2-was-asked").exists()
+    prof = exit_profiles(store, exp).set_index("recorded_at")
+    assert not prof["complete"].any(), prof
+    assert "did not finish within 2 s" in prof.loc["L1", "problems"][0]
+    assert prof.loc["L2", "problems"] == ["stop: the guest went when L1's request timed out"]

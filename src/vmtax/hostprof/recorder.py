@@ -189,23 +189,32 @@ def _begin_once(mode: str, target: Target, side: Target) -> Begun:
     return _start(target, side), before
 
 
+#: The key ``end`` adds to a profile when its request to the side timed out: the side's
+#: agent was killed, and a guest's host side took the guest with it (``_Gone``).
+GONE = "guest_gone"
+
+
 def end(mode: str, target: Target, side: Target, begun: Begun) -> dict[str, Any]:
-    """End a recording: the profile to store (or one marked incomplete, saying why)."""
+    """End a recording: the profile to store (or one marked incomplete, saying why), with
+    ``GONE`` set when the request timed out."""
     err, before = begun
     if err:
         if mode == "trace":
             _request(side, ["exits", "stop"])  # removes whatever the failed start set up
         return {"complete": False, "problems": [f"start: {err}" if mode == "trace" else err]}
     if mode == "counts":
-        after, err = _reading(target, side)
+        try:
+            after, err = _asked(side, _stats_args(target, side))
+        except _Gone as exc:
+            return {"complete": False, "problems": [f"stats: {exc.message}"], GONE: True}
         if after is None or before is None:
             return {"complete": False, "problems": [f"stats: {err}"]}
         return kvmstats.profile(before, after)
     got, err, gone = _stop(side)
     if got is None:
-        return {"complete": False, "problems": [f"stop: {err}"]}
+        return {"complete": False, "problems": [f"stop: {err}"], GONE: gone}
     if gone:  # its counts were read; the guest they would be read in again is not there
-        return {**got, "teardown": err}
+        return {**got, "teardown": err, GONE: True}
     after, _ = _reading(target, side)
     if before is not None and after is not None:
         counted = kvmstats.profile(before, after)
@@ -359,8 +368,15 @@ class Recorder:
         key = (str(target.name), str(getattr(step, "entry", "")))
         with self._lock:
             started = self._started.pop(target.name, {})
+        went = ""  # the level whose request took the guest with it
         for level, (side, begun) in started.items():
-            profile = end(mode, target, side, begun)
+            if went:
+                # Its recording went with the guest: asking would boot another to say so.
+                why = f"stop: the guest went when {went}'s request timed out"
+                profile: dict[str, Any] = {"complete": False, "problems": [why]}
+            else:
+                profile = end(mode, target, side, begun)
+                went = level if profile.pop(GONE, False) else ""
             if profile.get("teardown"):
                 self.note_once(f"exits: {level}: {profile['teardown']} (the counts were read)")
             startup = self._startup.get(key, {}).get(level)

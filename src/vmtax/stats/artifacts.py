@@ -616,13 +616,13 @@ def periodic(
         hot = np.flatnonzero((col_p < ALPHA / n) & (counts >= max(2, math.ceil(0.5 * runs))))
         indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
     search = _period_search(slow)
-    if search.ind is None:
+    ind, lag, peak = search.ind, search.lag, search.peak
+    if ind is None:
         return Periodic(False, None, None, None, indices, rate)
-    lag, peak = search.lag, search.peak
-    if not search.testable or lag is None:
+    if lag is None or not search.testable:
         # No peak strong enough to be a period: no p-value can make one, so none is computed.
         return Periodic(False, None, peak if lag else None, None, indices, rate)
-    ind, mean, weights, max_lag = search.ind, search.mean, search.weights, search.max_lag
+    mean, weights, max_lag = search.mean, search.weights, search.max_lag
     n = ind.shape[1]
     stat = search.stat
     rng = np.random.default_rng(seed)
@@ -670,6 +670,25 @@ def periodic(
     return out
 
 
+def _cross_pairs(slow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each run's spike rate and its standard deviation, and the consecutive pairs of runs
+    that both have some spikes and some iterations without (those the cross-run test reads).
+
+    A 0/1 row's mean and standard deviation follow from its count of ones: no passes over
+    the (often runs x 10^5) matrix besides the one that counts."""
+    rate = slow.sum(axis=1, dtype=np.float64) / max(slow.shape[1], 1)
+    sd = np.sqrt(rate * (1.0 - rate))
+    usable = sd > 0
+    return rate, sd, np.flatnonzero(usable[:-1] & usable[1:])
+
+
+def _cross_testable(slow: np.ndarray, pairs: np.ndarray) -> bool:
+    """Whether the cross-run test gives a p-value for ``slow`` (already cut to the first
+    PERIODIC_MAX_ITERATIONS) and its ``pairs``."""
+    runs, n = slow.shape
+    return runs >= 2 and pairs.size > 0 and n >= 16
+
+
 def cross_run(
     slow: np.ndarray, *, resamples: int = 199, seed: int = 0, look: int | None = None
 ) -> CrossRun:
@@ -682,13 +701,8 @@ def cross_run(
     """
     slow = slow[:, :PERIODIC_MAX_ITERATIONS]  # as the period search: bounded cost
     runs, n = slow.shape
-    # A 0/1 row's mean and standard deviation follow from its count of ones: no passes over
-    # the (often runs x 10^5) matrix besides the one that counts.
-    rate = slow.sum(axis=1, dtype=np.float64) / max(n, 1)
-    sd = np.sqrt(rate * (1.0 - rate))
-    usable = sd > 0
-    pairs = np.flatnonzero(usable[:-1] & usable[1:])
-    if runs < 2 or pairs.size == 0 or n < 16:
+    rate, sd, pairs = _cross_pairs(slow)
+    if not _cross_testable(slow, pairs):
         return CrossRun(False, None, None, None, int(pairs.size))
     max_lag = min(n // 4, 2000)
     z = slow.astype(np.float64)
@@ -972,8 +986,7 @@ def tests_with_p(matrix: np.ndarray, baseline: np.ndarray | None = None) -> int:
     spikes, _ = tukey(matrix, k=3.0, quartiles=run_quartiles(matrix))
     period = int(_period_search(spikes).testable)
     head = spikes[:, :PERIODIC_MAX_ITERATIONS]
-    spread = np.count_nonzero(head, axis=1) % max(head.shape[1], 1) > 0  # neither 0 nor all 1
-    cross = int(runs >= 2 and head.shape[1] >= 16 and bool((spread[:-1] & spread[1:]).any()))
+    cross = int(_cross_testable(head, _cross_pairs(head)[2]))
     warm = int(n >= 20 and runs >= 2)
     has_baseline = baseline is not None and np.asarray(baseline).size > 0
     return period + cross + warm + int(has_baseline and matrix.size >= 5)

@@ -256,3 +256,72 @@ def test_a_mesh_drawn_on_a_released_frame_is_the_fresh_meshs_svg():
     kept = figures.heatmap(*cases[0][0:1], "ns", cases[0][1])
     other = figures.heatmap(cases[-1][0], "ns", cases[-1][1])
     assert other is not kept and to_svg(kept, "cpuid") == fresh[0]
+
+
+@pytest.fixture
+def empty_pool(monkeypatch):
+    """No frame left by an earlier test: the first figure of each layout is a new one."""
+    monkeypatch.setattr(figures, "_POOL", {})
+
+
+def _level_rows(resp, spread=0.05, throughput=True, names=None):
+    mean = np.asarray(resp, dtype=float)
+    thr = 1e9 / mean if throughput else np.full(mean.size, np.nan)
+    names = names or [f"L{i} accel=tcg vcpus=2" for i in range(mean.size)]
+    return pd.DataFrame(
+        {
+            "config": names,
+            "throughput_mean": thr,
+            "throughput_ci_low": thr * (1 - spread),
+            "throughput_ci_high": thr * (1 + spread),
+            "throughput_unit": ["ops/s" if throughput else None] * mean.size,
+            "resp_mean": mean,
+            "resp_ci_low": mean * (1 - spread),
+            "resp_ci_high": mean * (1 + spread),
+            "unit": ["ns"] * mean.size,
+        }
+    )
+
+
+def _drawn_again_is_drawn_fresh(draw, cases) -> None:
+    """Each case drawn on a new figure, then each drawn on the figure the case before it
+    released, forwards and backwards: the same bytes, so nothing of one (a bar, a value, a
+    whisker, a legend, a log scale, its locators, a label, the margins) is left on the next."""
+    made = [draw(*case) for case in cases]
+    fresh = [to_svg(fig, f"case{i}") for i, fig in enumerate(made)]
+    children = [[(len(ax.get_children()), len(ax.containers)) for ax in f.axes] for f in made]
+    for order in (range(len(cases)), reversed(range(len(cases)))):
+        for i in order:
+            fig = draw(*cases[i])
+            assert to_svg(fig, f"case{i}") == fresh[i], i
+            assert [(len(ax.get_children()), len(ax.containers)) for ax in fig.axes] == children[i]
+            figures.release(fig)
+
+
+def test_a_level_chart_drawn_on_a_released_figure_is_the_fresh_charts_svg(empty_pool):
+    long_names = ["L0 host_hypervisor=kvm " + "x" * 40, f"L1 {EVIL}"]
+    rows = [
+        _level_rows([96_454.0, 130_184.0]),
+        _level_rows([5_361.0, 1_923_000.0], 0.04),  # log response time, log throughput
+        _level_rows([340.0, 2_400.0], throughput=False),  # one panel
+        _level_rows([300_000.0, 610_000.0], 0.6, names=long_names),
+        _level_rows([1.5, 2.5], float("nan")),  # no intervals: no whiskers
+        _level_rows([12.0, 7_000.0], 0.1, throughput=False),  # one panel, log
+        _level_rows([10.0, 20.0, 4_000.0]),  # three rows
+        _level_rows([2_000.0, 3_000.0, 3_500.0], 0.2),
+    ]
+    _drawn_again_is_drawn_fresh(figures.level_bars, [(r, "timer", {}) for r in rows])
+
+
+def test_a_distribution_drawn_on_a_released_figure_is_the_fresh_ones_svg(empty_pool):
+    rng = np.random.default_rng(3)
+    outliers = np.concatenate([rng.normal(100, 5, 5_000), np.full(20, 9_000.0)])
+    series = [
+        {"L0": rng.normal(100, 5, 4_000), "L1": rng.normal(110, 5, 2_000)},
+        {"L0": rng.lognormal(4, 0.1, 3_000), f"L2 {EVIL}": rng.lognormal(10, 0.1, 9_000)},
+        {"L0": outliers},  # the top 0.1% not shown, and said under the axis
+        {f"L{i} accel=tcg " + "y" * 30: rng.normal(50 + i, 2, 500) for i in range(5)},
+        {"L0": np.array([])},  # no samples: a figure of its own, never lent
+        {"L0": rng.exponential(1_000.0, 6_000), "L1": rng.normal(5_000, 10, 300)},
+    ]
+    _drawn_again_is_drawn_fresh(figures.distribution, [("cpuid", "ns", s, {}) for s in series])

@@ -30,3 +30,28 @@ def test_a_failing_call_raises_in_the_caller_and_the_next_batch_runs():
     with pytest.raises(ValueError, match="no such probe"):
         run_forked([lambda: 1, boom, lambda: 3])
     assert run_forked([lambda: "again", lambda: "fine"]) == ["again", "fine"]
+
+
+def _titled_with_its_process(key: str):  # noqa: ANN202 - a matplotlib Figure
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 1))
+    fig.suptitle(f"{key} drawn by {os.getpid()}")
+    return fig
+
+
+def test_the_first_figure_of_each_shared_set_up_is_drawn_before_the_fork():
+    # The first of each set-up is drawn in this process, so that every worker inherits it
+    # made; the rest, and the figures that share nothing, in workers; all in order.
+    from functools import partial
+
+    from vmtax.report.svg import render_all
+
+    if workers_for(2) < 2:
+        pytest.skip("one usable core: nothing is forked")
+    keys = [f"fig{i}" for i in range(7)]
+    shares = [None, ("mesh", 2), ("mesh", 2), ("mesh", 3), None, ("mesh", 3), ("mesh", 2)]
+    drawn = render_all([(k, partial(_titled_with_its_process, k)) for k in keys], shares=shares)
+    here = f"drawn by {os.getpid()}<"
+    assert [f"{key} drawn by" in svg for key, svg in zip(keys, drawn, strict=True)] == [True] * 7
+    assert [here in svg for svg in drawn] == [False, True, False, True, False, False, False]

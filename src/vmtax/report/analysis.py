@@ -237,6 +237,7 @@ def _sample_figures(
                     "in nearly every run; beside a reduced mesh, the first "
                     f"{figures.ZOOM} iterations are shown cell by cell.",
                     draw=partial(figures.heatmap, probe, unit, panels),
+                    shares=("mesh", *figures.mesh_layout(panels)),
                 )
             )
     return figs, findings

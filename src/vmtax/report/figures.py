@@ -12,7 +12,7 @@ What is drawn large is kept small on purpose:
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
@@ -224,6 +224,24 @@ def _log_start(values: np.ndarray) -> float:
     return float(positive.min()) / 2 if positive.size else 1.0
 
 
+def _level_frame(rows: int, panels: int) -> tuple[Figure, Sequence[Any]]:
+    """A level chart's figure and axes for ``rows`` configurations in ``panels`` panels: a
+    released one of that layout, its data taken off and its x axes linear again, else a new
+    one (see :func:`release`)."""
+    key = ("levels", rows, panels)
+    frame = _POOL.pop(key, None)
+    if frame is None:
+        fig = Figure(figsize=(WIDTH, 1.0 + 0.5 * rows))
+        with matplotlib.rc_context({"axes.grid.axis": "x"}):  # cheaper than removing it later
+            frame = (fig, fig.subplots(1, panels, squeeze=False)[0])
+    else:
+        for ax in frame[1]:
+            _clear_data(ax)
+            ax.set_xscale("linear")
+    _lend(frame[0], key, frame)
+    return frame
+
+
 @_styled
 def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Figure:
     """Throughput (left) and mean response time (right) per configuration, 95% CI bars.
@@ -237,9 +255,7 @@ def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Fig
     """
     panels = [p for p in LEVEL_PANELS if rows[f"{p[0]}_mean"].astype(float).notna().any()]
     panels = panels or [LEVEL_PANELS[1]]
-    fig = Figure(figsize=(WIDTH, 1.0 + 0.5 * len(rows)))
-    with matplotlib.rc_context({"axes.grid.axis": "x"}):  # cheaper than removing it later
-        axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig, axes = _level_frame(len(rows), len(panels))
     labels = [_wrap(c) for c in rows["config"]]
     left = max(text_inches(t, RC["font.size"])[0] for t in labels) + TICKS_IN + 0.05
     right, gap = 0.15, 0.35
@@ -417,6 +433,20 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
     return fig
 
 
+def _distribution_frame() -> tuple[Figure, Any]:
+    """A distribution's figure and axes: a released one, its data taken off and its x axis
+    linear again, else a new one (see :func:`release`)."""
+    frame = _POOL.pop(("distribution",), None)
+    if frame is None:
+        fig = Figure(figsize=(WIDTH, 2.8))
+        frame = (fig, fig.subplots())
+    else:
+        _clear_data(frame[1])
+        frame[1].set_xscale("linear")
+    _lend(frame[0], ("distribution",), frame)
+    return frame
+
+
 @_styled
 def distribution(
     probe: str, unit: str, series: Mapping[str, np.ndarray], colors: Mapping[str, str]
@@ -427,15 +457,16 @@ def distribution(
     fraction of that configuration's iterations, so configurations with different sample
     counts compare. The top 0.1% is left out of the range and counted.
     """
-    fig = Figure(figsize=(WIDTH, 2.8))
-    ax = fig.subplots()
     pooled = (
         np.concatenate([v[np.isfinite(v)] for v in series.values()]) if series else np.array([])
     )
     if pooled.size == 0:
+        fig = Figure(figsize=(WIDTH, 2.8))
+        ax = fig.subplots()
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
         return fig
+    fig, ax = _distribution_frame()
     # The top 0.1% is left out of the range (a few huge outliers would squeeze the bulk into
     # one bin) and counted under the axis instead. Log-x when the range spans a decade.
     lo, hi = float(pooled.min()), float(np.quantile(pooled, 0.999))
@@ -613,22 +644,38 @@ class _MeshFrame:
     bars: list[Any]  # per row, its colour bar once it has one (else None)
 
 
-#: Frames of rendered meshes, by layout (rows, zoom): a new figure makes every axes' ticks
-#: (each two lines, a grid line and two labels) anew, and that was half of a mesh's cost; a
-#: frame drawn on again only moves them (the same SVG, byte for byte).
-_MESH_POOL: dict[tuple[int, bool], _MeshFrame] = {}
-#: The attribute of a heatmap's figure that names its frame and layout, until released.
-_FRAME_ATTR = "_vmtax_mesh_frame"
+#: Figures already rendered, kept to draw the next figure of the same kind and layout on,
+#: by (kind, layout): a new figure makes every axes and its ticks (each two lines, a grid
+#: line and two labels) anew, and that was half of a mesh's cost and a third of a bar
+#: chart's; a figure drawn on again only moves them (the same SVG, byte for byte).
+_POOL: dict[Hashable, Any] = {}
+#: The attribute of a lent figure that names its pool key and what goes back to the pool.
+_FRAME_ATTR = "_vmtax_frame"
 
 
 def release(fig: Figure) -> None:
-    """Hand a rendered figure back: a mesh's frame is drawn on by the next mesh of its
-    layout, so the figure must not be used after this. Other figures are left alone."""
+    """Hand a rendered figure back: a pooled one is drawn on by the next figure of its kind
+    and layout, so the figure must not be used after this. Other figures are left alone."""
     lent = getattr(fig, _FRAME_ATTR, None)
     if lent is not None:
         delattr(fig, _FRAME_ATTR)
-        layout, frame = lent
-        _MESH_POOL[layout] = frame
+        key, frame = lent
+        _POOL[key] = frame
+
+
+def _lend(fig: Figure, key: Hashable, frame: Any) -> None:  # noqa: ANN401 - any frame
+    """Mark ``fig`` as drawn on ``frame``, which :func:`release` returns to the pool."""
+    setattr(fig, _FRAME_ATTR, (key, frame))
+
+
+def _clear_data(ax: Any) -> None:  # noqa: ANN401
+    """Take every artist a figure function added off a pooled axes (its containers, patches,
+    lines, collections, texts and images); the axes, its ticks and spines stay. A legend is
+    replaced by the next figure's own."""
+    for container in [*ax.containers]:
+        container.remove()
+    for artist in [*ax.patches, *ax.lines, *ax.collections, *ax.texts, *ax.images]:
+        artist.remove()
 
 
 def _mesh_frame(rows: int, zoom: bool, extends: Sequence[str | None]) -> _MeshFrame:
@@ -636,7 +683,7 @@ def _mesh_frame(rows: int, zoom: bool, extends: Sequence[str | None]) -> _MeshFr
     data taken off, else a new one. A row's colour bar cannot be taken off a frame, nor its
     arrow (``extends``: "max" or "neither", None for a row without values, whose panels are
     turned off), so a frame whose bars differ is not drawn on."""
-    frame = _MESH_POOL.pop((rows, zoom), None)
+    frame = _POOL.pop(("mesh", rows, zoom), None)
     if frame is not None and any(
         bar is not None and (i >= len(extends) or bar.extend != extends[i])
         for i, bar in enumerate(frame.bars)
@@ -658,7 +705,7 @@ def _mesh_frame(rows: int, zoom: bool, extends: Sequence[str | None]) -> _MeshFr
                 ax.set_ylabel("")
             for ax in row:
                 ax.set_axis_on()
-    setattr(frame.fig, _FRAME_ATTR, ((rows, zoom), frame))
+    _lend(frame.fig, ("mesh", rows, zoom), frame)
     return frame
 
 
@@ -685,6 +732,12 @@ def _mesh_axes(fig: Figure, rows: int, zoom: bool) -> list[list[Any]]:
     return out
 
 
+def mesh_layout(panels: Sequence[HeatPanel]) -> tuple[int, bool]:
+    """The layout of ``heatmap(panels)``'s frame: its rows (one per configuration) and
+    whether they have zooms. Meshes of one layout draw on one frame, in turn."""
+    return max(len(panels), 1), any(p.matrix.shape[1] > MAX_CELLS for p in panels)
+
+
 @_styled
 def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     """Run x iteration mesh per configuration (study D), periodic indices marked on top.
@@ -693,8 +746,7 @@ def heatmap(probe: str, unit: str, panels: Sequence[HeatPanel]) -> Figure:
     second axis shows the first ``ZOOM`` iterations cell by cell, where a periodic line is
     still a line.
     """
-    n = max(len(panels), 1)
-    zoom = any(p.matrix.shape[1] > MAX_CELLS for p in panels)
+    n, zoom = mesh_layout(panels)
     scales = [_mesh_scale(p.matrix, zoom) for p in panels]
     frame = _mesh_frame(n, zoom, [s.extend if s else None for s in scales])
     fig, grid = frame.fig, frame.grid

@@ -37,7 +37,11 @@ def render_html(model: ReportModel) -> str:
     css = resources.files("vmtax.report").joinpath("templates", "report.css").read_text()
     # matplotlib's SVG escapes every text node itself; the markup is trusted, the text in it
     # is not user-controlled markup.
-    drawn = render_all([(f.key, f.draw) for f in model.figures], "svg")
+    drawn = render_all(
+        [(f.key, f.draw) for f in model.figures],
+        "svg",
+        shares=[f.shares for f in model.figures],
+    )
     svgs = {f.key: Markup(svg) for f, svg in zip(model.figures, drawn, strict=True)}  # noqa: S704
     # The stylesheet ships in the package; no user input reaches it.
     style = Markup(css)  # noqa: S704

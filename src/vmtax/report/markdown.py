@@ -37,7 +37,11 @@ def render_markdown(model: ReportModel, output: Path) -> str:
     folder = figures_dir(output)
     folder.mkdir(parents=True, exist_ok=True)
     pngs = {}
-    drawn = render_all([(f.key, f.draw) for f in model.figures], "png")
+    drawn = render_all(
+        [(f.key, f.draw) for f in model.figures],
+        "png",
+        shares=[f.shares for f in model.figures],
+    )
     for i, (fig, png) in enumerate(zip(model.figures, drawn, strict=True), start=1):
         name = f"{i:02d}-{fig.key}.png"
         (folder / name).write_bytes(png)

@@ -3,7 +3,7 @@ section of the report (analysis, exits, prediction, applications) makes them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -25,6 +25,9 @@ class FigureSpec:
     caption: str
     draw: Callable[[], Figure] = field(repr=False)
     reference: bool = False
+    #: The set-up ``draw`` shares with other figures (a mesh's frame, by its layout), or
+    #: None: see ``svg.render_all``.
+    shares: Hashable | None = None
 
     @cached_property
     def figure(self) -> Figure:

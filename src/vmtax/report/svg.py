@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -74,31 +74,45 @@ PARALLEL_FIGURES = 4
 
 @overload
 def render_all(
-    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["svg"] = "svg"
+    figures: list[tuple[str, Callable[[], Figure]]],
+    kind: Literal["svg"] = "svg",
+    shares: Sequence[Hashable | None] = (),
 ) -> list[str]: ...
 
 
 @overload
 def render_all(
-    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["png"]
+    figures: list[tuple[str, Callable[[], Figure]]],
+    kind: Literal["png"],
+    shares: Sequence[Hashable | None] = (),
 ) -> list[bytes]: ...
 
 
 def render_all(
-    figures: list[tuple[str, Callable[[], Figure]]], kind: Literal["svg", "png"] = "svg"
+    figures: list[tuple[str, Callable[[], Figure]]],
+    kind: Literal["svg", "png"] = "svg",
+    shares: Sequence[Hashable | None] = (),
 ) -> Sequence[str | bytes]:
     """Make every figure (``(key, draw)``) and render it as SVG markup (``kind="svg"``,
     salted by its key) or PNG bytes, in order.
 
     Making and drawing figures is matplotlib in Python under the GIL, and most of a report's
     time, so with many figures both are spread over forked processes, one per core.
+    ``shares``, beside each figure, names the set-up it draws on with others (a mesh's
+    frame: see ``figures.release``), None for none. The first figure of each set-up is drawn
+    here, before the processes fork, and every process inherits that set-up built and
+    drawn on once, where each made its own.
     """
     calls = [partial(_make_and_render, kind, key, draw) for key, draw in figures]
     if workers_for(len(calls)) < 2 or len(calls) < PARALLEL_FIGURES:
         return [call() for call in calls]
+    firsts = {share: i for i, share in reversed(list(enumerate(shares))) if share is not None}
+    drawn = {i: calls[i]() for i in sorted(firsts.values())}
+    rest = [i for i in range(len(calls)) if i not in drawn]
     # Meshes have the most axes: they go first.
-    meshes = [i for i, (key, _) in enumerate(figures) if key.startswith("mesh")]
-    return run_forked(calls, first=meshes)
+    meshes = [j for j, i in enumerate(rest) if figures[i][0].startswith("mesh")]
+    drawn.update(zip(rest, run_forked([calls[i] for i in rest], first=meshes), strict=True))
+    return [drawn[i] for i in range(len(calls))]
 
 
 def _make_and_render(kind: str, key: str, draw: Callable[[], Figure]) -> str | bytes:

@@ -83,6 +83,11 @@ def main() -> None:
     trees = {"this": HERE}
     if args.peer:
         trees["peer"] = args.peer.resolve()
+    for tree in trees.values():
+        # Like with like: an installed vmtax has its bytecode compiled (pip does it), and a
+        # tree without it (a fresh checkout, under PYTHONDONTWRITEBYTECODE) would compile
+        # every module it imports in every round, about half a second of a report's start.
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "src")], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         lines = commands(args.db, str(Path(tmp) / "report.html"))
         if args.only:

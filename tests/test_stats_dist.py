@@ -63,6 +63,18 @@ def test_chi2_and_f_quantiles_are_scipy_stats(quantiles):
     assert same(dist.f_ppf(0.975, 2, 5), stats.f.ppf(0.975, 2, 5))
 
 
+def test_binomial_tails_are_scipy_stats_to_the_last_digits():
+    # Boost's tail in scipy.stats, cephes' here: equal to 1e-13 of the value (or both below
+    # the smallest normal double), and alike at the ends (below 0, from n on) and where n or p
+    # is not one.
+    k = np.arange(-2.0, 45.0)[:, None, None] + np.array([0.0, 0.5])[None, None, :]
+    n = np.array([0.0, 1.0, 3.0, 7.0, 8.0, 40.0, -1.0, 2.5, np.nan])[None, :, None]
+    for p in (0.0, 1e-9, 0.01, 0.2, 0.5, 0.999, 1.0, -0.1, 1.5, np.nan):
+        ours, theirs = dist.binom_sf(k, n, p), stats.binom.sf(k, n, p)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=1e-300, equal_nan=True)
+        assert np.array_equal(np.isnan(ours), np.isnan(theirs))
+
+
 def test_importing_it_leaves_scipy_stats_out():
     code = "import sys, vmtax.stats.dist; print('scipy.stats' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

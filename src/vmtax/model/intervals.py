@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+
+from vmtax.stats import dist
 
 CONFIDENCE = 0.95
 _STEP = 1e-6  # relative step of the central differences
@@ -136,7 +137,7 @@ def interval(
         var = np.sum([v for v, _ in parts], axis=0)
         with np.errstate(divide="ignore", invalid="ignore"):
             df = var * var / np.sum([v * v / dof for v, dof in parts], axis=0)
-            half = stats.t.ppf(0.5 + confidence / 2, np.where(var > 0, df, np.inf)) * np.sqrt(var)
+            half = dist.t_ppf(0.5 + confidence / 2, np.where(var > 0, df, np.inf)) * np.sqrt(var)
         if log:
             with np.errstate(divide="ignore", invalid="ignore"):
                 low, high = est * np.exp(-half), est * np.exp(half)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 import matplotlib
@@ -15,7 +16,9 @@ from rich.table import Table
 
 from vmtax.report.svg import RC, to_png, to_svg
 from vmtax.report.terminal import fmt
-from vmtax.sweep.summary import SweepSummary
+
+if TYPE_CHECKING:
+    from vmtax.sweep.summary import SweepSummary
 
 HEADERS = (
     "ratio", "guests", "vCPUs", "throughput", "95% CI", "resp mean s", "resp p95 s",

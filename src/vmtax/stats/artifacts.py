@@ -76,8 +76,9 @@ from typing import Any
 
 import numpy as np
 from scipy import fft as sfft
-from scipy import ndimage, stats
+from scipy import ndimage
 
+from vmtax.stats import dist
 from vmtax.stats.significance import adjust
 
 #: The family-wise error rate of a command's or report's artifact findings (Holm across all of
@@ -612,7 +613,7 @@ def periodic(
     counts = slow.sum(axis=0)
     indices: list[int] = []
     if runs >= 3 and rate > 0:
-        col_p = stats.binom.sf(counts - 1, runs, rate)
+        col_p = dist.binom_sf(counts - 1, runs, rate)
         hot = np.flatnonzero((col_p < ALPHA / n) & (counts >= max(2, math.ceil(0.5 * runs))))
         indices = [int(i) for i in hot[:MAX_REPORTED_INDICES]]
     search = _period_search(slow)
@@ -788,6 +789,8 @@ def sign_flip_p(diff: np.ndarray, *, resamples: int = 199, seed: int = 0) -> np.
     over the patterns in Python, 0.1 s a test), else ``scipy.stats.permutation_test``'s."""
     n = diff.shape[-1]
     if n > EXACT_RUNS:
+        from scipy import stats  # heavy (see load_tests), only for this many runs
+
         return np.asarray(
             stats.permutation_test(
                 (diff,),
@@ -936,6 +939,8 @@ def shape(
     qy = float(np.median(resolution(baseline)))
     mb = mvalue(y, quantum=qy)
     sx, sy = _standardise(x, qx), _standardise(y, qy)
+    from scipy import stats  # heavy (see load_tests), only against a baseline
+
     with warnings.catch_warnings():  # its table p-value is capped; only the statistic is used
         warnings.simplefilter("ignore")
         ad = float(stats.anderson_ksamp([sx, sy], variant="midrank").statistic)
@@ -946,6 +951,14 @@ def shape(
     out.p_adjusted = out.p_value
     out.decide()
     return out
+
+
+def load_tests() -> None:
+    """Import scipy.stats, which the shape test against a baseline (and the warm-up test of
+    more than EXACT_RUNS runs) calls. It costs about half a CPU-second, and most reports
+    need none of the rest of it: a command that forks workers to detect calls this first
+    where one of them will need it, so that it is imported once, not once per worker."""
+    from scipy import stats  # noqa: F401 - imported to be inherited
 
 
 def _significant(p_adjusted: float | None) -> bool:

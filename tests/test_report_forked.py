@@ -55,3 +55,6 @@ def test_the_first_figure_of_each_shared_set_up_is_drawn_before_the_fork():
     here = f"drawn by {os.getpid()}<"
     assert [f"{key} drawn by" in svg for key, svg in zip(keys, drawn, strict=True)] == [True] * 7
     assert [here in svg for svg in drawn] == [False, True, False, True, False, False, False]
+    # Every figure the first of its set-up: all drawn here, and nothing forked.
+    alone = render_all([(k, partial(_titled_with_its_process, k)) for k in keys], shares=keys)
+    assert all(here in svg for svg in alone)

@@ -111,7 +111,8 @@ def render_all(
     rest = [i for i in range(len(calls)) if i not in drawn]
     # Meshes have the most axes: they go first.
     meshes = [j for j, i in enumerate(rest) if figures[i][0].startswith("mesh")]
-    drawn.update(zip(rest, run_forked([calls[i] for i in rest], first=meshes), strict=True))
+    if rest:
+        drawn.update(zip(rest, run_forked([calls[i] for i in rest], first=meshes), strict=True))
     return [drawn[i] for i in range(len(calls))]
 
 

@@ -1,4 +1,5 @@
-"""vmtax.stats.dist gives scipy.stats' numbers, bit for bit, without importing scipy.stats."""
+"""vmtax.stats.dist gives scipy.stats' numbers, bit for bit (the binomial tail to 1e-13 of
+the value), without importing scipy.stats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The t, chi-square and F quantiles and tails the comparison needs, from ``scipy.special``.
+"""The t, chi-square and F quantiles and tails the comparison needs, and the binomial tail
+the report's period test needs, from ``scipy.special``.
 
 ``scipy.stats`` costs most of a second of CPU to import (it builds the docstrings of a hundred
 distributions and loads scipy.spatial, scipy.sparse and scipy.optimize), and every ``vmtax
@@ -7,8 +8,10 @@ with the special functions below: ``t.cdf`` is ``stdtr``, ``t.ppf`` is ``stdtrit
 ``chi2.ppf`` is ``2 * gammaincinv(df / 2, q)`` and ``f.ppf`` is ``fdtri``. These functions
 call them directly, with ``scipy.stats``' answers at the edges (``q`` of 0 or 1, degrees of
 freedom that are not positive), so the numbers are the same (``tests/test_stats_dist.py``
-checks them against ``scipy.stats``, bit for bit). Whatever needs more than these (a
-permutation test, a rank test) still imports ``scipy.stats``.
+checks them against ``scipy.stats``, bit for bit). The binomial tail is cephes' ``bdtrc``,
+where ``scipy.stats`` now calls Boost's: equal to about 1e-15 of the value, not bit for bit.
+Whatever needs more than these (a permutation test, a rank test) still imports
+``scipy.stats``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from vmtax.report.inputs import ReportInput
 from vmtax.report.parts import FigureSpec, Table
 from vmtax.report.terminal import P95_NOTE, fmt, p95_below_mean, pct
 from vmtax.stats.artifacts import (
-    EXACT_RUNS,
     Artifacts,
     as_matrix,
     control_family,
@@ -338,8 +337,7 @@ def _detect_all(
     if workers_for(len(calls)) < 2 or cells < PARALLEL_CELLS:
         found = {key: call() for key, call in zip(jobs, calls, strict=True)}
     else:
-        if any(b is not None or m.shape[0] > EXACT_RUNS for m, b in jobs.values()):
-            load_tests()  # here, once, rather than in every worker
+        load_tests(jobs.values())  # here, once, rather than in every worker
         found = dict(zip(jobs, run_forked(calls), strict=True))
     control_family(list(found.values()))
     return found

@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import wraps
+from functools import partial, wraps
 from typing import Any
 
 import matplotlib
@@ -224,22 +224,24 @@ def _log_start(values: np.ndarray) -> float:
     return float(positive.min()) / 2 if positive.size else 1.0
 
 
-def _level_frame(rows: int, panels: int) -> tuple[Figure, Sequence[Any]]:
-    """A level chart's figure and axes for ``rows`` configurations in ``panels`` panels: a
-    released one of that layout, its data taken off and its x axes linear again, else a new
-    one (see :func:`release`)."""
-    key = ("levels", rows, panels)
+def _pooled(key: Hashable, make: Callable[[], tuple[Figure, Any]]) -> tuple[Figure, Any]:
+    """A figure and its axes for ``key`` (kind and layout): a released one, every axes' data
+    taken off and its x axis linear again, else ``make()``'s (see :func:`release`)."""
     frame = _POOL.pop(key, None)
     if frame is None:
-        fig = Figure(figsize=(WIDTH, 1.0 + 0.5 * rows))
-        with matplotlib.rc_context({"axes.grid.axis": "x"}):  # cheaper than removing it later
-            frame = (fig, fig.subplots(1, panels, squeeze=False)[0])
+        frame = make()
     else:
-        for ax in frame[1]:
+        for ax in frame[0].axes:
             _clear_data(ax)
             ax.set_xscale("linear")
     _lend(frame[0], key, frame)
     return frame
+
+
+def _new_level_frame(rows: int, panels: int) -> tuple[Figure, Sequence[Any]]:
+    fig = Figure(figsize=(WIDTH, 1.0 + 0.5 * rows))
+    with matplotlib.rc_context({"axes.grid.axis": "x"}):  # cheaper than removing it later
+        return fig, fig.subplots(1, panels, squeeze=False)[0]
 
 
 @_styled
@@ -255,7 +257,10 @@ def level_bars(rows: pd.DataFrame, probe: str, colors: Mapping[str, str]) -> Fig
     """
     panels = [p for p in LEVEL_PANELS if rows[f"{p[0]}_mean"].astype(float).notna().any()]
     panels = panels or [LEVEL_PANELS[1]]
-    fig, axes = _level_frame(len(rows), len(panels))
+    fig, axes = _pooled(
+        ("levels", len(rows), len(panels)),
+        partial(_new_level_frame, len(rows), len(panels)),
+    )
     labels = [_wrap(c) for c in rows["config"]]
     left = max(text_inches(t, RC["font.size"])[0] for t in labels) + TICKS_IN + 0.05
     right, gap = 0.15, 0.35
@@ -433,18 +438,9 @@ def overhead_bars(rows: pd.DataFrame, colors: Mapping[str, str]) -> Figure:
     return fig
 
 
-def _distribution_frame() -> tuple[Figure, Any]:
-    """A distribution's figure and axes: a released one, its data taken off and its x axis
-    linear again, else a new one (see :func:`release`)."""
-    frame = _POOL.pop(("distribution",), None)
-    if frame is None:
-        fig = Figure(figsize=(WIDTH, 2.8))
-        frame = (fig, fig.subplots())
-    else:
-        _clear_data(frame[1])
-        frame[1].set_xscale("linear")
-    _lend(frame[0], ("distribution",), frame)
-    return frame
+def _new_distribution_frame() -> tuple[Figure, Any]:
+    fig = Figure(figsize=(WIDTH, 2.8))
+    return fig, fig.subplots()
 
 
 @_styled
@@ -461,12 +457,11 @@ def distribution(
         np.concatenate([v[np.isfinite(v)] for v in series.values()]) if series else np.array([])
     )
     if pooled.size == 0:
-        fig = Figure(figsize=(WIDTH, 2.8))
-        ax = fig.subplots()
+        fig, ax = _new_distribution_frame()  # never lent: its axes are turned off
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
         return fig
-    fig, ax = _distribution_frame()
+    fig, ax = _pooled(("distribution",), _new_distribution_frame)
     # The top 0.1% is left out of the range (a few huge outliers would squeeze the bulk into
     # one bin) and counted under the axis instead. Log-x when the range spans a decade.
     lo, hi = float(pooled.min()), float(np.quantile(pooled, 0.999))

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -953,12 +953,14 @@ def shape(
     return out
 
 
-def load_tests() -> None:
-    """Import scipy.stats, which the shape test against a baseline (and the warm-up test of
-    more than EXACT_RUNS runs) calls. It costs about half a CPU-second, and most reports
-    need none of the rest of it: a command that forks workers to detect calls this first
-    where one of them will need it, so that it is imported once, not once per worker."""
-    from scipy import stats  # noqa: F401 - imported to be inherited
+def load_tests(jobs: Iterable[tuple[np.ndarray, np.ndarray | None]]) -> None:
+    """Import scipy.stats if a ``detect`` of one of ``jobs`` (matrix, baseline) will call it:
+    the shape test against a baseline, or the warm-up test of more than EXACT_RUNS runs. It
+    costs about half a CPU-second, and most reports need none of the rest of it: a command
+    that forks workers to detect calls this first, so that it is imported once, not once
+    per worker."""
+    if any(b is not None or np.atleast_2d(m).shape[0] > EXACT_RUNS for m, b in jobs):
+        from scipy import stats  # noqa: F401 - imported to be inherited
 
 
 def _significant(p_adjusted: float | None) -> bool:

@@ -486,3 +486,35 @@ def test_an_import_that_a_signal_broke_is_an_interruption(cli, monkeypatch):
     monkeypatch.setattr(signals, "INTERRUPTED", [False])
     with pytest.raises(ImportError, match="no module named x"):
         cli("import", "x.jsonl")
+
+
+@pytest.mark.fast
+def test_a_sigterm_inside_a_class_being_made_is_an_interruption(cli, monkeypatch):
+    # Seen in CI: a SIGTERM while matplotlib was imported by `vmtax report` landed in a
+    # descriptor's __set_name__, and Python handed it on as "RuntimeError: Error calling
+    # __set_name__ ...", a traceback and exit 1. Here a real SIGTERM is sent from inside a
+    # __set_name__, so the real handler raises there and Python wraps it as it did in CI.
+    import vmtax.cli
+    from vmtax.cli import signals
+
+    class Descriptor:
+        def __set_name__(self, owner, name):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+
+    def class_made_on_import(args):
+        type("Formatter", (), {"format": Descriptor()})
+
+    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", class_made_on_import)
+    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    res = cli("report", "exp=1")
+    assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res
+
+    # Without a signal, the same RuntimeError is a bug and keeps its traceback.
+    def failing_set_name(args):
+        raise RuntimeError("Error calling __set_name__")
+
+    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", failing_set_name)
+    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    with pytest.raises(RuntimeError, match="__set_name__"):
+        cli("report", "exp=1")

@@ -237,18 +237,21 @@ def main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         _err.print("vmtax: error: interrupted", markup=False)
         sys.exit(130)
-    except (ImportError, SystemError):
-        # A Ctrl-C that lands while a C extension initialises (scipy's, on a first import)
-        # comes out as "ImportError: initialization failed", its KeyboardInterrupt lost.
-        if not signals.INTERRUPTED[0]:
-            raise
-        _err.print("vmtax: error: interrupted", markup=False)
-        sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         _reader_gone()
         sys.exit(0)
+    except Exception:
+        # Python does not always let a KeyboardInterrupt out as itself: a Ctrl-C or SIGTERM
+        # that lands while a C extension initialises (scipy's, on a first import) comes out as
+        # "ImportError: initialization failed", and one inside a class's __set_name__
+        # (matplotlib's, on import) as a RuntimeError. After a signal, any failure is the
+        # interruption; without one it is a bug and keeps its traceback.
+        if not signals.INTERRUPTED[0]:
+            raise
+        _err.print("vmtax: error: interrupted", markup=False)
+        sys.exit(130)
     except SystemExit as exc:
         # click turns a broken pipe inside a command into exit 1 on its own.
         if exc.code not in (0, None) and _reader_went_away():

@@ -108,17 +108,6 @@ class _Commands(TyperGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return _Listed(cmd_name) if cmd_name in COMMANDS else None
 
-    def get_help_option(self, ctx: click.Context) -> Any:  # noqa: ANN401 - typer's TyperOption
-        # typer from 0.29 (kept out by pyproject.toml) coerces every option's value with a
-        # pydantic TypeAdapter unless the value is already a bool, and a --help not given has
-        # the value None: pydantic and the adapter cost every command's start a tenth of a
-        # second, `vmtax run --help` included. With False as its default it is a bool, as
-        # --version is.
-        option = super().get_help_option(ctx)
-        if option is not None and option.default is None:
-            option.default = False
-        return option
-
 
 app = typer.Typer(
     name="vmtax",

@@ -198,7 +198,8 @@ def main() -> None:
     with contextlib.suppress(OSError):
         _STARTED_ON_A_PIPE[0] = stat.S_ISFIFO(os.fstat(1).st_mode)
     try:
-        code = app(args=_exits_alone_is_counts(sys.argv[1:]), standalone_mode=False)
+        with signals.interrupts_not_dropped():
+            code = app(args=_exits_alone_is_counts(sys.argv[1:]), standalone_mode=False)
         if code == 130:
             # typer turns a KeyboardInterrupt (Ctrl-C, or SIGTERM made one) inside a command
             # into a returned 130 when not in standalone mode: still an interruption.

@@ -464,12 +464,22 @@ def test_a_signal_at_a_random_point(tmp_path, name, argv, signum):
         assert not [p for p in where.iterdir() if p.suffix in (".tmp", ".part")]
 
 
+def _with_first_step(cli, monkeypatch, step, *argv: str):
+    """``vmtax ARGV`` through the real CLI and its real signal handlers, with ``step`` in place
+    of its first step (what it makes of the arguments) and no signal come yet."""
+    import vmtax.cli
+    from vmtax.cli import signals
+
+    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", step)
+    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    return cli(*argv)
+
+
 @pytest.mark.fast
 def test_an_import_that_a_signal_broke_is_an_interruption(cli, monkeypatch):
     # Seen in CI: a SIGINT while scipy initialised came out of `vmtax import` as
     # "ImportError: initialization failed" and a traceback. The signal cannot be aimed at
     # that instant, so the import that breaks is planted; the signal's handler is the real one.
-    import vmtax.cli
     from vmtax.cli import signals
 
     def broken(args):
@@ -477,16 +487,15 @@ def test_an_import_that_a_signal_broke_is_an_interruption(cli, monkeypatch):
             signals.interrupt(signal.SIGINT, None)
         raise ImportError("initialization failed")
 
-    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", broken)
-    monkeypatch.setattr(signals, "INTERRUPTED", [False])
-    res = cli("import", "x.jsonl")
+    res = _with_first_step(cli, monkeypatch, broken, "import", "x.jsonl")
     assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res
+
     # Without a signal, an ImportError is a bug and stays one.
-    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", lambda args: (_ for _ in ()).throw(
-        ImportError("no module named x")))  # fmt: skip
-    monkeypatch.setattr(signals, "INTERRUPTED", [False])
+    def no_module(args):
+        raise ImportError("no module named x")
+
     with pytest.raises(ImportError, match="no module named x"):
-        cli("import", "x.jsonl")
+        _with_first_step(cli, monkeypatch, no_module, "import", "x.jsonl")
 
 
 @pytest.mark.fast
@@ -495,9 +504,6 @@ def test_a_sigterm_inside_a_class_being_made_is_an_interruption(cli, monkeypatch
     # descriptor's __set_name__, and Python handed it on as "RuntimeError: Error calling
     # __set_name__ ...", a traceback and exit 1. Here a real SIGTERM is sent from inside a
     # __set_name__, so the real handler raises there and Python wraps it as it did in CI.
-    import vmtax.cli
-    from vmtax.cli import signals
-
     class Descriptor:
         def __set_name__(self, owner, name):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -506,31 +512,25 @@ def test_a_sigterm_inside_a_class_being_made_is_an_interruption(cli, monkeypatch
     def class_made_on_import(args):
         type("Formatter", (), {"format": Descriptor()})
 
-    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", class_made_on_import)
-    monkeypatch.setattr(signals, "INTERRUPTED", [False])
-    res = cli("report", "exp=1")
+    res = _with_first_step(cli, monkeypatch, class_made_on_import, "report", "exp=1")
     assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res
 
     # Without a signal, the same RuntimeError is a bug and keeps its traceback.
     def failing_set_name(args):
         raise RuntimeError("Error calling __set_name__")
 
-    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", failing_set_name)
-    monkeypatch.setattr(signals, "INTERRUPTED", [False])
     with pytest.raises(RuntimeError, match="__set_name__"):
-        cli("report", "exp=1")
+        _with_first_step(cli, monkeypatch, failing_set_name, "report", "exp=1")
 
 
 @pytest.mark.fast
 def test_an_interrupt_that_python_drops_is_raised_again(cli, monkeypatch):
-    # Seen in CI: a SIGINT during `vmtax import` landed in the weakref callback with which
-    # importlib cleans up a module's import lock. Python prints an exception raised there
-    # ("Exception ignored in ...") and drops it, and the import went on and exited 0. Here a
-    # real SIGINT is sent from inside a weakref callback; the step after it waits long enough
-    # for the interrupt to come back, and would otherwise ask for the version (exit 0).
-    import vmtax.cli
-    from vmtax.cli import signals
-
+    # Seen in a clean run of the suite: a SIGINT during `vmtax import` landed in the weakref
+    # callback with which importlib cleans up a module's import lock. Python prints an
+    # exception raised there ("Exception ignored in ...") and drops it, and the import went on
+    # and exited 0. Here a real SIGINT is sent from inside a weakref callback; the step after
+    # it waits long enough for the interrupt to come back, and would otherwise ask for the
+    # version (exit 0).
     class Held:
         pass
 
@@ -546,7 +546,5 @@ def test_an_interrupt_that_python_drops_is_raised_again(cli, monkeypatch):
         assert ref() is None
         return ["--version"]
 
-    monkeypatch.setattr(vmtax.cli, "_exits_alone_is_counts", dropped_then_on)
-    monkeypatch.setattr(signals, "INTERRUPTED", [False])
-    res = cli("import", "x.jsonl")
+    res = _with_first_step(cli, monkeypatch, dropped_then_on, "import", "x.jsonl")
     assert res.returncode == 130 and res.stderr == "vmtax: error: interrupted\n", res

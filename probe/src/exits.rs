@@ -355,8 +355,8 @@ pub enum ExitsError {
     TraceClock(std::io::Error),
     #[error("cannot remove an earlier recording: {0}")]
     Stale(Box<ExitsError>),
-    #[error("no recording in progress (exits start was not run, or failed)")]
-    NotRecording,
+    #[error("no recording in progress: {0}")]
+    NotRecording(String),
 }
 
 fn list(pids: &[u32]) -> String {
@@ -483,6 +483,28 @@ fn state_file() -> PathBuf {
     std::env::temp_dir().join(format!("vmtax-exits-{INSTANCE}.json"))
 }
 
+/// Why `exits stop` found no instance, from what `exits start` left in its state file (None:
+/// no start has left one since the last stop) and this kernel's boot id: a start that never
+/// ran here (or failed) is told apart from a recording that began on this boot and whose
+/// instance something else removed.
+fn not_recording(state: Option<&serde_json::Value>, boot: Option<&str>, now: u64) -> String {
+    let here = boot.unwrap_or("unknown");
+    let Some(state) = state else {
+        return format!("exits start was not run on this boot (id {here}), or failed");
+    };
+    let began = state["boot_id"].as_str();
+    let ago = state["started_ns"].as_u64().map(|s| now.saturating_sub(s) as f64 / 1e9);
+    match (began, ago) {
+        (Some(b), Some(ago)) if Some(b) == boot => {
+            format!(
+                "the recording begun {ago:.1} s ago on this boot (id {here}) is gone: its tracefs instance was removed"
+            )
+        }
+        (Some(b), _) => format!("the last recording began on another boot (id {b}; this one is {here})"),
+        _ => format!("a recording began (its state file is left) but its tracefs instance is gone (boot id {here})"),
+    }
+}
+
 pub(crate) fn now_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid timespec for clock_gettime to fill.
@@ -598,9 +620,14 @@ pub fn start(o: &StartOpts) -> i32 {
         teardown(&root);
         return fail(e);
     }
-    let state = serde_json::json!({"started_ns": now_ns(), "threads": pids, "qemu": qemu, "tracefs": root});
+    let boot = crate::env::boot_id();
+    let state =
+        serde_json::json!({"started_ns": now_ns(), "threads": pids, "qemu": qemu, "tracefs": root, "boot_id": boot});
     let _ = fs::write(state_file(), state.to_string());
-    println!("{}", serde_json::json!({"type": "exits_started", "isa": isa(), "qemu": qemu, "threads": pids}));
+    println!(
+        "{}",
+        serde_json::json!({"type": "exits_started", "isa": isa(), "qemu": qemu, "threads": pids, "boot_id": boot})
+    );
     0
 }
 
@@ -614,7 +641,12 @@ pub fn stop(tracefs_path: Option<&str>) -> i32 {
     };
     let inst = root.join("instances").join(INSTANCE);
     if !inst.is_dir() {
-        return fail(ExitsError::NotRecording);
+        let state = fs::read_to_string(state_file()).ok().and_then(|s| serde_json::from_str(&s).ok());
+        return fail(ExitsError::NotRecording(not_recording(
+            state.as_ref(),
+            crate::env::boot_id().as_deref(),
+            now_ns(),
+        )));
     }
     let read = |ev: &str| fs::read_to_string(inst.join("events").join(ev).join("hist")).unwrap_or_default();
     // The count first: it is the window's end.
@@ -647,6 +679,22 @@ pub fn stop(tracefs_path: Option<&str>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_recording_says_whether_it_began_on_this_boot() {
+        let none = not_recording(None, Some("b1"), 5);
+        assert_eq!(none, "exits start was not run on this boot (id b1), or failed");
+        let here = serde_json::json!({"started_ns": 1_000_000_000u64, "boot_id": "b1"});
+        let gone = not_recording(Some(&here), Some("b1"), 3_500_000_000);
+        assert_eq!(
+            gone,
+            "the recording begun 2.5 s ago on this boot (id b1) is gone: its tracefs instance was removed"
+        );
+        let other = not_recording(Some(&here), Some("b2"), 3_500_000_000);
+        assert_eq!(other, "the last recording began on another boot (id b1; this one is b2)");
+        let old = serde_json::json!({"started_ns": 1u64});
+        assert!(not_recording(Some(&old), Some("b2"), 2).contains("its tracefs instance is gone"));
+    }
 
     const EXIT_HIST: &str = "# event histogram
 #

@@ -54,9 +54,14 @@ def test_paging_happens_inside_the_cap(cap, tmp_path):
     after = cap.stat()
     paging = cap.paging(before, after, 1.0)
     assert after.get("usage_bytes", 0) <= 64 << 20
-    # The pages went out to the file and came back in: writeback and reads inside the cap.
-    moved = paging.get("pgpgout_per_s", 0) + paging.get("pgsteal_per_s", 0)
-    assert moved * 4096 > 64 << 20, paging
+    # The pages went out to the file and came back in, inside the cap: the second pass reads
+    # back what the first wrote beyond the cap. Either count shows it: pages sent out
+    # (pgpgout, pgsteal), or pages evicted and faulted back in (refaults). Under a loaded
+    # neighbour the first has come out short twice (55 and 34 MiB of the 192 written) while
+    # the second held 137 and 207 MiB.
+    out = paging.get("pgpgout_per_s", 0) + paging.get("pgsteal_per_s", 0)
+    back = paging.get("workingset_refault_file_per_s", 0)
+    assert max(out, back) * 4096 > 64 << 20, paging
     assert paging.get("event_oom_kill", 0) == 0
 
 

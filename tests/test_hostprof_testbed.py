@@ -38,7 +38,8 @@ def test_l2_cpuid_exits_recorded_by_l1_match_the_cpuids_the_probe_executed(cli, 
     assert set(prof["run_id"]) == set(at_l2["run_id"]), said
     prof = _recorded(prof, said)
     cpuid = prof[(prof["reason"] == "cpuid") & (prof["probe"] == "cpuid")]
-    assert len(cpuid) >= (at_l2["probe"] == "cpuid").sum() - 1 == 2
+    planned = (at_l2["probe"] == "cpuid").sum()
+    assert planned == 3 and len(cpuid) >= planned - LOST_AT_MOST, cpuid
     for row in cpuid.itertuples():
         # The window is the whole agent invocation: its start-up (the CPUID leaves its header
         # reads; given the target's env it times no 3,000 CPUIDs) plus the loop.
@@ -75,7 +76,7 @@ def test_l2_cpuid_exits_counted_by_kvm_itself_are_one_per_cpuid_and_a_few_more(k
     cpuid_runs = set(counters.loc[counters["probe"] == "cpuid", "run_id"])
     # The counters are read around every recording that ended: each cpuid run's but a lost one.
     assert cpuid_runs == set(prof.loc[prof["probe"] == "cpuid", "run_id"]), (counters, said)
-    assert len(cpuid_runs) >= 2, (counters, said)
+    assert len(cpuid_runs) >= 3 - LOST_AT_MOST, (counters, said)
     for run_id in cpuid_runs:
         kvm = dict(
             counters.loc[counters["run_id"] == run_id, ["counter", "count"]].itertuples(index=False)

@@ -15,7 +15,10 @@
   counted from its pairs of onsets when the runs hold few (k onsets cost about k² pairs
   where an FFT costs n log n; a bound from one count of every run's pairs first sets aside
   the shuffles that cannot reach the data), and by FFT otherwise: the same shuffles and the
-  same p-value either way. The iteration indices
+  same p-value either way. A period far beyond what shuffles reach is decided without any:
+  when a tail bound of the statistic under the shuffles (``_period_tail_bound``: the pair
+  bound below, a Chernoff bound per lag, a union over the lags) is at most TAIL_BOUND_P,
+  that is its p-value. The iteration indices
   slow in (almost) every run are those whose spike count across runs is improbable under the
   overall spike rate (binomial test, Bonferroni over the indices).
 - **Cross-run memory** ("diagonal spikes"): for each pair of consecutive runs, the circular
@@ -111,6 +114,12 @@ PAIR_COST = 35
 PAIR_BATCH = 32  # shuffles per call of the pair count, at least: fewer cost more in calls
 CROSS_BLOCK = 64  # lags a block of the cross-run test's bound (see cross_run)
 SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
+#: A period test of a known family whose tail bound (``_period_tail_bound``) is at most this
+#: is decided without shuffles, with this p-value; the family's other period tests add it to
+#: theirs (a union bound, as the early look's): a millionth of the smallest p the shuffles
+#: give, so no printed p moves. A real period paid its family's early look in shuffles, 2-3
+#: CPU-s each in the report of a store with three.
+TAIL_BOUND_P = 1e-12
 EARLY_LOOK_MARGIN = 2  # a test nothing matched stops at a p this many times below the threshold
 
 
@@ -604,6 +613,67 @@ def _period_search(slow: np.ndarray) -> _PeriodSearch:
     return _PeriodSearch(ind, mean, weights, max_lag, lag, peak, float(acf[2:].max()))
 
 
+def _period_tail_bound(search: _PeriodSearch, stat: float) -> float:
+    """An upper bound of the chance that a within-run shuffle of ``search``'s onsets has a
+    statistic of ``stat`` or more, from the counts of onsets alone (no shuffle drawn).
+
+    - The statistic at lag L is at most U(L) = top_weight (n / (n - L)) C(L) + floor(L),
+      C(L) the pairs of onsets L apart over all runs (``_pair_bound``, ``_pair_floor``), so
+      U(L) >= stat needs C(L) >= c(L) = (stat - floor(L)) (n - L) / (n top_weight).
+    - A shuffle of a run is a uniformly random set of its k places: the indicators of those
+      places are negatively associated (Joag-Dev and Proschan 1983), and so are the products
+      of disjoint pairs of them. C(L) splits into two sums of disjoint pairs (i, i + L), by the
+      parity of i // L; each pair is a one with probability q = k (k - 1) / (n (n - 1)), and
+      runs are independent. Each sum's moment generating function is then at most that of
+      independent Bernoullis, and Chernoff's bound with mean mu = (n - L) sum q (an upper
+      bound of each half's) gives P(half >= c / 2) <= exp(-mu h(c / (2 mu))),
+      h(u) = u log u - u + 1, for c / 2 > mu.
+    - P(C(L) >= c) is at most twice that; the bound is the sum over the lags (a union).
+
+    Loose, by the sum over thousands of lags among other things, and so only for a period far
+    beyond the shuffles' reach: 1e-33 to 1e-97 for the three real periods of a worked example,
+    of 12,200 shuffles each. Written here: scipy has the Chernoff bound of no such statistic."""
+    ind = search.ind
+    if ind is None or search.max_lag < 2 or float(search.weights.max(initial=0.0)) <= 0.0:
+        return 1.0
+    n = ind.shape[1]
+    lags = np.arange(2, search.max_lag + 1)
+    mean = _pair_count_mean(ind.sum(axis=1), n, lags)
+    return float(_pair_count_tail(_pairs_needed(search, stat), mean).sum())
+
+
+def _pairs_needed(search: _PeriodSearch, stat: float) -> np.ndarray:
+    """Per lag L from 2 to max_lag, the pairs of onsets L apart (summed over runs) that an
+    arrangement of ``search``'s onsets needs for its statistic at L to reach ``stat``: the
+    pair bound (``_pair_bound``) solved for its count. Fewer cannot reach it."""
+    assert search.ind is not None
+    n = search.ind.shape[1]
+    lags = np.arange(2, search.max_lag + 1)
+    top = float(search.weights.max())
+    floor = _pair_floor(search.ind.sum(axis=1), n, search.mean, search.weights, search.max_lag)
+    return (stat - floor) * (n - lags) / (n * top)
+
+
+def _pair_count_mean(ones: np.ndarray, n: int, lags: np.ndarray) -> np.ndarray:
+    """The mean over within-run shuffles of C(L), the pairs of ones L apart summed over runs
+    of ``ones`` ones each: n - L places a pair can start, each a pair with probability
+    k (k - 1) / (n (n - 1))."""
+    k = ones.astype(np.float64)
+    return (n - lags) * float((k * (k - 1)).sum()) / (n * (n - 1))
+
+
+def _pair_count_tail(need: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Per lag, a bound of P(C(L) >= need) under within-run shuffles, C(L) of the given mean
+    (``_pair_count_mean``): twice the Chernoff bound of a half (``_period_tail_bound``)."""
+    half = need / 2
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        u = half / mean
+        log_tail = np.where(u > 1, -mean * (u * np.log(u) - u + 1), 0.0)
+    # No pairs can form (mean 0): C(L) is 0, which reaches no positive count.
+    log_tail = np.where(mean > 0, log_tail, np.where(half > 0, -np.inf, 0.0))
+    return np.minimum(1.0, 2 * np.exp(log_tail))
+
+
 def periodic(
     slow: np.ndarray, *, resamples: int = 199, seed: int = 0, look: int | None = None
 ) -> Periodic:
@@ -626,6 +696,15 @@ def periodic(
     mean, weights, max_lag = search.mean, search.weights, search.max_lag
     n = ind.shape[1]
     stat = search.stat
+    # A family's test (``look``) may stop before its first shuffle, when the tail bound puts
+    # the data beyond every shuffle's reach; every test that goes on pays for it with
+    # TAIL_BOUND_P on its p (a union bound), so p stays a valid p-value. The shuffles count a
+    # draw within the ties as matching, and so does the bound.
+    bounded = look is not None
+    if bounded and _period_tail_bound(search, stat - TIE_SINGLE - TIE) <= TAIL_BOUND_P:
+        out = Periodic(False, None, peak, TAIL_BOUND_P, indices, rate, TAIL_BOUND_P, lag)
+        out.decide()
+        return out
     rng = np.random.default_rng(seed)
 
     # The shuffles are drawn in batches of about 16 MiB of FFT input: enough to amortise the
@@ -666,6 +745,8 @@ def periodic(
 
         chunk = batch
     p = monte_carlo_p(stat, nulls, resamples=resamples, chunk=chunk, look=look, tie=TIE_SINGLE)
+    if bounded:
+        p = min(1.0, p + TAIL_BOUND_P)
     out = Periodic(False, None, peak, p, indices, rate, p, lag)
     out.decide()
     return out

@@ -232,6 +232,25 @@ def test_the_positions_drawn_are_the_shuffles_ones(batch):
     assert a.integers(1 << 40) == b.integers(1 << 40)  # and the generator is left alike
 
 
+@pytest.mark.parametrize("shape", [(12, 20_000), (3, 1), (4, 2), (5, 7), (2, 10), (1, 4001)])
+@pytest.mark.parametrize("kind", ["continuous", "ticks", "nan", "inf"])
+def test_run_quartiles_are_numpys_percentiles_to_the_bit(shape, kind):
+    rng = np.random.default_rng(shape[1])
+    m = rng.lognormal(5, 0.4, shape)
+    if kind == "ticks":
+        m = np.round(m / 10) * 10  # a coarse clock: ties everywhere
+    elif kind == "nan":
+        m[0, shape[1] // 2] = np.nan
+    elif kind == "inf":
+        m[-1, 0] = np.inf
+    q1, q3, iqr = artifacts.run_quartiles(m)
+    want = np.percentile(m, [25, 75], axis=1, keepdims=True)
+    assert np.array_equal(q1, want[0], equal_nan=True)
+    assert np.array_equal(q3, want[1], equal_nan=True)
+    floor = artifacts.resolution(m)[:, None]
+    assert np.array_equal(iqr, np.maximum(want[1] - want[0], floor), equal_nan=True)
+
+
 @pytest.mark.parametrize("n", [16, 301, 4096])
 def test_the_pair_count_is_the_fft_autocorrelation(n):
     rng = np.random.default_rng(n)

@@ -9,12 +9,12 @@ with the load of other work than wall seconds; both are printed.
 Without --db the store is made first: a two-level experiment of 12 probes x 6 runs a side
 and about 370,000 samples, the shape of the README's worked example (`vmtax run --levels
 L0,L1`: 144 runs, 39 figures), from vmtax.testing.report_store's synthetic runs. Every one
-of its probes carries a planted period (every 97th iteration twice as slow), and a period
-that is real costs the period test its family's early look in shuffles (19,200 for all 96
-of a report's tests; stats.artifacts.early_look): that store is the worst case. The worked
-example itself has one real period, whose shuffles took about 13 CPU-s as FFTs on a loaded
-2-core VM, about 3 counted from their pairs of onsets (stats.artifacts), and about 1.2 once
-its family counted only the tests that can give a p-value. Give --db for it.
+of its probes carries a planted period (every 97th iteration twice as slow). A period that
+is real cost the period test its family's early look in shuffles (19,200 for all 96 of a
+report's tests; stats.artifacts.early_look), which made that store the worst case (13.6
+CPU-s); a period this clear is now decided by its tail bound without shuffles (5.3 CPU-s).
+A worked example's store with three real periods went from 15.8 to 7.3 CPU-s. Give --db
+for one.
 
 Run: python bench/report_cpu.py [--db URL] [--selector exp=latest] [--baseline level=L0]
      [--rounds 3]

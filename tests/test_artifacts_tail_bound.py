@@ -140,3 +140,22 @@ def test_the_bound_falls_as_the_statistic_rises():
     bounds = [_period_tail_bound(search, s) for s in stats]
     assert all(a >= b for a, b in zip(bounds, bounds[1:], strict=False))
     assert bounds[0] >= 1 and bounds[-1] < TAIL_BOUND_P
+
+
+def test_under_the_null_the_bound_never_decides():
+    # Random spikes without a period, in runs of many shapes: whatever peak the search finds
+    # to test, the bound at it stays far above TAIL_BOUND_P (it is at least the chance that a
+    # shuffle reaches the peak, which a null's own peak reaches often). A bound that decided
+    # here would decide for noise.
+    # Short runs with few spikes: there a null's autocorrelation often has a peak of 0.25 or
+    # more, the least the period test tests (in long runs it almost never has).
+    rng = np.random.default_rng(21)
+    tested = []
+    for _ in range(800):
+        runs, n = int(rng.integers(1, 5)), int(rng.choice([16, 32, 64, 128, 400]))
+        slow = rng.random((runs, n)) < rng.choice([0.05, 0.1, 0.3])
+        search = _period_search(slow)
+        if search.testable:
+            tested.append(_period_tail_bound(search, search.stat))
+    assert len(tested) >= 40
+    assert min(tested) > 1e-3, sorted(tested)[:5]

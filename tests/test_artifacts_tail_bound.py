@@ -11,6 +11,8 @@ import itertools
 import numpy as np
 import pytest
 
+from vmtax.cli.artifacts_cmd import evidence_rows
+from vmtax.report.words import finding
 from vmtax.stats import artifacts
 from vmtax.stats.artifacts import (
     TAIL_BOUND_P,
@@ -114,9 +116,17 @@ def test_a_period_beyond_the_shuffles_reach_is_decided_without_one(monkeypatch):
     monkeypatch.setattr(artifacts, "_shuffled_ones", no_shuffle)
     monkeypatch.setattr(artifacts, "_shuffles", no_shuffle)
     early = detect(m, family=family)
-    assert early.periodic.p_value == TAIL_BOUND_P
+    assert early.periodic.p_value == TAIL_BOUND_P and early.periodic.bounded
+    assert not full.periodic.bounded
     for result in (early, full):
         assert result.periodic.found and result.periodic.period == 25
+    # Said as a bound wherever it is shown: the report's words and `vmtax artifacts`.
+    (said,) = [w for w in finding("syscall", "L1", early).found if w.startswith("Periodic")]
+    assert "p ≤ 1e-12 by its tail bound" in said, said
+    (row,) = [r for r in evidence_rows("L1", "syscall", early) if r["artifact"] == "periodic"]
+    assert "p≤1e-12 by its tail bound" in row["evidence"], row
+    (said,) = [w for w in finding("syscall", "L1", full).found if w.startswith("Periodic")]
+    assert "p = " in said and "tail bound" not in said, said
 
 
 def test_a_period_the_bound_cannot_decide_is_shuffled_and_pays_for_the_bound():

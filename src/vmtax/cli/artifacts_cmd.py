@@ -23,10 +23,16 @@ def register(app: typer.Typer) -> None:
     app.command("artifacts")(artifacts_cmd)
 
 
-def _p(p: float | None, adjusted: float | None = None) -> str:
+def _p(p: float | None, adjusted: float | None = None, *, bounded: bool = False) -> str:
+    """``p=…`` (with its Holm adjustment); ``p≤…`` where p is a bound (a period decided by
+    its tail bound, without shuffles)."""
     if p is None:
-        return "n/a"
-    return f"{p:.2g}" if adjusted is None else f"{p:.2g}, Holm-adjusted {adjusted:.2g}"
+        return "p=n/a"
+    sign = "≤" if bounded else "="
+    text = f"p{sign}{p:.2g}" + (" by its tail bound" if bounded else "")
+    if adjusted is not None:
+        text += f", Holm-adjusted {'≤' if bounded else ''}{adjusted:.2g}"
+    return text
 
 
 def _list(values: list[Any], limit: int = 12) -> str:
@@ -38,11 +44,11 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
     """One row per detector: whether it found something, and the numbers that say so."""
     per, cross, warm, shp, out = art.periodic, art.cross_run, art.warmup, art.shape, art.outliers
     rows = []
-    per_p = _p(per.p_value, per.p_adjusted)
+    per_p = _p(per.p_value, per.p_adjusted, bounded=per.bounded)
     if per.found:
-        text = f"period {per.period} iterations (autocorrelation {per.acf:.2f}, p={per_p})"
+        text = f"period {per.period} iterations (autocorrelation {per.acf:.2f}, {per_p})"
     else:
-        text = f"not detected (p={per_p}, spike rate {per.spike_rate:.2%})"
+        text = f"not detected ({per_p}, spike rate {per.spike_rate:.2%})"
     if per.indices:
         text += f"; slow in every run at iterations {_list(per.indices)}"
     rows.append(("periodic", "yes" if per.found else "no", text))
@@ -51,7 +57,7 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
     else:
         text = (
             f"spike positions correlate {cross.correlation:.2f} between consecutive runs "
-            f"at a drift of {cross.drift} iterations/run (p={_p(cross.p_value, cross.p_adjusted)}, "
+            f"at a drift of {cross.drift} iterations/run ({_p(cross.p_value, cross.p_adjusted)}, "
             f"{cross.pairs} pairs)"
         )
     rows.append(("cross_run", "yes" if cross.found else "no", text))
@@ -61,14 +67,14 @@ def evidence_rows(config: str, probe: str, art: Artifacts) -> list[dict[str, str
     else:
         text = (
             f"first {warm.n_slow} iterations slow; first window/steady {slow} (sign-flip "
-            f"test over {warm.runs} runs, p={_p(warm.p_value, warm.p_adjusted)}"
+            f"test over {warm.runs} runs, {_p(warm.p_value, warm.p_adjusted)}"
             + (f"; it cannot go below {warm.min_p:.2g})" if (warm.min_p or 0) >= 0.01 else ")")
         )
     rows.append(("warmup", "yes" if warm.found else "no", text))
     text = f"mvalue {shp.mvalue:.2f} ({shp.modality})"
     if shp.ad_stat is not None:
         text = (
-            f"KS (p={_p(shp.p_value, shp.p_adjusted)}), ECDF distance "
+            f"KS ({_p(shp.p_value, shp.p_adjusted)}), ECDF distance "
             f"{shp.distance:.2f} vs baseline; "
             f"{text}; baseline mvalue {shp.mvalue_baseline:.2f} ({shp.modality_baseline})"
         )

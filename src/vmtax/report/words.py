@@ -95,11 +95,15 @@ def _num(value: Any, spec: str = ".3g") -> str:  # noqa: ANN401
 
 
 def _pq(part: Any) -> str:  # noqa: ANN401
-    """``p = …`` and, once the command's family is adjusted, ``Holm-adjusted …``."""
+    """``p = …`` and, once the command's family is adjusted, ``Holm-adjusted …``; ``p ≤ …``
+    where p is a bound (a period decided by its tail bound, without shuffles)."""
     adjusted = getattr(part, "p_adjusted", None)
-    text = f"p = {_num(part.p_value)}"
+    bounded = bool(getattr(part, "bounded", False))
+    text = f"p {'≤' if bounded else '='} {_num(part.p_value)}"
+    if bounded:
+        text += " by its tail bound"
     if adjusted is not None and adjusted != part.p_value:
-        text += f", Holm-adjusted {_num(adjusted)}"
+        text += f", Holm-adjusted {'≤ ' if bounded else ''}{_num(adjusted)}"
     return text
 
 

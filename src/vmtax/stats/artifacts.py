@@ -133,6 +133,8 @@ class Periodic:
     spike_rate: float = 0.0
     p_adjusted: float | None = None  # across the family of one command (see control_family)
     candidate: int | None = None  # the lag a period would be at, before the test
+    #: p_value is TAIL_BOUND_P, an upper bound from the tail bound: no shuffle was drawn
+    bounded: bool = False
 
     def decide(self) -> None:
         self.found = self.candidate is not None and _significant(self.p_adjusted)
@@ -728,7 +730,7 @@ def periodic(
     # draw within the ties as matching, and so does the bound.
     bounded = look is not None
     if bounded and _period_tail_bound(search, stat - TIE_SINGLE - TIE) <= TAIL_BOUND_P:
-        out = Periodic(False, None, peak, TAIL_BOUND_P, indices, rate, TAIL_BOUND_P, lag)
+        out = Periodic(False, None, peak, TAIL_BOUND_P, indices, rate, TAIL_BOUND_P, lag, True)
         out.decide()
         return out
     rng = np.random.default_rng(seed)

@@ -65,9 +65,11 @@ def test_a_signal_while_starting_is_one_line_and_130(tmp_path, signum, delay_ms)
     finally:
         if proc.poll() is None:
             proc.kill()
-    if proc.returncode == 0:
-        # The command had finished before the signal came (a quiet machine, a long delay).
-        assert delay_ms >= 200 and err == "", err
+    if proc.returncode == 1 and "no such file" in err:
+        # The command had finished before the signal came (a quiet machine, a long delay):
+        # its own end, one line saying that the store does not exist (in a clean run it was
+        # done within 800 ms).
+        assert delay_ms >= 200 and err.count("\n") == 1, err
         return
     assert "Traceback" not in err, err
     assert err.count("\n") <= 1 and err.strip() == "vmtax: error: interrupted", err

@@ -13,7 +13,7 @@ of its probes carries a planted period (every 97th iteration twice as slow). A p
 is real cost the period test its family's early look in shuffles (19,200 for all 96 of a
 report's tests; stats.artifacts.early_look), which made that store the worst case (13.6
 CPU-s); a period this clear is now decided by its tail bound without shuffles (5.3 CPU-s).
-A worked example's store with three real periods went from 15.8 to 7.3 CPU-s. Give --db
+A worked example's store with three periods found went from 15.8 to 7.3 CPU-s. Give --db
 for one.
 
 Run: python bench/report_cpu.py [--db URL] [--selector exp=latest] [--baseline level=L0]

@@ -116,9 +116,9 @@ CROSS_BLOCK = 64  # lags a block of the cross-run test's bound (see cross_run)
 SEQUENTIAL_EXCEED = 10  # the period test stops after this many shuffles as extreme as the data
 #: A period test of a known family whose tail bound (``_period_tail_bound``) is at most this
 #: is decided without shuffles, with this p-value; the family's other period tests add it to
-#: theirs (a union bound, as the early look's): a millionth of the smallest p the shuffles
-#: give, so no printed p moves. A real period paid its family's early look in shuffles, 2-3
-#: CPU-s each in the report of a store with three.
+#: theirs (a union bound, as the early look's): under a ten-millionth of the smallest p the
+#: shuffles give (2.5e-5), so no printed p moves. A clear period paid its family's early look
+#: in shuffles, 2-3 CPU-s each in the report of a store with three.
 TAIL_BOUND_P = 1e-12
 EARLY_LOOK_MARGIN = 2  # a test nothing matched stops at a p this many times below the threshold
 
@@ -659,8 +659,9 @@ def _period_tail_bound(search: _PeriodSearch, stat: float) -> float:
     - P(C(L) >= c) is at most twice that; the bound is the sum over the lags (a union).
 
     Loose, by the sum over thousands of lags among other things, and so only for a period far
-    beyond the shuffles' reach: 1e-33 to 1e-97 for the three real periods of a worked example,
-    of 12,200 shuffles each. Written here: scipy has the Chernoff bound of no such statistic."""
+    beyond the shuffles' reach: 1e-33 to 1e-97 for the three periods a worked example's report
+    found, of 12,200 shuffles each. Written here: scipy has the Chernoff bound of no such
+    statistic."""
     ind = search.ind
     if ind is None or search.max_lag < 2 or float(search.weights.max(initial=0.0)) <= 0.0:
         return 1.0
